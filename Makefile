@@ -1,0 +1,28 @@
+# Two entry points: `make demo` (train, analyse, write report/index.html) and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+
+.PHONY: demo test install bench clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	$(PIP) install -c constraints.txt -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(PY) -m landscape.demo --out report
+
+test: install
+	$(PY) -m pytest tests
+
+bench: install
+	$(PIP) install -c constraints.txt -e ".[bench]"
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) report

@@ -1,0 +1,79 @@
+"""Barrier formulas (FedGuCci, Definition 2.1 Eq. 3/4 and Definition 3.6 Eq. 9/10).
+
+Pure numpy on metric arrays; the functions that evaluate models live in
+:mod:`landscape.paths` and :mod:`landscape.groups`. Points whose loss is not finite are
+kept as such: a barrier over a curve with an infinite or NaN interior point is ``inf``/
+``nan``, and the result objects report how many points overflowed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _unit_part(alphas: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
+    alphas = np.asarray(alphas, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    at0 = np.flatnonzero(np.isclose(alphas, 0.0, atol=1e-9))
+    at1 = np.flatnonzero(np.isclose(alphas, 1.0, atol=1e-9))
+    if at0.size == 0 or at1.size == 0:
+        raise ValueError("barriers need alpha = 0 and alpha = 1 on the grid")
+    inside = (alphas >= -1e-9) & (alphas <= 1 + 1e-9)
+    return alphas[inside], values[inside], float(values[at0[0]]), float(values[at1[0]])
+
+
+def loss_barrier_curve(alphas: np.ndarray, loss: np.ndarray) -> np.ndarray:
+    """L(alpha) - [(1 - alpha) L(0) + alpha L(1)] for alpha in [0, 1] (Eq. 3 before the sup)."""
+    a, values, l0, l1 = _unit_part(alphas, loss)
+    return values - ((1 - a) * l0 + a * l1)
+
+
+def accuracy_barrier_curve(alphas: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
+    """1 - A(alpha) / [(1 - alpha) A(0) + alpha A(1)] for alpha in [0, 1] (Eq. 4 before the sup).
+
+    Where the line is 0 (both endpoints at zero accuracy) the term is 0: there is no
+    accuracy to lose.
+    """
+    a, values, a0, a1 = _unit_part(alphas, accuracy)
+    line = (1 - a) * a0 + a * a1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(line > 0, 1.0 - values / np.where(line > 0, line, 1.0), 0.0)
+
+
+def barrier_from_curve(curve: np.ndarray) -> float:
+    """The sup of a barrier curve on the grid; NaN if any point is NaN."""
+    curve = np.asarray(curve, dtype=np.float64)
+    if np.isnan(curve).any():
+        return float("nan")
+    return float(curve.max())
+
+
+def code_accuracy_barrier(alphas: np.ndarray, accuracy: np.ndarray) -> float:
+    """FedGuCci code's variant: d = line - A; return d(a*) / line(a*) with a* = argmax d."""
+    a, values, a0, a1 = _unit_part(alphas, accuracy)
+    line = (1 - a) * a0 + a * a1
+    gap = line - values
+    i = int(np.argmax(gap))
+    return float(gap[i] / line[i]) if line[i] > 0 else 0.0
+
+
+def normalise_weights(weights: np.ndarray | None, n: int) -> np.ndarray:
+    """Uniform weights, or the given non-negative weights divided by their sum."""
+    if weights is None:
+        return np.full(n, 1.0 / n)
+    w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    if w.shape != (n,):
+        raise ValueError(f"expected {n} weights, got {w.shape[0]}")
+    if (w < 0).any() or not np.isfinite(w).all() or w.sum() <= 0:
+        raise ValueError("weights must be finite, non-negative and not all zero")
+    return w / w.sum()
+
+
+def group_loss_barrier(fused_loss: float, member_loss: np.ndarray, weights: np.ndarray) -> float:
+    """Eq. 9: L(sum_i mu_i w_i) - sum_i mu_i L(w_i)."""
+    return float(fused_loss - np.dot(weights, member_loss))
+
+
+def group_accuracy_barrier(fused_accuracy: float, member_accuracy: np.ndarray, weights: np.ndarray) -> float:
+    """Eq. 10: 1 - A(sum_i mu_i w_i) / sum_i mu_i A(w_i)."""
+    mean = float(np.dot(weights, member_accuracy))
+    return float(1.0 - fused_accuracy / mean) if mean > 0 else 0.0

@@ -1,0 +1,101 @@
+"""Evaluation data: moved to the device once, fingerprinted for the cache.
+
+"data" is a ``DataLoader``, a ``Dataset`` yielding ``(input, target)`` pairs, or a tuple
+``(inputs, targets)`` of tensors. It is materialised as a list of ``(x, y)`` batches that
+stay resident on the evaluation device.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .errors import DataError
+
+DEFAULT_BATCH_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class DeviceData:
+    """Batches on the device, their sample count and a fingerprint of the bytes."""
+
+    batches: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    num_samples: int
+    fingerprint: str
+
+
+def prepare_data(data: Any, device: torch.device, dtype: torch.dtype,
+                 batch_size: int | None = None, max_batches: int | None = None) -> DeviceData:
+    """Materialise ``data`` as device-resident batches (inputs cast to ``dtype`` if floating)."""
+    cpu_batches = list(_iter_batches(data, batch_size))
+    if max_batches is not None:
+        cpu_batches = cpu_batches[:max_batches]
+    if not cpu_batches or sum(len(y) for _, y in cpu_batches) == 0:
+        raise DataError("the dataset is empty: nothing to evaluate on")
+    digest = hashlib.sha256()
+    batches = []
+    n = 0
+    for x, y in cpu_batches:
+        if len(x) != len(y):
+            raise DataError(f"a batch has {len(x)} inputs but {len(y)} targets")
+        x = x.contiguous()
+        y = y.contiguous()
+        for t in (x, y):
+            digest.update(f"{t.dtype}:{tuple(t.shape)}".encode())
+            digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        if torch.is_floating_point(x):
+            x = x.to(dtype)
+        if torch.is_floating_point(y):
+            y = y.to(dtype)
+        batches.append((x.to(device), y.to(device)))
+        n += len(y)
+    return DeviceData(tuple(batches), n, digest.hexdigest()[:32])
+
+
+def _iter_batches(data: Any, batch_size: int | None):
+    if isinstance(data, DataLoader):
+        for item in data:
+            yield _pair(item)
+        return
+    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
+        x, y = data
+        if len(x) != len(y):
+            raise DataError(f"inputs have {len(x)} samples but targets have {len(y)}")
+        bs = batch_size or DEFAULT_BATCH_SIZE
+        for start in range(0, len(x), bs):
+            yield x[start:start + bs].detach().cpu(), y[start:start + bs].detach().cpu()
+        return
+    if isinstance(data, Dataset) or hasattr(data, "__getitem__"):
+        loader = DataLoader(data, batch_size=batch_size or DEFAULT_BATCH_SIZE, shuffle=False)
+        for item in loader:
+            yield _pair(item)
+        return
+    raise DataError(f"cannot use {type(data).__name__} as data: pass a DataLoader, a Dataset of "
+                    "(input, target) pairs, or a tuple (inputs, targets) of tensors")
+
+
+def _pair(item: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(item, (tuple, list)) or len(item) < 2:
+        raise DataError("each batch must be an (inputs, targets) pair")
+    x, y = item[0], item[1]
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+        raise DataError("inputs and targets must be tensors")
+    return x.detach().cpu(), y.detach().cpu()
+
+
+def check_targets(outputs: torch.Tensor, targets: torch.Tensor, loss: str) -> None:
+    """Fail early on labels that do not fit the model's outputs."""
+    if loss in ("cross_entropy", "nll") and not torch.is_floating_point(targets):
+        classes = outputs.shape[-1]
+        lo, hi = int(targets.min()), int(targets.max())
+        if lo < 0 or hi >= classes:
+            raise DataError(f"labels must lie in [0, {classes - 1}] for a model with {classes} outputs; "
+                            f"found labels in [{lo}, {hi}]")
+
+
+def split_batches(batches: Sequence[tuple[torch.Tensor, torch.Tensor]], n: int):
+    """The first ``n`` batches (all if ``n`` is None)."""
+    return tuple(batches if n is None else batches[:n])

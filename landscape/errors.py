@@ -1,0 +1,64 @@
+"""Exception classes. Every error says what was wrong and what to do about it."""
+from __future__ import annotations
+
+from typing import Sequence
+
+
+class LandscapeError(Exception):
+    """Base class of every error raised by this toolkit."""
+
+
+class CheckpointError(LandscapeError):
+    """A checkpoint file cannot be read safely (corrupt, truncated, pickled objects, unknown format)."""
+
+    def __init__(self, path: object, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class ArchitectureMismatchError(LandscapeError):
+    """A state_dict does not fit the template module."""
+
+    def __init__(self, missing: Sequence[str], unexpected: Sequence[str],
+                 wrong_shape: Sequence[tuple[str, tuple, tuple]], source: str = "state_dict"):
+        self.missing = list(missing)
+        self.unexpected = list(unexpected)
+        self.wrong_shape = list(wrong_shape)
+        parts = []
+        if self.missing:
+            parts.append(f"missing keys {_short(self.missing)}")
+        if self.unexpected:
+            parts.append(f"unexpected keys {_short(self.unexpected)}")
+        if self.wrong_shape:
+            shapes = [f"{k} (expected {tuple(e)}, got {tuple(g)})" for k, e, g in self.wrong_shape]
+            parts.append(f"wrong-shape keys {_short(shapes)}")
+        super().__init__(f"{source} does not match the template architecture: " + "; ".join(parts)
+                         + ". Check that the template module is the architecture the weights came from.")
+
+
+class NonFiniteWeightsError(LandscapeError):
+    """A model contains NaN or infinite weights."""
+
+    def __init__(self, names: Sequence[str], source: str = "model"):
+        self.names = list(names)
+        super().__init__(f"{source} has NaN or infinite values in {_short(self.names)}; "
+                         "such a model has no meaningful loss. Pass check_finite=False to evaluate it anyway.")
+
+
+class DataError(LandscapeError):
+    """The data cannot be used with the model (empty, wrong shapes, labels out of range)."""
+
+
+class CacheError(LandscapeError):
+    """The HDF5 cache file is unreadable, locked by another writer, or not writable."""
+
+
+class ConfigError(LandscapeError):
+    """An argument has an invalid value."""
+
+
+def _short(items: Sequence[str], limit: int = 8) -> str:
+    shown = ", ".join(str(i) for i in list(items)[:limit])
+    more = len(items) - limit
+    return f"[{shown}{f', ... and {more} more' if more > 0 else ''}]"

@@ -1,0 +1,187 @@
+"""Flat-vector views of a module's weights.
+
+A :class:`ParameterSpace` is built from a template module. It lists every floating-point
+tensor of the module's ``state_dict`` (parameters *and* buffers such as BatchNorm running
+statistics) in a fixed order, so that any compatible model becomes one flat vector and
+back. Non-float buffers (``num_batches_tracked``) are not part of the vector; they are
+kept from the template. Geometry (norms, inner products, plane bases) is measured on the
+parameter entries only (``param_mask``); buffers travel along with the same coefficients.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence, Union
+
+import torch
+from torch import nn
+
+from .errors import ArchitectureMismatchError, ConfigError, NonFiniteWeightsError
+
+ModelLike = Union[nn.Module, Mapping[str, torch.Tensor], str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One entry of the flat vector."""
+
+    name: str
+    shape: tuple[int, ...]
+    kind: str  # "parameter" or "buffer"
+    offset: int
+    numel: int
+
+
+class ParameterSpace:
+    """Ordered layout of a module's floating-point state as one flat vector."""
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+        param_names = {name for name, _ in module.named_parameters(remove_duplicate=False)}
+        state = module.state_dict(keep_vars=True)
+        entries: list[TensorSpec] = []
+        fixed: dict[str, torch.Tensor] = {}
+        self.aliases: dict[str, str] = {}
+        seen: dict[int, str] = {}
+        offset = 0
+        for name, tensor in state.items():
+            ident = id(tensor)
+            if ident in seen:  # tied weights appear under several names
+                self.aliases[name] = seen[ident]
+                continue
+            seen[ident] = name
+            if not torch.is_floating_point(tensor):
+                fixed[name] = tensor.detach().clone()
+                continue
+            kind = "parameter" if name in param_names else "buffer"
+            entries.append(TensorSpec(name, tuple(tensor.shape), kind, offset, tensor.numel()))
+            offset += tensor.numel()
+        if offset == 0:
+            raise ConfigError("the template module has no floating-point parameters or buffers")
+        self.entries: tuple[TensorSpec, ...] = tuple(entries)
+        self.fixed = fixed
+        self.size = offset
+        mask = torch.zeros(offset, dtype=torch.bool)
+        for e in entries:
+            if e.kind == "parameter":
+                mask[e.offset:e.offset + e.numel] = True
+        self.param_mask = mask
+        self.has_buffers = bool((~mask).any())
+        self._by_name = {e.name: e for e in entries}
+
+    # ------------------------------------------------------------------ layout
+    @property
+    def names(self) -> list[str]:
+        return [e.name for e in self.entries]
+
+    def layout_digest(self) -> str:
+        """Digest of names, shapes and kinds: two spaces with equal digests are compatible."""
+        text = ";".join(f"{e.name}:{e.shape}:{e.kind}" for e in self.entries)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def select(self, patterns: Sequence[str] | str | None) -> torch.Tensor:
+        """Boolean mask over the vector of parameter entries whose name matches a pattern.
+
+        Patterns are ``fnmatch`` globs (``"fc.*"``, ``"*.weight"``); ``None`` selects all
+        parameters.
+        """
+        from fnmatch import fnmatch
+
+        if patterns is None:
+            return self.param_mask.clone()
+        if isinstance(patterns, str):
+            patterns = [patterns]
+        mask = torch.zeros(self.size, dtype=torch.bool)
+        for e in self.entries:
+            if e.kind == "parameter" and any(fnmatch(e.name, p) for p in patterns):
+                mask[e.offset:e.offset + e.numel] = True
+        if not mask.any():
+            raise ConfigError(f"no parameter matches {list(patterns)}; names are {self.names[:10]}...")
+        return mask
+
+    # --------------------------------------------------------------- conversion
+    def check_state(self, state: Mapping[str, torch.Tensor], source: str = "state_dict") -> None:
+        """Raise :class:`ArchitectureMismatchError` listing missing, unexpected, wrong-shape keys."""
+        expected = {e.name: e.shape for e in self.entries}
+        expected.update({k: tuple(v.shape) for k, v in self.fixed.items()})
+        missing = [k for k in expected if k not in state]
+        # optional keys: aliases of tied weights and num_batches_tracked-like counters
+        missing = [k for k in missing if k not in self.fixed]
+        unexpected = [k for k in state if k not in expected and k not in self.aliases]
+        wrong = [(k, expected[k], tuple(state[k].shape)) for k in expected
+                 if k in state and tuple(state[k].shape) != tuple(expected[k])]
+        if missing or unexpected or wrong:
+            raise ArchitectureMismatchError(missing, unexpected, wrong, source)
+
+    def flatten(self, state: Mapping[str, torch.Tensor], *, dtype: torch.dtype = torch.float32,
+                check_finite: bool = True, source: str = "state_dict") -> torch.Tensor:
+        """One flat vector (on CPU) from a state_dict that matches this space."""
+        self.check_state(state, source)
+        parts = [state[e.name].detach().reshape(-1).to("cpu", dtype) for e in self.entries]
+        vec = torch.cat(parts)
+        if check_finite and not torch.isfinite(vec).all():
+            bad = [e.name for e in self.entries
+                   if not torch.isfinite(vec[e.offset:e.offset + e.numel]).all()]
+            raise NonFiniteWeightsError(bad, source)
+        return vec
+
+    def unflatten(self, vec: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Views into ``vec`` (last dimension = space size) keyed by state_dict name.
+
+        A leading batch dimension is kept: ``vec`` of shape (P, D) gives tensors of shape
+        (P, *shape), ready for ``torch.func.vmap``.
+        """
+        lead = vec.shape[:-1]
+        return {e.name: vec[..., e.offset:e.offset + e.numel].reshape(*lead, *e.shape)
+                for e in self.entries}
+
+    def state_dict(self, vec: torch.Tensor) -> dict[str, torch.Tensor]:
+        """A complete state_dict (copies, CPU) for a flat vector: loadable into the template."""
+        out = {k: v.detach().clone().cpu() for k, v in self.unflatten(vec).items()}
+        for name, tensor in self.fixed.items():
+            out[name] = tensor.clone()
+        for alias, target in self.aliases.items():
+            out[alias] = out[target]
+        return out
+
+    def to_vector(self, model: ModelLike, *, dtype: torch.dtype = torch.float32,
+                  check_finite: bool = True) -> torch.Tensor:
+        """Flat vector of a model-like: ``nn.Module``, state_dict, or checkpoint path."""
+        from .checkpoints import load_state_dict
+
+        if isinstance(model, torch.Tensor):
+            if model.shape != (self.size,):
+                raise ConfigError(f"a flat vector must have shape ({self.size},), got {tuple(model.shape)}")
+            return model.detach().to("cpu", dtype)
+        if isinstance(model, nn.Module):
+            return self.flatten(model.state_dict(), dtype=dtype, check_finite=check_finite,
+                                source=type(model).__name__)
+        if isinstance(model, Mapping):
+            return self.flatten(model, dtype=dtype, check_finite=check_finite)
+        state = load_state_dict(model, template_keys=[e.name for e in self.entries])
+        return self.flatten(state, dtype=dtype, check_finite=check_finite, source=str(model))
+
+    def stack(self, models: Iterable[ModelLike], *, dtype: torch.dtype = torch.float32,
+              check_finite: bool = True) -> torch.Tensor:
+        """Stacked flat vectors, shape (n_models, size)."""
+        vecs = [self.to_vector(m, dtype=dtype, check_finite=check_finite) for m in models]
+        if not vecs:
+            raise ConfigError("no models given")
+        return torch.stack(vecs)
+
+    # ----------------------------------------------------------------- geometry
+    def dot(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Inner product over parameter entries (buffers excluded)."""
+        m = self.param_mask.to(a.device)
+        return (a[..., m].double() * b[..., m].double()).sum(-1)
+
+    def norm(self, a: torch.Tensor) -> torch.Tensor:
+        return self.dot(a, a).sqrt()
+
+
+def vector_digest(vec: torch.Tensor) -> str:
+    """SHA-256 of a vector's bytes (dtype and shape included)."""
+    arr = vec.detach().cpu().contiguous()
+    h = hashlib.sha256(f"{arr.dtype}:{tuple(arr.shape)}".encode())
+    h.update(arr.view(torch.uint8).numpy().tobytes() if arr.numel() else b"")
+    return h.hexdigest()

@@ -1,0 +1,63 @@
+"""Linear interpolation paths between two models and pairwise barrier matrices.
+
+The model at alpha is ``(1 - alpha) * a + alpha * b`` (FedGuCci Eq. 3/4 with w_2 = a,
+w_1 = b). Barriers are properties of :class:`~landscape.results.PathResult`.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .errors import ConfigError
+from .evaluator import Evaluator
+from .params import ModelLike
+from .points import PointSet
+from .results import BarrierMatrix, PathResult
+
+
+def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:
+    """``alphas`` evenly spaced points on [0, 1] (both included), or the given values."""
+    if isinstance(alphas, (int, np.integer)):
+        if alphas < 2:
+            raise ConfigError("a path needs at least 2 alphas (the endpoints)")
+        return np.linspace(0.0, 1.0, int(alphas))
+    grid = np.asarray(alphas, dtype=np.float64).reshape(-1)
+    if grid.size == 0 or not np.isfinite(grid).all():
+        raise ConfigError("alphas must be a non-empty array of finite numbers")
+    return grid
+
+
+def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *,
+                alphas: int | Sequence[float] | np.ndarray = 21) -> PathResult:
+    """Loss and accuracy along the straight line from ``a`` (alpha=0) to ``b`` (alpha=1)."""
+    va, vb = evaluator.vector(a), evaluator.vector(b)
+    grid = alpha_grid(alphas)
+    loss, acc = evaluator.evaluate_points(PointSet.line(va, vb, torch.from_numpy(grid)), reference=va,
+                                          label="path")
+    return PathResult(alphas=grid, loss=loss, accuracy=acc,
+                      spec={"kind": "path", "evaluator": evaluator.fingerprint()})
+
+
+def barrier_matrix(models: Sequence[ModelLike], evaluator: Evaluator, *,
+                   alphas: int | Sequence[float] | np.ndarray = 11,
+                   labels: Sequence[str] | None = None) -> BarrierMatrix:
+    """Loss and accuracy barriers (Eq. 3/4) of the path between every pair of models."""
+    vecs = [evaluator.vector(m) for m in models]
+    n = len(vecs)
+    if n < 2:
+        raise ConfigError("a barrier matrix needs at least two models")
+    labels = list(labels) if labels is not None else [f"model {i}" for i in range(n)]
+    if len(labels) != n:
+        raise ConfigError(f"{len(labels)} labels for {n} models")
+    loss_b = np.zeros((n, n))
+    acc_b = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i + 1, n):
+            path = interpolate(vecs[i], vecs[j], evaluator, alphas=alphas)
+            loss_b[i, j] = loss_b[j, i] = path.loss_barrier
+            acc_b[i, j] = acc_b[j, i] = path.accuracy_barrier
+    return BarrierMatrix(loss_barrier=loss_b, accuracy_barrier=acc_b, labels=labels,
+                         spec={"kind": "barrier_matrix", "alphas": alpha_grid(alphas).tolist(),
+                               "evaluator": evaluator.fingerprint()})

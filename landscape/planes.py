@@ -1,0 +1,175 @@
+"""2-D planes in parameter space.
+
+* :func:`plane` through three models (Garipov et al. 2018; FedGuCci Fig. 3, IMA Fig. 1):
+  origin ``a``, ``u = (b - a)/|b - a|``, ``v`` the unit part of ``c - a`` orthogonal to ``u``;
+  norms and inner products over parameters. Buffers move with the same barycentric
+  coefficients (``bn="interpolate"``).
+* :func:`random_plane` around one model with Gaussian directions, filter-normalised as in
+  Li et al. (2018), optionally with biases and norm-layer parameters zeroed and the second
+  direction orthogonalised.
+* :func:`pca_plane` spanned by the top two principal directions of a trajectory of
+  checkpoints around its last point (Li et al. 2018, Sec. 7).
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from .errors import ConfigError
+from .evaluator import Evaluator
+from .params import ModelLike, ParameterSpace
+from .points import PointSet
+from .results import PlaneResult
+
+NORMALIZATIONS = ("filter", "layer", "none")
+
+
+def _grid(lo: float, hi: float, resolution: int) -> np.ndarray:
+    if resolution < 2:
+        raise ConfigError("resolution must be at least 2")
+    return np.linspace(lo, hi, int(resolution))
+
+
+def _evaluate_grid(evaluator: Evaluator, origin: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
+                   xs: np.ndarray, ys: np.ndarray, models: Mapping[str, Sequence[float]],
+                   spec: dict) -> PlaneResult:
+    gx, gy = np.meshgrid(xs, ys)  # row = y, column = x
+    coeffs = torch.from_numpy(np.stack([gx.ravel(), gy.ravel()], axis=1))
+    points = PointSet(origin, torch.stack([u, v]), coeffs)
+    loss, acc = evaluator.evaluate_points(points, reference=origin, label="plane")
+    space = evaluator.space
+    return PlaneResult(
+        x=xs, y=ys, loss=loss.reshape(len(ys), len(xs)), accuracy=acc.reshape(len(ys), len(xs)),
+        origin=origin.double().numpy(), u=u.double().numpy(), v=v.double().numpy(),
+        param_mask=space.param_mask.numpy(), models={k: [float(c) for c in xy] for k, xy in models.items()},
+        layout=[[e.name, e.offset, e.numel] for e in space.entries],
+        spec={**spec, "evaluator": evaluator.fingerprint(), "strategy": evaluator.strategy})
+
+
+def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: Evaluator, *, resolution: int = 21,
+          margin: float = 0.2, labels: Sequence[str] = ("a", "b", "c"),
+          extra: Mapping[str, ModelLike] | None = None) -> PlaneResult:
+    """Loss and accuracy on the plane through three models.
+
+    The grid covers the bounding box of the three models' coordinates (and of ``extra``
+    models to be placed in the plane) widened by ``margin`` times its width (height) on each
+    side; grid point ``(x, y)`` is ``a + x u + y v`` in parameter-norm units.
+    """
+    space = evaluator.space
+    va, vb, vc = (evaluator.vector(m) for m in (a, b, c))
+    db, dc = vb - va, vc - va
+    nb = float(space.norm(db))
+    if nb == 0.0:
+        raise ConfigError("models a and b are identical: they do not span a plane")
+    u = db / nb
+    proj = float(space.dot(dc, u))
+    w = dc - proj * u
+    nw = float(space.norm(w))
+    if nw <= 1e-12 * max(nb, 1.0):
+        raise ConfigError("the three models are collinear: they do not span a plane")
+    v = w / nw
+    coords = {labels[0]: (0.0, 0.0), labels[1]: (nb, 0.0), labels[2]: (proj, nw)}
+    for label, model in (extra or {}).items():
+        d = evaluator.vector(model) - va
+        coords[label] = (float(space.dot(d, u)), float(space.dot(d, v)))
+    xs_, ys_ = np.array([p[0] for p in coords.values()]), np.array([p[1] for p in coords.values()])
+    wx, wy = xs_.max() - xs_.min(), ys_.max() - ys_.min()
+    xs = _grid(xs_.min() - margin * wx, xs_.max() + margin * wx, resolution)
+    ys = _grid(ys_.min() - margin * wy, ys_.max() + margin * wy, resolution)
+    return _evaluate_grid(evaluator, va, u, v, xs, ys, coords,
+                          {"kind": "plane", "resolution": resolution, "margin": margin})
+
+
+def random_direction(space: ParameterSpace, center: torch.Tensor, generator: torch.Generator, *,
+                     normalization: str = "filter", ignore_bias_and_norm: bool = True) -> torch.Tensor:
+    """Gaussian direction scaled per filter (or per tensor) to the norm of ``center``'s weights.
+
+    Filter normalisation (Li et al. 2018, Eq. 1): each output filter ``d_j`` of a weight with
+    two or more dimensions becomes ``d_j / |d_j| * |w_j|``. One-dimensional tensors
+    (biases, norm-layer scales) are zeroed when ``ignore_bias_and_norm``, otherwise scaled as
+    a whole. Buffers get no direction (they stay at ``center``).
+    """
+    if normalization not in NORMALIZATIONS:
+        raise ConfigError(f"normalization must be one of {NORMALIZATIONS}")
+    direction = torch.zeros(space.size, dtype=torch.float64)
+    for e in space.entries:
+        if e.kind != "parameter":
+            continue
+        sl = slice(e.offset, e.offset + e.numel)
+        d = torch.randn(e.numel, generator=generator, dtype=torch.float64)
+        w = center[sl]
+        if len(e.shape) <= 1:
+            if ignore_bias_and_norm:
+                continue
+            if normalization != "none":
+                d = d / d.norm().clamp_min(1e-12) * w.norm()
+        elif normalization == "filter":
+            d2, w2 = d.reshape(e.shape[0], -1), w.reshape(e.shape[0], -1)
+            d = (d2 / d2.norm(dim=1, keepdim=True).clamp_min(1e-12) * w2.norm(dim=1, keepdim=True)).reshape(-1)
+        elif normalization == "layer":
+            d = d / d.norm().clamp_min(1e-12) * w.norm()
+        direction[sl] = d
+    return direction
+
+
+def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 21, span: float = 1.0,
+                 normalization: str = "filter", seed: int = 0, ignore_bias_and_norm: bool = True,
+                 orthogonalize: bool = False, extra: Mapping[str, ModelLike] | None = None) -> PlaneResult:
+    """Loss and accuracy on ``center + x d1 + y d2``, x and y in [-span, span] (Li et al. 2018).
+
+    Coordinates are in units of the (filter-normalised) directions, not of parameter norm.
+    """
+    space = evaluator.space
+    vc = evaluator.vector(center)
+    gen = torch.Generator().manual_seed(seed)
+    d1 = random_direction(space, vc, gen, normalization=normalization, ignore_bias_and_norm=ignore_bias_and_norm)
+    d2 = random_direction(space, vc, gen, normalization=normalization, ignore_bias_and_norm=ignore_bias_and_norm)
+    if float(space.norm(d1)) == 0.0:
+        raise ConfigError("the random direction is zero: the model has no multi-dimensional weights; "
+                          "pass ignore_bias_and_norm=False")
+    if orthogonalize:
+        norm2 = space.norm(d2)
+        d2 = d2 - space.dot(d2, d1) / space.dot(d1, d1) * d1
+        d2 = d2 * (norm2 / space.norm(d2))
+    xs = _grid(-span, span, resolution)
+    models = {"center": (0.0, 0.0)}
+    result = _evaluate_grid(evaluator, vc, d1, d2, xs, xs.copy(), models,
+                            {"kind": "random_plane", "resolution": resolution, "span": span,
+                             "normalization": normalization, "seed": seed,
+                             "ignore_bias_and_norm": ignore_bias_and_norm, "orthogonalize": orthogonalize})
+    return result.with_models(**dict(extra or {}))
+
+
+def pca_plane(trajectory: Sequence[ModelLike], evaluator: Evaluator, *, resolution: int = 21,
+              margin: float = 0.2) -> PlaneResult:
+    """Plane of the top two principal directions of ``trajectory - trajectory[-1]`` (parameters only).
+
+    The grid covers the projected trajectory, widened by ``margin``; the trajectory's points
+    are placed in the plane as ``step 0``, ``step 1``, ...
+    """
+    space = evaluator.space
+    vecs = torch.stack([evaluator.vector(m) for m in trajectory])
+    if len(vecs) < 3:
+        raise ConfigError("PCA directions need a trajectory of at least three checkpoints")
+    center = vecs[-1]
+    mask = space.param_mask
+    diffs = (vecs - center)[:, mask]
+    gram = diffs @ diffs.T
+    evals, evecs = torch.linalg.eigh(gram)
+    order = torch.argsort(evals, descending=True)[:2]
+    if (evals[order] <= 1e-18).any():
+        raise ConfigError("the trajectory spans fewer than two dimensions")
+    dirs = torch.zeros(2, space.size, dtype=torch.float64)
+    dirs[:, mask] = (evecs[:, order].T @ diffs) / evals[order].sqrt()[:, None]
+    coords = {f"step {i}": (float(space.dot(vecs[i] - center, dirs[0])), float(space.dot(vecs[i] - center, dirs[1])))
+              for i in range(len(vecs))}
+    xs_, ys_ = np.array([p[0] for p in coords.values()]), np.array([p[1] for p in coords.values()])
+    wx, wy = xs_.max() - xs_.min(), ys_.max() - ys_.min()
+    xs = _grid(xs_.min() - margin * wx, xs_.max() + margin * wx, resolution)
+    ys = _grid(ys_.min() - margin * wy, ys_.max() + margin * wy, resolution)
+    explained = (evals[order] / evals.clamp_min(0).sum()).tolist()
+    return _evaluate_grid(evaluator, center, dirs[0], dirs[1], xs, ys, coords,
+                          {"kind": "pca_plane", "resolution": resolution, "margin": margin,
+                           "explained_variance": explained})

@@ -1,0 +1,50 @@
+"""Sets of points in parameter space, materialised a chunk at a time.
+
+A path, a plane grid or a group of models is ``origin + coeffs @ directions``: the flat
+vectors of a chunk are built only when that chunk is evaluated, so a 101x101 plane of a
+large model never exists in memory at once.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+
+from .params import vector_digest
+
+
+@dataclass(frozen=True)
+class PointSet:
+    """Points ``origin + coeffs[i] @ directions`` (coeffs (P, k), directions (k, D))."""
+
+    origin: torch.Tensor
+    directions: torch.Tensor
+    coeffs: torch.Tensor
+
+    @staticmethod
+    def explicit(vectors: torch.Tensor) -> "PointSet":
+        """The given (P, D) vectors themselves."""
+        p, d = vectors.shape
+        return PointSet(torch.zeros(d, dtype=vectors.dtype), vectors,
+                        torch.eye(p, dtype=torch.float64))
+
+    @staticmethod
+    def line(a: torch.Tensor, b: torch.Tensor, alphas: torch.Tensor) -> "PointSet":
+        """``(1 - alpha) a + alpha b``."""
+        return PointSet(a, (b - a).unsqueeze(0), alphas.reshape(-1, 1).to(torch.float64))
+
+    def __len__(self) -> int:
+        return int(self.coeffs.shape[0])
+
+    def chunk(self, start: int, stop: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """Flat vectors of points ``start:stop`` on ``device``."""
+        c = self.coeffs[start:stop].to(device, dtype)
+        dirs = self.directions.to(device, dtype)
+        return self.origin.to(device, dtype).unsqueeze(0) + c @ dirs
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for t in (self.origin, self.directions, self.coeffs):
+            h.update(vector_digest(t).encode())
+        return h.hexdigest()
