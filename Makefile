@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 install: $(VENV)/.installed
 
 demo: install
-	$(PY) -m landscape.demo --out report
+	$(PY) examples/demo.py --out report
 
 test: install
 	$(PY) -m pytest tests

@@ -1,0 +1,124 @@
+"""Curvature figures: Hessian eigenvalue density and top eigenvalues along an interpolation path.
+
+Duck-typed on the result classes of :mod:`landscape.curvature_results`: a spectral density
+has ``.grid`` and ``.density`` (stochastic Lanczos quadrature, Ghorbani et al. 2019 /
+PyHessian's ``density()``); a curvature profile has ``.alphas`` and ``.eigenvalues`` of
+shape ``(len(alphas), k)``, descending along the second axis.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import plotly.graph_objects as go
+from matplotlib.figure import Figure
+
+from landscape.errors import ConfigError
+
+from .style import color, finite, fmt, masked_note, new_figure, style_context, style_plotly
+
+LOG_FLOOR = 1e-7  # log-y density plots show down to this fraction of the peak
+
+
+def _named(items: Any, attrs: tuple[str, ...]) -> list[tuple[str, Any]]:
+    named = list(items.items()) if isinstance(items, Mapping) else [("", items)]
+    for name, obj in named:
+        missing = [a for a in attrs if not hasattr(obj, a)]
+        if missing:
+            raise ConfigError(f"{name or type(obj).__name__}: expected an object with attributes {attrs}, "
+                              f"missing {missing}")
+    return named
+
+
+def density_floor(density: np.ndarray) -> float:
+    """Lower y-limit of a log-scaled density: LOG_FLOOR times the peak."""
+    peak = np.nanmax(density) if np.isfinite(density).any() else 1.0
+    return float(peak * LOG_FLOOR) if peak > 0 else LOG_FLOOR
+
+
+def spectral_density_figure(densities: Any, *, log_y: bool = True, title: str | None = None,
+                            width: float = 4.8, height: float = 3.2) -> Figure:
+    """Matplotlib: density against eigenvalue, one line per density (a mapping draws several)."""
+    named = _named(densities, ("grid", "density"))
+    with style_context():
+        fig = new_figure(width, height)
+        ax = fig.add_subplot()
+        floor, peak = np.inf, 0.0
+        for i, (name, d) in enumerate(named):
+            dens = finite(d.density)
+            floor = min(floor, density_floor(dens))
+            peak = max(peak, float(np.nanmax(dens)) if np.isfinite(dens).any() else 0.0)
+            ax.plot(d.grid, dens, color=color(i), label=name or None)
+        if log_y:
+            ax.set_yscale("log")
+            ax.set_ylim(floor, max(peak * 3.0, floor * 10.0))
+        ax.set_xlabel("eigenvalue")
+        ax.set_ylabel("density")
+        if any(n for n, _ in named):
+            ax.legend()
+        fig.suptitle(title or "Hessian eigenvalue density (SLQ)")
+    return fig
+
+
+def spectral_density_plotly(densities: Any, *, log_y: bool = True, title: str | None = None) -> go.Figure:
+    """Plotly: the same; hover shows eigenvalue and density."""
+    named = _named(densities, ("grid", "density"))
+    fig = go.Figure()
+    floor = np.inf
+    for i, (name, d) in enumerate(named):
+        dens = finite(d.density)
+        floor = min(floor, density_floor(dens))
+        text = [f"{name + '<br>' if name else ''}λ={fmt(g, 6)}<br>density={fmt(v, 4)}" for g, v in zip(d.grid, dens)]
+        fig.add_trace(go.Scatter(x=d.grid, y=dens, mode="lines", name=name or "density", line={"color": color(i)},
+                                 text=text, hovertemplate="%{text}<extra></extra>"))
+    yaxis: dict[str, Any] = {"title": {"text": "density"}}
+    if log_y:
+        yaxis.update(type="log", range=[np.log10(floor), None])
+    return style_plotly(fig, title or "Hessian eigenvalue density (SLQ)", xaxis_title="eigenvalue", yaxis=yaxis)
+
+
+def _eigen_table(profile: Any) -> np.ndarray:
+    values = finite(profile.eigenvalues)
+    return values[:, None] if values.ndim == 1 else values
+
+
+def curvature_path_figure(profiles: Any, *, title: str | None = None, width: float = 4.8,
+                          height: float = 3.2) -> Figure:
+    """Matplotlib: top eigenvalue (solid) and further eigenvalues (thin) against alpha."""
+    named = _named(profiles, ("alphas", "eigenvalues"))
+    masked = 0
+    with style_context():
+        fig = new_figure(width, height)
+        ax = fig.add_subplot()
+        for i, (name, prof) in enumerate(named):
+            values = _eigen_table(prof)
+            masked += int(np.isnan(values).sum())
+            for j in range(values.shape[1]):
+                ax.plot(prof.alphas, values[:, j], color=color(i), marker="o" if j == 0 else None,
+                        markersize=3, linewidth=1.6 if j == 0 else 0.7, alpha=1.0 if j == 0 else 0.6,
+                        label=(name or "λ_max") if j == 0 else None)
+        ax.set_xlabel("α (interpolation coefficient)")
+        ax.set_ylabel("Hessian eigenvalue")
+        ax.legend()
+        fig.suptitle((title or "Top Hessian eigenvalues along the path") + masked_note(masked, "eigenvalues"))
+    return fig
+
+
+def curvature_path_plotly(profiles: Any, *, title: str | None = None) -> go.Figure:
+    """Plotly: the same; hover shows alpha and every eigenvalue there."""
+    named = _named(profiles, ("alphas", "eigenvalues"))
+    fig = go.Figure()
+    masked = 0
+    for i, (name, prof) in enumerate(named):
+        values = _eigen_table(prof)
+        masked += int(np.isnan(values).sum())
+        text = [f"{name + '<br>' if name else ''}α={fmt(a)}<br>" + "<br>".join(f"λ{j + 1}={fmt(v, 6)}"
+                                                                             for j, v in enumerate(row))
+                for a, row in zip(prof.alphas, values)]
+        for j in range(values.shape[1]):
+            fig.add_trace(go.Scatter(x=prof.alphas, y=values[:, j], mode="lines+markers" if j == 0 else "lines",
+                                     name=f"{name or 'path'} λ{j + 1}", legendgroup=name,
+                                     line={"color": color(i), "width": 2.5 if j == 0 else 1}, opacity=1 if j == 0 else 0.6,
+                                     text=text, hovertemplate="%{text}<extra></extra>"))
+    return style_plotly(fig, (title or "Top Hessian eigenvalues along the path") + masked_note(masked, "eigenvalues"),
+                        xaxis_title="α", yaxis_title="Hessian eigenvalue")

@@ -1,0 +1,228 @@
+"""2-D planes: filled contours and 3-D surfaces of a metric, with the models placed in the plane.
+
+Drawn from :class:`landscape.results.PlaneResult` (grid point (x, y) is origin + x u + y v
+with u, v orthonormal, so both axes are in parameter-norm units and are drawn to equal
+scale). As in Garipov et al. (2018) and FedGuCci Fig. 3 / IMA Fig. 1, levels may be
+log-spaced and values clipped. Models come from ``PlaneResult.models`` (label -> (x, y));
+their marker follows their role (client, global, anchor, ima, average, model), given
+explicitly or inferred from the label prefix. Non-finite grid values (overflow) are
+masked: drawn in grey and counted in the title.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import plotly.graph_objects as go
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import NullFormatter
+from scipy.interpolate import RegularGridInterpolator
+
+from landscape.errors import ConfigError
+from landscape.results import PlaneResult
+
+from .style import (MASKED_COLOR, PLOTLY_SEQUENTIAL, SEQUENTIAL_CMAP, ROLES, bn_note, fmt, masked_note,
+                    new_figure, role_of, style_context, style_plotly)
+
+PLANE_METRICS = ("loss", "accuracy", "error")
+KINDS = ("contour", "surface")
+
+
+def plane_values(plane: PlaneResult, metric: str = "loss", clip: float | None = None) -> np.ndarray:
+    """The metric on the grid, shape (len(y), len(x)); non-finite -> NaN; clipped above at ``clip``.
+
+    ``error`` is the test error in percent, 100 (1 - accuracy), as in IMA Fig. 1.
+    """
+    if metric not in PLANE_METRICS:
+        raise ConfigError(f"metric {metric!r}: choose from {PLANE_METRICS}")
+    raw = plane.loss if metric == "loss" else plane.accuracy
+    values = np.array(raw, dtype=np.float64)
+    if metric == "error":
+        values = 100.0 * (1.0 - values)
+    values[~np.isfinite(values)] = np.nan
+    if clip is not None:
+        values = np.minimum(values, clip)
+    return values
+
+
+def model_points(plane: PlaneResult, roles: Mapping[str, str] | None = None) -> dict[str, list[tuple[str, float, float]]]:
+    """Models grouped by role: ``{role: [(label, x, y), ...]}`` in the order of ``plane.models``."""
+    grouped: dict[str, list[tuple[str, float, float]]] = {}
+    for label, xy in plane.models.items():
+        x, y = (float(c) for c in list(xy)[:2])
+        grouped.setdefault(role_of(label, roles).name, []).append((label, x, y))
+    return grouped
+
+
+def value_at(plane: PlaneResult, values: np.ndarray, x: float, y: float) -> float:
+    """Bilinear interpolation of grid ``values`` at (x, y); NaN outside the grid."""
+    interp = RegularGridInterpolator((plane.y, plane.x), values, bounds_error=False, fill_value=np.nan)
+    return float(interp([[y, x]])[0])
+
+
+def _levels(values: np.ndarray, levels: int, log_scale: bool, metric: str) -> np.ndarray:
+    lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
+    if log_scale:
+        if lo <= 0:
+            raise ConfigError(f"log-scaled levels need positive values, but the {metric} reaches {lo:.4g}; "
+                              "use log_scale=False")
+        return np.geomspace(lo, hi if hi > lo else lo * 1.001, levels)
+    return np.linspace(lo, hi if hi > lo else lo + 1e-12, levels)
+
+
+def _title(plane: PlaneResult, metric: str, title: str | None, values: np.ndarray) -> str:
+    return (title or f"Plane: {metric}") + bn_note(plane) + masked_note(int(np.isnan(values).sum()), "grid points")
+
+
+def plane_figure(plane: PlaneResult, *, metric: str = "loss", kind: str = "contour", log_scale: bool = False,
+                 levels: int = 20, clip: float | None = None, roles: Mapping[str, str] | None = None,
+                 title: str | None = None, width: float = 5.2, height: float = 4.4) -> Figure:
+    """Matplotlib: filled contours (``kind="contour"``) or a 3-D surface (``kind="surface"``).
+
+    ``log_scale`` spaces levels geometrically (surface: plots log10 of the metric); ``clip``
+    caps values from above before drawing (Garipov's plots clip the loss).
+    """
+    if kind not in KINDS:
+        raise ConfigError(f"kind {kind!r}: choose from {KINDS}")
+    values = plane_values(plane, metric, clip)
+    if np.isnan(values).all():
+        raise ConfigError(f"every {metric} value of the plane is non-finite; nothing to draw")
+    with style_context({"axes.grid": False}):
+        fig = new_figure(width, height)
+        if kind == "contour":
+            _draw_contour(fig, plane, values, metric, log_scale, levels, roles)
+        else:
+            _draw_surface(fig, plane, values, metric, log_scale, roles)
+        fig.suptitle(_title(plane, metric, title, values))
+    return fig
+
+
+def _draw_contour(fig: Figure, plane: PlaneResult, values: np.ndarray, metric: str, log_scale: bool,
+                  levels: int, roles: Mapping[str, str] | None) -> None:
+    ax = fig.add_subplot()
+    masked = np.ma.masked_invalid(values)
+    lv = _levels(values, levels, log_scale, metric)
+    norm = LogNorm(lv[0], lv[-1]) if log_scale else None
+    cs = ax.contourf(plane.x, plane.y, masked, levels=lv, cmap=SEQUENTIAL_CMAP, norm=norm, extend="neither")
+    ax.contour(plane.x, plane.y, masked, levels=lv, colors="black", linewidths=0.3, alpha=0.5, norm=norm)
+    cbar = fig.colorbar(cs, ax=ax, label=metric + (" (log scale)" if log_scale else ""), shrink=0.9,
+                        ticks=lv[::max(len(lv) // 6, 1)], format="%.3g")
+    cbar.ax.yaxis.set_minor_formatter(NullFormatter())
+    handles = []
+    if np.isnan(values).any():
+        ax.set_facecolor(MASKED_COLOR)
+        handles.append(Patch(facecolor=MASKED_COLOR, label=f"non-finite ({int(np.isnan(values).sum())} masked)"))
+    for role, pts in model_points(plane, roles).items():
+        style = ROLES[role]
+        xs, ys = [p[1] for p in pts], [p[2] for p in pts]
+        handles.append(ax.scatter(xs, ys, marker=style.marker, s=style.size, c=style.color, edgecolors="black",
+                                  linewidths=0.8, zorder=5, label=role))
+        for label, x, y in pts:
+            ax.annotate(label, (x, y), xytext=(4, 4), textcoords="offset points", fontsize=7,
+                        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.7})
+    ax.set_xlim(plane.x[0], plane.x[-1])
+    ax.set_ylim(plane.y[0], plane.y[-1])
+    ax.set_aspect("equal", adjustable="box")
+    ax.set_xlabel("x (along u)")
+    ax.set_ylabel("y (along v)")
+    if handles:
+        ax.legend(handles=handles, loc="upper right", fontsize=7, frameon=True)
+
+
+def _draw_surface(fig: Figure, plane: PlaneResult, values: np.ndarray, metric: str, log_scale: bool,
+                  roles: Mapping[str, str] | None) -> None:
+    ax = fig.add_subplot(projection="3d", computed_zorder=False)
+    z = _log10(values, metric) if log_scale else values
+    xx, yy = np.meshgrid(plane.x, plane.y)
+    surf = ax.plot_surface(xx, yy, np.ma.masked_invalid(z), cmap=SEQUENTIAL_CMAP, linewidth=0,
+                           antialiased=True, alpha=0.9)
+    fig.colorbar(surf, ax=ax, shrink=0.6, label=_zlabel(metric, log_scale))
+    for role, pts in model_points(plane, roles).items():
+        style = ROLES[role]
+        zs = [value_at(plane, z, x, y) for _, x, y in pts]
+        zs = [v if np.isfinite(v) else float(np.nanmin(z)) for v in zs]
+        ax.scatter([p[1] for p in pts], [p[2] for p in pts], zs, marker=style.marker, s=style.size,
+                   c=style.color, edgecolors="black", depthshade=False, label=role, zorder=5)
+        for (label, x, y), zv in zip(pts, zs):
+            ax.text(x, y, zv, f" {label}", fontsize=7, zorder=6)
+    ax.set_xlabel("x (along u)")
+    ax.set_ylabel("y (along v)")
+    ax.set_zlabel(_zlabel(metric, log_scale), labelpad=8)
+
+
+def _log10(values: np.ndarray, metric: str) -> np.ndarray:
+    if np.nanmin(values) <= 0:
+        raise ConfigError(f"a log scale needs positive values, but the {metric} reaches "
+                          f"{np.nanmin(values):.4g}; use log_scale=False")
+    return np.log10(values)
+
+
+def _zlabel(metric: str, log_scale: bool) -> str:
+    return f"log10 {metric}" if log_scale else metric
+
+
+def _hover_grid(plane: PlaneResult) -> np.ndarray:
+    """Hover strings of every grid point, shape (len(y), len(x)) (an object array: plotly keeps it 2-D)."""
+    return np.array([[f"x={fmt(x)}<br>y={fmt(y)}<br>loss={fmt(plane.loss[i, j], 6)}"
+                      f"<br>accuracy={fmt(plane.accuracy[i, j], 6)}" for j, x in enumerate(plane.x)]
+                     for i, y in enumerate(plane.y)], dtype=object)
+
+
+def plane_plotly(plane: PlaneResult, *, metric: str = "loss", kind: str = "contour", log_scale: bool = False,
+                 levels: int = 20, clip: float | None = None, roles: Mapping[str, str] | None = None,
+                 title: str | None = None) -> go.Figure:
+    """Plotly: interactive contour or rotatable surface; hover gives x, y, loss and accuracy.
+
+    With ``log_scale`` the colour (and surface height) is log10 of the metric; hover still
+    shows the raw values. Models hover with their label, coordinates and the metric
+    interpolated from the grid.
+    """
+    if kind not in KINDS:
+        raise ConfigError(f"kind {kind!r}: choose from {KINDS}")
+    values = plane_values(plane, metric, clip)
+    if np.isnan(values).all():
+        raise ConfigError(f"every {metric} value of the plane is non-finite; nothing to draw")
+    z = _log10(values, metric) if log_scale else values
+    hover = dict(text=_hover_grid(plane), hovertemplate="%{text}<extra></extra>")
+    colorbar = {"title": {"text": _zlabel(metric, log_scale)}}
+    if kind == "contour":
+        lo, hi = float(np.nanmin(z)), float(np.nanmax(z))
+        fig = go.Figure(go.Contour(x=plane.x, y=plane.y, z=z, colorscale=PLOTLY_SEQUENTIAL, colorbar=colorbar,
+                                   ncontours=levels, contours={"start": lo, "end": hi,
+                                                               "size": (hi - lo) / max(levels - 1, 1) or None},
+                                   name=metric, **hover))
+    else:
+        fig = go.Figure(go.Surface(x=plane.x, y=plane.y, z=z, colorscale=PLOTLY_SEQUENTIAL, colorbar=colorbar,
+                                   name=metric, **hover))
+    for role, pts in model_points(plane, roles).items():
+        style = ROLES[role]
+        zs = [value_at(plane, z, x, y) for _, x, y in pts]
+        raw = [value_at(plane, values, x, y) for _, x, y in pts]
+        text = [f"{label} ({role})<br>x={fmt(x)}<br>y={fmt(y)}<br>{metric}≈{fmt(v, 6)} (grid interpolation)"
+                for (label, x, y), v in zip(pts, raw)]
+        marker = {"symbol": style.symbol if kind == "contour" else style.symbol3d, "size": 11, "color": style.color, "line": {"color": "black", "width": 1}}
+        common = dict(mode="markers+text", name=role, text=[p[0] for p in pts], textposition="top right",
+                      hovertext=text, hovertemplate="%{hovertext}<extra></extra>", marker=marker)
+        if kind == "contour":
+            fig.add_trace(go.Scatter(x=[p[1] for p in pts], y=[p[2] for p in pts], **common))
+        else:
+            zs = [v if np.isfinite(v) else float(np.nanmin(z)) for v in zs]
+            fig.add_trace(go.Scatter3d(x=[p[1] for p in pts], y=[p[2] for p in pts], z=zs, **common))
+    if np.isnan(values).any():
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", marker={"color": MASKED_COLOR, "size": 10},
+                                 name=f"non-finite ({int(np.isnan(values).sum())} masked)")
+                      if kind == "contour" else
+                      go.Scatter3d(x=[None], y=[None], z=[None], mode="markers", marker={"color": MASKED_COLOR},
+                                   name=f"non-finite ({int(np.isnan(values).sum())} masked)"))
+    layout: dict[str, object] = {"legend": {"orientation": "h", "y": -0.15}}
+    if kind == "contour":
+        layout.update(xaxis={"title": {"text": "x (along u)"}, "range": [plane.x[0], plane.x[-1]]},
+                      yaxis={"title": {"text": "y (along v)"}, "scaleanchor": "x", "scaleratio": 1,
+                             "range": [plane.y[0], plane.y[-1]]},
+                      plot_bgcolor=MASKED_COLOR if np.isnan(values).any() else "white")
+    else:
+        layout["scene"] = {"xaxis_title": "x (along u)", "yaxis_title": "y (along v)",
+                           "zaxis_title": _zlabel(metric, log_scale)}
+    return style_plotly(fig, _title(plane, metric, title, values), **layout)
