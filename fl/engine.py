@@ -1,0 +1,224 @@
+"""The FL round loop (sequential back end): sampling, local training, aggregation,
+evaluation, and writing each round to the run store.
+
+All randomness derives from the run seed: client sampling of round r from
+``(seed, "sample", r)``, client k's training generator in round r from
+``(seed, "client", r, k)``, extra training in ``begin_round`` from ``(seed, tag, r, k)``.
+Nothing touches the global RNG, so the same seed gives bit-identical checkpoints and a
+resumed run equals an uninterrupted one.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .algorithms.base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext,
+                              State, derive_seed, make_generator)
+from .evaluation import evaluate
+from .store import RunStore
+
+
+@dataclass
+class Federation:
+    """The run's data on the device: the training pool split by client index arrays."""
+
+    train_x: Tensor
+    train_y: Tensor
+    test_x: Tensor
+    test_y: Tensor
+    client_train: list[Tensor]   # index tensors into train_x, one per client
+    client_test: list[Tensor]    # local test splits (may be empty)
+    num_classes: int
+
+    @classmethod
+    def build(cls, bundle: Any, train_parts: Sequence[np.ndarray], test_parts: Sequence[np.ndarray],
+              device: torch.device) -> "Federation":
+        def idx(p: np.ndarray) -> Tensor:
+            return torch.as_tensor(np.asarray(p, dtype=np.int64), device=device)
+
+        return cls(bundle.train_x.to(device), bundle.train_y.to(device), bundle.test_x.to(device),
+                   bundle.test_y.to(device), [idx(p) for p in train_parts], [idx(p) for p in test_parts],
+                   int(bundle.num_classes))
+
+
+def sample_clients(seed: int, round: int, num_clients: int, participation: float) -> list[int]:
+    """``max(1, round(participation * K))`` clients drawn uniformly without replacement, sorted."""
+    m = max(1, int(round_half_up(participation * num_clients)))
+    if m >= num_clients:
+        return list(range(num_clients))
+    rng = np.random.default_rng(derive_seed(seed, "sample", round))
+    return sorted(int(k) for k in rng.choice(num_clients, size=m, replace=False))
+
+
+def round_half_up(x: float) -> int:
+    return int(np.floor(x + 0.5))
+
+
+def _to(state: Mapping[str, Tensor], device: torch.device) -> State:
+    return {k: v.detach().to(device) for k, v in state.items()}
+
+
+class Engine:
+    """Runs rounds ``last complete + 1 .. T`` of one run and stores each of them."""
+
+    def __init__(self, config: Mapping[str, Any], store: RunStore, algorithm: Algorithm,
+                 template: nn.Module, data: Federation, device: torch.device,
+                 progress: bool | None = None, on_round: Callable[[int, dict], None] | None = None):
+        self.config = config
+        self.store = store
+        self.alg = algorithm
+        self.device = device
+        self.data = data
+        self.template = template
+        self.module = algorithm.build_module(template).to(device)
+        self.custom_arch = self.module is not template
+        self.keys = list(self.module.state_dict().keys())
+        self.seed = int(config["seed"])
+        self.on_round = on_round
+        self.progress = sys.stderr.isatty() if progress is None else bool(progress)
+        self.global_state: State = {}
+        self.server_state: State = {}
+        self.client_states: dict[int, State] = {}
+
+    # --------------------------------------------------------------------- run
+    def run(self) -> None:
+        from tqdm.auto import tqdm
+
+        last = self.store.read_progress()
+        if last is None:
+            self._start()
+            last = 0
+        else:
+            self._resume(last)
+        rounds = int(self.config["rounds"])
+        bar = tqdm(total=rounds, initial=last, disable=not self.progress, unit="round",
+                   desc=f"{self.config['algorithm']} on {self.config['dataset']}")
+        try:
+            for r in range(last + 1, rounds + 1):
+                record = self._round(r)
+                bar.update(1)
+                bar.set_postfix(acc=f"{record['test_accuracy']:.3f}", loss=f"{record['test_loss']:.3f}")
+                if self.on_round is not None:
+                    self.on_round(r, record)
+        finally:
+            bar.close()
+
+    def _start(self) -> None:
+        self.store.truncate_metrics(-1)  # drop lines of an attempt that never completed round 0
+        self.global_state = _to(self.module.state_dict(), self.device)
+        self.global_state = {k: v.clone() for k, v in self.global_state.items()}
+        self.server_state = _to(self.alg.init_server_state(self.global_state), self.device)
+        start = time.perf_counter()
+        loss, acc = self._evaluate(self.global_state)
+        record = {"round": 0, "test_loss": loss, "test_accuracy": acc, "time": time.perf_counter() - start}
+        self._write(0, {}, {}, record)
+
+    def _resume(self, last: int) -> None:
+        path = self.store.train_path(last) if self.custom_arch else self.store.global_path(last)
+        loaded = self.store.read_state(path)
+        self.global_state = {k: loaded[k].to(self.device) for k in self.keys}
+        self.server_state = _to(self.store.read_optional_state(self.store.state_path(last)), self.device)
+        self.client_states = {k: _to(s, self.device) for k, s in self.store.read_client_states(last).items()}
+        self.store.truncate_metrics(last)
+
+    # ------------------------------------------------------------------- round
+    def _round(self, r: int) -> dict[str, Any]:
+        start = time.perf_counter()
+        cfg = self.config
+        sampled = sample_clients(self.seed, r, int(cfg["clients"]), float(cfg["participation"]))
+        clients = self.alg.participants(r, list(sampled))
+        sent = self.global_state
+
+        def train(ids: Sequence[int], tag: str) -> dict[int, ClientUpdate]:
+            return {k: self._client(r, k, tag, sent, self.server_state) for k in ids}
+
+        self.server_state = self.alg.begin_round(
+            RoundContext(r, sent, self.server_state, list(sampled), int(cfg["clients"]), train))
+        round_server_state = self.server_state
+        updates = {k: self._client(r, k, "client", sent, round_server_state) for k in clients}
+        for k, u in updates.items():
+            if u.client_state is not None:
+                self.client_states[k] = {n: t.detach() for n, t in u.client_state.items()}
+        self.global_state, self.server_state = self.alg.aggregate(sent, updates, round_server_state, r)
+        loss, acc = self._evaluate(self.global_state)
+        record: dict[str, Any] = {"round": r, "test_loss": loss, "test_accuracy": acc,
+                                  "lr": self.alg.lr(r), "clients": list(clients)}
+        record.update(_client_metrics(updates))
+        record.update(self.alg.local_metrics(EvalContext(
+            r, self.global_state, self.server_state, self.client_states, updates, self._local_test(),
+            (self.data.test_x, self.data.test_y), self._evaluate_with, self.module, self.device)))
+        record["time"] = time.perf_counter() - start
+        exported = {k: self.alg.export_state(u.state, round_server_state, k, self.client_states.get(k))
+                    for k, u in updates.items()} if self._save_clients(r) else {}
+        self._write(r, exported, self.client_states, record)
+        return record
+
+    def _client(self, r: int, k: int, tag: str, sent: State, server_state: State) -> ClientUpdate:
+        idx = self.data.client_train[k]
+        ctx = LocalContext(
+            round=r, client=k, global_state=sent, server_state=server_state,
+            client_state=self.client_states.get(k, {}), x=self.data.train_x[idx],
+            y=self.data.train_y[idx], generator=make_generator(self.seed, tag, r, k),
+            lr=self.alg.lr(r), local_epochs=self.alg.local_epochs(r),
+            batch_size=int(self.config["batch_size"]), momentum=float(self.config["momentum"]),
+            weight_decay=float(self.config["weight_decay"]), module=self.module,
+            options=self.alg.opts, config=self.config, device=self.device,
+            num_classes=self.data.num_classes)
+        return self.alg.client_update(ctx)
+
+    def _local_test(self) -> dict[int, tuple[Tensor, Tensor]]:
+        return {k: (self.data.train_x[i], self.data.train_y[i])
+                for k, i in enumerate(self.data.client_test) if len(i)}
+
+    # -------------------------------------------------------------- evaluation
+    def _evaluate(self, state: State) -> tuple[float, float]:
+        return evaluate(self.module, state, self.data.test_x, self.data.test_y,
+                        batch_size=int(self.config["eval_batch_size"]))
+
+    def _evaluate_with(self, state: State, x: Tensor, y: Tensor, module: nn.Module | None = None
+                       ) -> tuple[float, float]:
+        return evaluate(self.module if module is None else module, state, x, y,
+                        batch_size=int(self.config["eval_batch_size"]))
+
+    # ------------------------------------------------------------------ output
+    def _save_clients(self, r: int) -> bool:
+        mode = self.config["save_clients"]
+        if mode == "all":
+            return True
+        if mode == "none":
+            return False
+        if mode == "last":
+            return r == int(self.config["rounds"])
+        return r in mode
+
+    def _write(self, r: int, clients: Mapping[int, State], client_states: Mapping[int, State],
+               record: Mapping[str, Any]) -> None:
+        """Write every file of round r, then the metrics line, then the progress marker."""
+        st = self.store
+        for k, state in clients.items():
+            st.write_state(st.client_path(r, k), state)
+        st.write_state(st.global_path(r), self.alg.export_state(self.global_state, self.server_state))
+        if self.custom_arch:
+            st.write_state(st.train_path(r), self.global_state)
+        if self.server_state:
+            st.write_state(st.state_path(r), self.server_state)
+        st.write_client_states(r, client_states)
+        st.append_metrics(record)
+        st.mark(r, complete=r == int(self.config["rounds"]))
+        st.prune_client_states(r)
+
+
+def _client_metrics(updates: Mapping[int, ClientUpdate]) -> dict[str, float]:
+    """Sample-weighted means of the numeric metrics every client reported."""
+    if not updates:
+        return {}
+    keys = set.intersection(*(set(u.metrics) for u in updates.values()))
+    total = sum(u.num_samples for u in updates.values()) or 1
+    return {key: sum(float(u.metrics[key]) * u.num_samples for u in updates.values()) / total
+            for key in sorted(keys)}

@@ -1,0 +1,50 @@
+"""Test-set evaluation of a state with a module (``torch.func.functional_call``) and device choice.
+
+The loss is the sum of per-sample cross-entropies divided by the number of samples (never
+a mean of batch means); sums stay on the device and are synchronised once per call.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from landscape.errors import ConfigError, DataError
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; anything else is checked."""
+    if isinstance(device, str) and device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigError(f"invalid device {device!r}: {exc}; use 'auto', 'cpu' or 'cuda[:n]'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} requested but CUDA is not available; use device='cpu'")
+    return dev
+
+
+@torch.no_grad()
+def evaluate(module: nn.Module, state: Mapping[str, Tensor], x: Tensor, y: Tensor, *,
+             batch_size: int = 1024) -> tuple[float, float]:
+    """(mean cross-entropy, accuracy) of ``module`` with the tensors of ``state`` on (x, y).
+
+    ``module`` is put in eval mode (BatchNorm uses the running statistics in ``state``);
+    ``x``/``y`` should already be on the module's device."""
+    if len(y) == 0:
+        raise DataError("cannot evaluate on an empty dataset")
+    module.eval()
+    device = x.device
+    tensors = {k: v.to(device) for k, v in state.items()}
+    loss = torch.zeros((), dtype=torch.float64, device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    for start in range(0, len(y), batch_size):
+        xb, yb = x[start:start + batch_size], y[start:start + batch_size]
+        logits = functional_call(module, tensors, (xb,))
+        loss += F.cross_entropy(logits.float(), yb, reduction="sum").double()
+        correct += (logits.argmax(1) == yb).sum()
+    return float(loss) / len(y), float(correct) / len(y)
