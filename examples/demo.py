@@ -40,7 +40,8 @@ def train(out: Path, rounds: int, clients: int, seed: int) -> dict[str, fl.Run]:
     for name, options in ALGORITHMS.items():
         log(f"training {name} ({clients} clients, {rounds} rounds, Dirichlet 0.5)")
         runs[name] = fl.run(name, dataset="digits", clients=clients, rounds=rounds, seed=seed,
-                            out=out / "runs" / name, lr=0.05, local_epochs=2, **options)
+                            out=out / "runs" / name, lr=0.05, momentum=0.9, local_epochs=2,
+                            save_clients="last", **options)
     return runs
 
 
