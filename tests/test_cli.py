@@ -1,0 +1,185 @@
+"""The ``landscape`` command: help everywhere, one-line errors, and numbers equal to the Python API's."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from landscape import Evaluator, group_barrier, interpolate
+from landscape.cli import build_parser, main
+from landscape.claims import transitivity
+
+SUBCOMMANDS = [["train"], ["path"], ["plane"], ["group"], ["hessian"], ["decompose"], ["check"], ["report"],
+               ["check", "transitivity"], ["check", "group"], ["check", "shared-basin"], ["check", "flatter"]]
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    """Three zoo MLP checkpoints (.pt, .pt, .safetensors) and the digits test split."""
+    from fl.datasets import load_dataset
+    from fl.models import build_model
+    from landscape import save_state_dict
+
+    folder = tmp_path_factory.mktemp("ckpt")
+    paths = []
+    for seed, suffix in ((0, ".pt"), (1, ".pt"), (2, ".safetensors")):
+        model = build_model("mlp", num_classes=10, input_shape=(1, 8, 8), seed=seed)
+        paths.append(save_state_dict(model.state_dict(), folder / f"m{seed}{suffix}"))
+    bundle = load_dataset("digits")
+    template = build_model("mlp", num_classes=10, input_shape=(1, 8, 8), seed=0)
+    return folder, paths, (bundle.test_x, bundle.test_y), template
+
+
+def run_cli(args, capsys):
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("cmd", SUBCOMMANDS, ids=" ".join)
+def test_help_everywhere(cmd, capsys):
+    code, out, err = run_cli([*cmd, "--help"], capsys)
+    assert code == 0 and "usage: landscape" in out and err == ""
+
+
+def test_every_subcommand_is_listed(capsys):
+    parser = build_parser()
+    code, out, _ = run_cli(["--help"], capsys)
+    assert code == 0
+    for name in ("train", "path", "plane", "group", "hessian", "decompose", "check", "report"):
+        assert name in out
+    assert parser.prog == "landscape"
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["path", "--bogus"], "unrecognized arguments"),
+    (["path"], "no models given"),
+    (["path", "--module", "mlp", "--checkpoints", "{m0}", "--data", "digits"], "needs exactly 2 models"),
+    (["path", "--module", "mlp", "--checkpoints", "{m0}", "{folder}/missing.pt", "--data", "digits"], "file not found"),
+    (["path", "--module", "nosuchpkg:factory", "--checkpoints", "{m0}", "{m1}", "--data", "digits"], "cannot import"),
+    (["path", "--module", "mlp", "--checkpoints", "{m0}", "{m1}", "--data", "{folder}/nodata.npz"], "not found"),
+    (["check", "transitivity", "--run", "{folder}/norun", "--models", "global"], "run directory"),
+])
+def test_user_errors_print_one_line_and_exit_2(argv, fragment, ckpts, capsys):
+    folder, paths, _, _ = ckpts
+    argv = [a.format(m0=paths[0], m1=paths[1], folder=folder) for a in argv]
+    code, out, err = run_cli([*argv, "--out", folder / "out"], capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("landscape: error:") and fragment in lines[0], err
+
+
+def test_console_script_error_is_one_line_without_traceback(tmp_path):
+    exe = Path(sys.executable).with_name("landscape")
+    assert exe.exists(), "the console script is installed with the package"
+    proc = subprocess.run([str(exe), "plane", "--module", "mlp", "--checkpoints", str(tmp_path / "x.pt"),
+                           str(tmp_path / "y.pt"), str(tmp_path / "z.pt"), "--data", "digits"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"landscape: error: {tmp_path / 'x.pt'}: file not found"]
+    assert "Traceback" not in proc.stderr
+
+
+def test_path_json_equals_python_api(ckpts, capsys, tmp_path):
+    _, paths, data, template = ckpts
+    code, out, err = run_cli(["path", "--module", "mlp", "--checkpoints", paths[0], paths[2], "--data", "digits",
+                              "--alphas", 6, "--alpha-range", -0.5, 1.5, "--out", tmp_path, "--json"], capsys)
+    assert code == 0, err
+    printed = json.loads(out)
+    written = json.loads((tmp_path / "path.json").read_text())
+    assert printed == written and written["models"] == ["m0", "m2"]
+    api = interpolate(paths[0], paths[2], Evaluator(template, data),
+                      alphas=np.union1d(np.linspace(-0.5, 1.5, 6), [0.0, 1.0]))
+    nums = written["numbers"]
+    np.testing.assert_allclose(nums["alphas"], api.alphas)
+    np.testing.assert_allclose(nums["loss"], api.loss, rtol=1e-12)
+    np.testing.assert_allclose(nums["accuracy"], api.accuracy, rtol=1e-12)
+    assert nums["loss_barrier"] == pytest.approx(api.loss_barrier, rel=1e-12, abs=1e-15)
+    assert nums["accuracy_barrier"] == pytest.approx(api.accuracy_barrier, rel=1e-12, abs=1e-15)
+    # figures and the HDF5 cache are written next to the JSON
+    assert (tmp_path / "path.png").stat().st_size > 0 and (tmp_path / "path.html").stat().st_size > 0
+    from landscape.cache import Cache
+
+    assert Cache(tmp_path / "landscape_cache.h5").keys()["results"]
+    # a rerun reads every point from the cache and prints the same numbers as a table
+    code, table, _ = run_cli(["path", "--module", "mlp", "--checkpoints", paths[0], paths[2], "--data", "digits",
+                              "--alphas", 6, "--alpha-range", -0.5, 1.5, "--out", tmp_path, "--no-figures"], capsys)
+    assert code == 0 and f"{api.loss_barrier:.6g}" in table
+
+
+def test_module_file_factory_and_npz_data(tmp_path, capsys):
+    (tmp_path / "nets.py").write_text(
+        "import torch\n"
+        "def make(input_shape, num_classes, hidden=4):\n"
+        "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(input_shape[0], hidden),\n"
+        "                               torch.nn.ReLU(), torch.nn.Linear(hidden, num_classes))\n")
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(50, 3, generator=gen)
+    y = (x[:, 0] > 0).long()
+    np.savez(tmp_path / "data.npz", inputs=x.numpy(), targets=y.numpy())
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("nets_ref", tmp_path / "nets.py")
+    nets = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(nets)
+    models = []
+    for seed in range(3):
+        m = nets.make((3,), 2, hidden=5)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen))
+        torch.save(m.state_dict(), tmp_path / f"w{seed}.pt")
+        models.append(m)
+    args = ["check", "transitivity", "--module", f"{tmp_path / 'nets.py'}:make", "--module-kwargs", '{"hidden": 5}',
+            "--checkpoints", *(tmp_path / f"w{i}.pt" for i in range(3)), "--data", tmp_path / "data.npz",
+            "--alphas", 5, "--out", tmp_path / "o", "--json", "--no-figures", "--threshold", 0.2]
+    code, out, err = run_cli(args, capsys)
+    verdict = transitivity(*models, Evaluator(models[0], (x, y)), alphas=5, threshold=0.2)
+    nums = json.loads(out)["numbers"]
+    assert code == (0 if verdict.holds else 1), err
+    assert nums["status"] == verdict.status
+    for key in ("barrier_w1_anchor", "barrier_w2_anchor", "barrier_w1_w2", "fused_acc"):
+        assert nums[key] == pytest.approx(verdict.numbers[key], abs=1e-12)
+    # identical models: the claim holds, exit status 0
+    same = [tmp_path / "w0.pt"] * 3
+    code, out, _ = run_cli([*args[:7], *same, *args[10:]], capsys)
+    assert code == 0 and json.loads(out)["numbers"]["holds"] is True
+
+
+def test_fl_run_train_group_decompose_and_report(tmp_path, capsys):
+    import fl
+
+    run_dir = tmp_path / "run"
+    code, out, err = run_cli(["train", "--clients", 3, "--rounds", 1, "--out", run_dir, "--no-progress"], capsys)
+    assert code == 0, err
+    run = fl.load_run(run_dir)
+    assert run.rounds == [0, 1]
+    code, out, err = run_cli(["group", "--run", run_dir, "--out", tmp_path / "g", "--json", "--no-figures",
+                              "--no-cache"], capsys)
+    assert code == 0, err
+    nums = json.loads(out)["numbers"]
+    ds = run.test_dataset()
+    api = group_barrier(list(run.client_states(1).values()), Evaluator(run.module(), ds.tensors))
+    assert nums["size"] == 3
+    assert nums["loss_barrier"] == pytest.approx(api.loss_barrier, abs=1e-12)
+    assert nums["accuracy_barrier"] == pytest.approx(api.accuracy_barrier, abs=1e-12)
+    code, out, err = run_cli(["decompose", "--run", run_dir, "--out", tmp_path / "d", "--json", "--no-cache"], capsys)
+    assert code == 0, err
+    from landscape import decompose
+
+    states = run.client_states(1)
+    data = run.client_datasets()
+    dec = decompose([states[k] for k in sorted(states)], [data[k].tensors for k in sorted(states)],
+                    Evaluator(run.module(), ds.tensors))
+    nums = json.loads(out)["numbers"]
+    for term in ("bias", "heter_bias", "wens_loss", "fma_loss", "gap"):
+        assert nums[term] == pytest.approx(getattr(dec, term), abs=1e-12)
+    code, _, err = run_cli(["report", "--run", run_dir, "--resolution", 5, "--alphas", 5], capsys)
+    assert code == 0, err
+    page = (run_dir / "report" / "index.html").read_text()
+    assert "Shared basin" in page and "Group barrier" in page and f"{api.accuracy_barrier:.4g}" in page
