@@ -35,7 +35,7 @@ def accuracy_barrier_curve(alphas: np.ndarray, accuracy: np.ndarray) -> np.ndarr
     """
     a, values, a0, a1 = _unit_part(alphas, accuracy)
     line = (1 - a) * a0 + a * a1
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # tiny lines: -inf, below any max
         return np.where(line > 0, 1.0 - values / np.where(line > 0, line, 1.0), 0.0)
 
 

@@ -38,7 +38,7 @@ def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | N
         state = _load_torch(path)
     state = _unwrap(state, path)
     if template_keys is not None:
-        state = _strip_prefix(state, template_keys)
+        state = strip_prefix(state, template_keys)
     return state
 
 
@@ -89,7 +89,8 @@ def _is_state(obj: Mapping) -> bool:
     return len(obj) > 0 and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())
 
 
-def _strip_prefix(state: dict[str, torch.Tensor], template_keys: Sequence[str]) -> dict[str, torch.Tensor]:
+def strip_prefix(state: dict[str, torch.Tensor], template_keys: Sequence[str]) -> dict[str, torch.Tensor]:
+    """``state`` without a prefix that every key has and no template key has."""
     keys = set(template_keys)
     for prefix in PREFIXES:
         if all(k.startswith(prefix) for k in state) and not any(k.startswith(prefix) for k in keys):

@@ -88,7 +88,7 @@ def _pair(item: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 def check_targets(outputs: torch.Tensor, targets: torch.Tensor, loss: str) -> None:
     """Fail early on labels that do not fit the model's outputs."""
-    if loss in ("cross_entropy", "nll") and not torch.is_floating_point(targets):
+    if loss in ("cross_entropy", "nll", "mse") and not torch.is_floating_point(targets):
         classes = outputs.shape[-1]
         lo, hi = int(targets.min()), int(targets.max())
         if lo < 0 or hi >= classes:

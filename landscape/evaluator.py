@@ -19,9 +19,11 @@ BatchNorm modes (recorded in every cache key):
 from __future__ import annotations
 
 import copy
+import hashlib
+import os
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -65,6 +67,32 @@ def per_sample_loss_fn(loss: str | LossFn) -> LossFn:
                       "(outputs, targets) -> per-sample losses")
 
 
+def loss_identity(loss: str | LossFn) -> str:
+    """Name of a loss for fingerprints: a callable's name plus a digest of its code and settings.
+
+    Two different lambdas share a name, so the digest covers the bytecode, constants and
+    plain-valued closure variables of functions (also inside ``functools.partial``, with its
+    arguments) and the plain-valued attributes of callable objects such as
+    ``nn.CrossEntropyLoss(reduction="none")``. Values read from globals are not covered.
+    """
+    plain = (bool, int, float, str, tuple, type(None))
+    if isinstance(loss, str):
+        return loss
+    target = getattr(loss, "func", loss)
+    name = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', type(target).__qualname__)}"
+    h = hashlib.sha256()
+    code = getattr(target, "__code__", None)
+    if code is not None:
+        h.update(code.co_code)
+        h.update(repr(code.co_consts).encode())
+        cells = [c.cell_contents for c in getattr(target, "__closure__", None) or ()]
+        h.update(repr([v for v in cells if isinstance(v, plain)]).encode())
+    settings = {k: v for k, v in vars(loss).items() if isinstance(v, plain)
+                } if hasattr(loss, "__dict__") and code is None else {}
+    h.update(repr((getattr(loss, "args", ()), getattr(loss, "keywords", {}), sorted(settings.items()))).encode())
+    return f"{name}:{h.hexdigest()[:12]}"
+
+
 class Evaluator:
     """Loss and accuracy of points in the parameter space of ``module`` on ``data``."""
 
@@ -84,7 +112,7 @@ class Evaluator:
         self.dtype = dtype or torch.float32
         self.space = ParameterSpace(module)
         self.module = copy.deepcopy(module).to(self.device, self.dtype).eval()
-        self.loss_name = loss if isinstance(loss, str) else f"{loss.__module__}.{loss.__qualname__}"
+        self.loss_name = loss_identity(loss)
         self.per_sample_loss = per_sample_loss_fn(loss)
         self.bn = bn
         self.data: DeviceData = prepare_data(data, self.device, self.dtype, batch_size)
@@ -139,8 +167,13 @@ class Evaluator:
         return self.space.to_vector(model, dtype=torch.float64)
 
     # -------------------------------------------------------------- public API
-    def evaluate(self, models: Sequence[ModelLike] | torch.Tensor) -> Metrics:
-        """Loss and accuracy of each model (model-likes, or a (P, D) tensor of flat vectors)."""
+    def evaluate(self, models: Sequence[ModelLike] | ModelLike | torch.Tensor) -> Metrics:
+        """Loss and accuracy of each model (model-likes, or a (P, D) tensor of flat vectors).
+
+        A single model-like (module, state_dict or path) gives metrics of length one.
+        """
+        if isinstance(models, (nn.Module, Mapping, str, os.PathLike)):
+            models = [models]
         vecs = models if isinstance(models, torch.Tensor) else self.space.stack(models, dtype=torch.float64)
         if vecs.ndim == 1:
             vecs = vecs.unsqueeze(0)

@@ -7,7 +7,7 @@ from typing import ClassVar, Sequence
 import numpy as np
 import torch
 
-from .barriers import normalise_weights
+from .barriers import group_accuracy_barrier, group_loss_barrier, normalise_weights
 from .errors import ConfigError
 from .evaluator import Evaluator
 from .params import ModelLike
@@ -62,8 +62,10 @@ def group_barrier_by_size(models: Sequence[ModelLike], evaluator: Evaluator, *,
     m_loss, m_acc = loss[:n], acc[:n]
     f_loss = loss[n:].reshape(len(sizes), draws)
     f_acc = acc[n:].reshape(len(sizes), draws)
-    lb = np.array([[f_loss[i, d] - m_loss[s].mean() for d, s in enumerate(row)] for i, row in enumerate(subsets)])
-    ab = np.array([[1 - f_acc[i, d] / m_acc[s].mean() for d, s in enumerate(row)] for i, row in enumerate(subsets)])
+    lb = np.array([[group_loss_barrier(f_loss[i, d], m_loss[s], np.full(len(s), 1 / len(s)))
+                    for d, s in enumerate(row)] for i, row in enumerate(subsets)])
+    ab = np.array([[group_accuracy_barrier(f_acc[i, d], m_acc[s], np.full(len(s), 1 / len(s)))
+                    for d, s in enumerate(row)] for i, row in enumerate(subsets)])
     return GroupSizeResult(sizes=sizes, loss_barrier=lb, accuracy_barrier=ab,
                            spec={"kind": "group_by_size", "draws": draws, "seed": seed,
                                  "evaluator": evaluator.fingerprint()})

@@ -146,19 +146,24 @@ class ParameterSpace:
 
     def to_vector(self, model: ModelLike, *, dtype: torch.dtype = torch.float32,
                   check_finite: bool = True) -> torch.Tensor:
-        """Flat vector of a model-like: ``nn.Module``, state_dict, or checkpoint path."""
-        from .checkpoints import load_state_dict
+        """Flat vector of a model-like: ``nn.Module``, state_dict, or checkpoint path.
+
+        A ``module.``/``_orig_mod.`` prefix (DataParallel, torch.compile) is removed from
+        modules and mappings as from files.
+        """
+        from .checkpoints import load_state_dict, strip_prefix
 
         if isinstance(model, torch.Tensor):
             if model.shape != (self.size,):
                 raise ConfigError(f"a flat vector must have shape ({self.size},), got {tuple(model.shape)}")
             return model.detach().to("cpu", dtype)
+        keys = [e.name for e in self.entries]
         if isinstance(model, nn.Module):
-            return self.flatten(model.state_dict(), dtype=dtype, check_finite=check_finite,
+            return self.flatten(strip_prefix(model.state_dict(), keys), dtype=dtype, check_finite=check_finite,
                                 source=type(model).__name__)
         if isinstance(model, Mapping):
-            return self.flatten(model, dtype=dtype, check_finite=check_finite)
-        state = load_state_dict(model, template_keys=[e.name for e in self.entries])
+            return self.flatten(strip_prefix(dict(model), keys), dtype=dtype, check_finite=check_finite)
+        state = load_state_dict(model, template_keys=keys)
         return self.flatten(state, dtype=dtype, check_finite=check_finite, source=str(model))
 
     def stack(self, models: Iterable[ModelLike], *, dtype: torch.dtype = torch.float32,

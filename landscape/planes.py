@@ -67,8 +67,9 @@ def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: Evaluator, *, res
     proj = float(space.dot(dc, u))
     w = dc - proj * u
     nw = float(space.norm(w))
-    if nw <= 1e-12 * max(nb, 1.0):
-        raise ConfigError("the three models are collinear: they do not span a plane")
+    if nw <= 1e-6 * float(space.norm(dc)):  # below float32 resolution: v would be rounding noise
+        raise ConfigError("the three models are collinear (c - a is parallel to b - a up to float32 "
+                          "rounding): they do not span a plane; pick a third model off the a-b line")
     v = w / nw
     coords = {labels[0]: (0.0, 0.0), labels[1]: (nb, 0.0), labels[2]: (proj, nw)}
     for label, model in (extra or {}).items():

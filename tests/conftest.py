@@ -1,0 +1,90 @@
+"""Shared fixtures of the analysis-core tests: digits as tensors and tiny seeded models.
+
+Every random choice uses its own ``torch.Generator``; the global RNG is never touched.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+# Tiny models gain nothing from intra-op threads, and on a shared 2-core machine the thread
+# pool's spinning makes them several times slower.
+torch.set_num_threads(1)
+
+N_DIGITS = 300  # samples used by the tests (of 1797): enough for meaningful accuracies, fast
+
+
+def seeded_init_(module: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
+    """Re-initialise every float parameter and BN buffer of ``module`` from ``seed``.
+
+    Weights get N(0, scale^2 / fan_in); BN running means N(0, 0.1^2) and variances
+    U(0.5, 1.5), so that the BatchNorm modes give visibly different results.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            fan_in = p[0].numel() if p.ndim > 1 else p.numel()
+            p.copy_(torch.randn(p.shape, generator=gen) * scale / fan_in ** 0.5)
+        for name, b in module.named_buffers():
+            if name.endswith("running_mean"):
+                b.copy_(0.1 * torch.randn(b.shape, generator=gen))
+            elif name.endswith("running_var"):
+                b.copy_(0.5 + torch.rand(b.shape, generator=gen))
+    return module
+
+
+def make_mlp(seed: int = 0, hidden: int = 16, in_features: int = 64, classes: int = 10) -> nn.Module:
+    """64-hidden-10 ReLU MLP on flat inputs."""
+    model = nn.Sequential(nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+    return seeded_init_(model, seed)
+
+
+def make_bn_cnn(seed: int = 0) -> nn.Module:
+    """Tiny CNN with BatchNorm2d and BatchNorm1d for 1x8x8 inputs."""
+    model = nn.Sequential(
+        nn.Conv2d(1, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.AvgPool2d(2),  # 3x3x3
+        nn.Flatten(), nn.Linear(27, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 10))
+    return seeded_init_(model, seed)
+
+
+def make_linear(seed: int = 0, in_features: int = 3, out_features: int = 2) -> nn.Module:
+    """A single linear layer (for analytic MSE cases)."""
+    return seeded_init_(nn.Linear(in_features, out_features), seed)
+
+
+def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 40, lr: float = 0.05) -> nn.Module:
+    """Full-batch Adam on cross-entropy (deterministic; no randomness involved)."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def digits() -> tuple[torch.Tensor, torch.Tensor]:
+    """``(inputs, labels)``: 300 digits, inputs float32 (N, 64) in [0, 1], labels int64."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    x = torch.from_numpy((data.data[:N_DIGITS] / 16.0).astype(np.float32))
+    y = torch.from_numpy(data.target[:N_DIGITS].astype(np.int64))
+    return x, y
+
+
+@pytest.fixture(scope="session")
+def digits_images(digits) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same digits as (N, 1, 8, 8) images."""
+    x, y = digits
+    return x.reshape(-1, 1, 8, 8), y
+
+
+@pytest.fixture(scope="session")
+def trained_mlps(digits) -> list[nn.Module]:
+    """Three MLPs trained from different seeds (accuracies well above chance)."""
+    x, y = digits
+    return [train(make_mlp(seed), x, y) for seed in (1, 2, 3)]
