@@ -1,0 +1,224 @@
+"""FedGuCci and FedGuCci+ (Li et al., "Improving Group Connectivity for Generalization of
+Federated Deep Learning", ICLR draft / KDD '25).
+
+Anchor pool (Eq. 11/12): in round ``t`` every client uses the ``N = anchors`` most recent
+global models, the one it just received included: ``{w_g^j : j = max(1, t-N+1) .. t}``.
+Local objective (Eq. 12/13), one mini-batch ``B``:
+
+    L(w; B) + beta / |W_anc| * sum_j L(alpha_j w + (1 - alpha_j) w_anc,j; B)
+
+with the anchors fixed (no gradient) and ``alpha_j ~ U[0, 1]`` drawn per step and anchor
+(Eq. 7, Monte-Carlo over ``alpha_samples`` draws). The gradient of a connectivity term
+w.r.t. ``w`` is ``alpha * grad L`` at the interpolated point. All parameters are
+interpolated; BatchNorm buffers of the interpolated model are those of the newest anchor
+(copied, so the local model's statistics are untouched), as in the official code.
+
+Options (paper defaults unless marked [code]):
+
+* ``beta`` 0.1 ([code] default; the paper gives none), ``anchors`` N = 3 (the paper says
+  N > 1 beats the current global model alone but gives no value; [code] default 1).
+* ``alpha_sampler``: ``"uniform"`` (paper) or ``"fixed"`` (value ``alpha``, 0.5 in [code]).
+* ``update``: ``"joint"`` (one optimiser step on Eq. 12 per batch, paper) or
+  ``"sequential"`` ([code], §3.5: a cross-entropy step, then one step per anchor on
+  ``beta / N * L(interpolated)``, newest anchor first).
+* ``calibration`` tau and ``sam_rho``: FedGuCci+ (§4): FedLC logit calibration
+  ``CE(z - tau * n_c^{-1/4}, y)`` with ``n_c`` the client's class counts (absent classes are
+  masked), used in every loss term; SAM (FedSAM) with radius ``rho``: ascend to
+  ``w + rho g / |g|_2``, take the gradient there, step from ``w``. SAM wraps every optimiser
+  step (the joint step, or each sequential step as in [code]). ``"fedgucci+"`` sets
+  tau = 0.1 and rho = 0.05 ([code] defaults); ``"fedgucci"`` has both 0.
+
+Stored per round (``Run.algorithm_state(r)``): ``fedgucci.anchor.{i}.{name}`` (i = 0 oldest)
+and ``fedgucci.anchor_rounds``: anchor ``i`` is ``Run.global_state(anchor_rounds[i])``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from landscape.errors import ConfigError
+
+from .base import (Algorithm, ClientUpdate, LocalContext, LossFn, RoundContext, State, forward,
+                   make_generator, minibatches, split_state)
+
+PREFIX = "fedgucci."
+ALPHA_SAMPLERS = ("uniform", "fixed")
+UPDATES = ("joint", "sequential")
+
+
+def calibrated_cross_entropy(labels: Tensor, num_classes: int, tau: float) -> LossFn:
+    """FedLC logit calibration: ``CE(z - tau * n^{-1/4}, y)`` with ``n`` the per-class counts
+    of ``labels`` (classes with no samples get ``-inf`` logits, i.e. are masked)."""
+    if tau == 0:
+        return F.cross_entropy
+    counts = torch.bincount(labels, minlength=num_classes).to(torch.float32)
+    offset = tau * counts.pow(-0.25)
+
+    def loss(logits: Tensor, y: Tensor) -> Tensor:
+        return F.cross_entropy(logits - offset.to(logits.dtype), y)
+
+    return loss
+
+
+def interpolate(params: Mapping[str, Tensor], anchor: Mapping[str, Tensor], alpha: float) -> State:
+    """``alpha * w + (1 - alpha) * w_anc`` for every trainable tensor; the anchor is detached."""
+    return {n: alpha * p + (1 - alpha) * anchor[n].detach() for n, p in params.items()}
+
+
+def connectivity_loss(module: nn.Module, params: Mapping[str, Tensor], anchor: Mapping[str, Tensor],
+                      buffers: Mapping[str, Tensor], x: Tensor, y: Tensor, alphas: Tensor,
+                      loss_fn: LossFn = F.cross_entropy) -> Tensor:
+    """Monte-Carlo estimate of Eq. 7, ``mean_s L(alpha_s w + (1 - alpha_s) w_anc)`` on one batch.
+
+    ``buffers`` are copied for every forward pass (BatchNorm statistics are not changed)."""
+    total = torch.zeros((), device=x.device)
+    for a in alphas.tolist():
+        theta = interpolate(params, anchor, a)
+        total = total + loss_fn(forward(module, theta, {n: b.clone() for n, b in buffers.items()}, x), y)
+    return total / len(alphas)
+
+
+def sam_step(opt: torch.optim.Optimizer, params: Mapping[str, Tensor], objective: Callable[[], Tensor],
+             rho: float) -> Tensor:
+    """One optimiser step on ``objective`` (SAM with radius ``rho`` when ``rho > 0``).
+
+    Returns the objective at the unperturbed point (detached)."""
+    opt.zero_grad(set_to_none=True)
+    value = objective()
+    value.backward()
+    if rho > 0:
+        grads = [p.grad for p in params.values() if p.grad is not None]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        scale = rho / (norm + 1e-12)
+        with torch.no_grad():
+            shifts = {n: p.grad * scale for n, p in params.items() if p.grad is not None}
+            for n, e in shifts.items():
+                params[n].add_(e)
+        opt.zero_grad(set_to_none=True)
+        objective().backward()
+        with torch.no_grad():
+            for n, e in shifts.items():
+                params[n].sub_(e)
+    opt.step()
+    return value.detach()
+
+
+class FedGuCci(Algorithm):
+    """FedGuCci: local SGD plus the connectivity loss to the last ``anchors`` global models."""
+
+    name = "fedgucci"
+    options = {"beta": 0.1, "anchors": 3, "alpha_sampler": "uniform", "alpha": 0.5, "alpha_samples": 1,
+               "update": "joint", "calibration": 0.0, "sam_rho": 0.0}
+
+    @classmethod
+    def resolve_options(cls, given: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+        opts = super().resolve_options(given, config)
+        for key in ("beta", "alpha", "calibration", "sam_rho"):
+            try:
+                opts[key] = float(opts[key])
+            except (TypeError, ValueError):
+                raise ConfigError(f"{cls.name} option {key} must be a number, got {opts[key]!r}") from None
+            if not opts[key] >= 0:
+                raise ConfigError(f"{cls.name} option {key} must be >= 0, got {opts[key]}")
+        if opts["alpha"] > 1:
+            raise ConfigError(f"{cls.name} option alpha must be in [0, 1], got {opts['alpha']}")
+        for key in ("anchors", "alpha_samples"):
+            if isinstance(opts[key], bool) or not isinstance(opts[key], int) or opts[key] < 1:
+                raise ConfigError(f"{cls.name} option {key} must be a positive integer, got {opts[key]!r}")
+        if opts["alpha_sampler"] not in ALPHA_SAMPLERS:
+            raise ConfigError(f"{cls.name} option alpha_sampler must be one of {ALPHA_SAMPLERS}, "
+                              f"got {opts['alpha_sampler']!r}")
+        if opts["update"] not in UPDATES:
+            raise ConfigError(f"{cls.name} option update must be one of {UPDATES}, got {opts['update']!r}")
+        return opts
+
+    # -- anchor pool (Eq. 11) -------------------------------------------------------
+    def begin_round(self, ctx: RoundContext) -> State:
+        """Append the model broadcast this round (``Run.global_state(round - 1)``) to the pool
+        and keep the newest ``anchors`` entries."""
+        pool, rounds = anchor_pool(ctx.server_state)
+        pool.append({n: t.detach().clone() for n, t in ctx.global_state.items()})
+        rounds.append(ctx.round - 1)
+        keep = int(self.opts["anchors"])
+        pool, rounds = pool[-keep:], rounds[-keep:]
+        state = {k: v for k, v in ctx.server_state.items() if not k.startswith(PREFIX)}
+        for i, anchor in enumerate(pool):
+            state.update({f"{PREFIX}anchor.{i}.{n}": t for n, t in anchor.items()})
+        state[f"{PREFIX}anchor_rounds"] = torch.tensor(rounds, dtype=torch.int64)
+        return state
+
+    # -- local training (Eq. 12) ----------------------------------------------------
+    def _alphas(self, generator: torch.Generator) -> Tensor:
+        n = int(self.opts["alpha_samples"])
+        if self.opts["alpha_sampler"] == "fixed":
+            return torch.full((n,), self.opts["alpha"], dtype=torch.float64)
+        return torch.rand(n, generator=generator, dtype=torch.float64)
+
+    def client_update(self, ctx: LocalContext) -> ClientUpdate:
+        """Local SGD on Eq. 12 (``train_loss``: the local, calibrated when tau > 0, CE)."""
+        beta, rho = self.opts["beta"], self.opts["sam_rho"]
+        loss_fn = calibrated_cross_entropy(ctx.y, ctx.num_classes, self.opts["calibration"])
+        params, buffers = split_state(ctx.module, ctx.global_state, ctx.device)
+        anchors = anchor_pool(ctx.server_state)[0][::-1] if beta > 0 else []  # newest first
+        if beta > 0 and not anchors:
+            raise ConfigError("fedgucci: no anchor models in the server state; begin_round must run first")
+        anchor_buffers = {n: anchors[0][n] for n in buffers} if anchors else {}
+        weight = beta / max(len(anchors), 1)
+        # alpha has its own stream, so the data order equals FedAvg's for the same seed
+        alpha_gen = make_generator(self.seed, "fedgucci-alpha", ctx.round, ctx.client)
+        opt = torch.optim.SGD(list(params.values()), lr=ctx.lr, momentum=ctx.momentum,
+                              weight_decay=ctx.weight_decay)
+        ctx.module.train()
+        total = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        seen = 0
+        for idx in minibatches(len(ctx.y), ctx.batch_size, ctx.local_epochs, ctx.generator):
+            idx = idx.to(ctx.device)
+            x, y = ctx.x[idx], ctx.y[idx]
+            alphas = [self._alphas(alpha_gen) for _ in anchors]
+            ce_value: list[Tensor] = []
+
+            def ce() -> Tensor:
+                value = loss_fn(forward(ctx.module, params, buffers, x), y)
+                ce_value.append(value.detach())
+                return value
+
+            def conn(j: int) -> Tensor:
+                return weight * connectivity_loss(ctx.module, params, anchors[j], anchor_buffers, x, y,
+                                                  alphas[j], loss_fn)
+
+            if self.opts["update"] == "joint" and anchors:
+                sam_step(opt, params, lambda: ce() + sum(conn(j) for j in range(len(anchors))), rho)
+            else:
+                sam_step(opt, params, ce, rho)
+                for j in range(len(anchors)):
+                    sam_step(opt, params, lambda j=j: conn(j), rho)
+            total += ce_value[0].double() * len(y)
+            seen += len(y)
+        trained = {n: t.detach() for n, t in {**params, **buffers}.items()}
+        state = {n: trained[n] for n in ctx.global_state}
+        return ClientUpdate(state, len(ctx.y), None, {"train_loss": float(total) / max(seen, 1)})
+
+
+class FedGuCciPlus(FedGuCci):
+    """FedGuCci+ (§4): FedGuCci with FedLC logit calibration (tau 0.1) and SAM (rho 0.05)."""
+
+    name = "fedgucci+"
+    options = {**FedGuCci.options, "calibration": 0.1, "sam_rho": 0.05}
+
+
+def anchor_pool(server_state: Mapping[str, Tensor]) -> tuple[list[State], list[int]]:
+    """The anchors (oldest first) and the stored rounds they are the global model of."""
+    key = f"{PREFIX}anchor_rounds"
+    if key not in server_state:
+        return [], []
+    rounds = [int(r) for r in server_state[key].tolist()]
+    pool: list[State] = [{} for _ in rounds]
+    head = f"{PREFIX}anchor."
+    for name, t in server_state.items():
+        if name.startswith(head):
+            index, _, tensor_name = name[len(head):].partition(".")
+            pool[int(index)][tensor_name] = t
+    return pool, rounds

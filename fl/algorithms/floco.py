@@ -1,0 +1,339 @@
+"""FLOCO and FLOCO+ (Grinwald, Wiesner & Nakajima, "Federated Learning over Connected Modes",
+NeurIPS 2024).
+
+Architecture (Sec. 3.1, Eq. 6): the model's final ``nn.Linear`` becomes a
+:class:`SimplexLinear` with ``endpoints`` weight matrices ``W_1..W_E`` (a shared bias);
+its weight at ``alpha`` in the simplex is ``sum_m alpha_m W_m``. All other layers are
+ordinary, trained and averaged as in FedAvg. ``endpoints`` counts vertices (the brief's
+M; the paper's notation would have M+1, see reference/floco.md §2.3), default 6.
+
+Local training (Eq. 7/10): one ``alpha`` per mini-batch, before subregion assignment from
+Dirichlet(1) (uniform on the simplex), afterwards uniform on the client's subregion
+``R_k = {a in simplex : |a - alpha_k|_1 <= rho}`` (``subregion_sampler="exact"``; the
+authors' sampler is ``"reference"``). Autodiff gives Eq. 10's ``alpha_m``-scaled endpoint
+gradients. Aggregation (Eq. 11): participant-normalised FedAvg of every tensor (as in both
+official implementations).
+
+Subregion assignment at round ``tau`` (Sec. 3.2, Algorithm 1, FL-bench variant): before
+that round's training every client runs one probe update from the global model (whole
+simplex, not aggregated); the endpoint updates are stacked, reduced by PCA to ``endpoints``
+coordinates ``kappa_k`` (sign convention: the largest-magnitude entry of each principal
+axis is positive), projected onto scaled simplices ``z`` (Eq. 9) on the grid
+``z in linspace(1e-4, 1, 1000)``; the scale minimising the Riesz 2-energy of the normalised
+points (Eq. 8, pair distances clamped at 1e-4) gives ``alpha_k``. Training in round
+``tau`` already uses the subregions. ``tau`` defaults to ``max(1, round(0.2 * rounds))``
+(the paper's 100 of 500 rounds), ``rho`` to 0.1.
+
+Evaluation (Sec. 3.4): the global model is the simplex centre; ``local_accuracy`` is each
+client's model at ``alpha_k`` (the centre before ``tau``) on its local test split
+(``local_test_fraction`` defaults to 0.2 here), unweighted mean over clients.
+
+Checkpoints: global and client checkpoints are the plain architecture with the classifier
+at the simplex centre (so the average of the stored client models is the stored global
+model); ``point_state`` materialises any other point. ``Run.algorithm_state(r)`` holds
+``floco.endpoints`` (E, out, in), and once assigned ``floco.points`` (K, E),
+``floco.kappa``, ``floco.z`` and ``floco.energy`` (the Riesz curve over the grid).
+
+FLOCO+ (App. C, Ditto-style): every participating client also keeps a personal model
+(full training state, stored as its client state on the server) trained after the global
+update for ``personal_epochs`` epochs (default: the run's local epochs, as Ditto's
+``E_Ditto = E``) with the same alpha sampling and the proximal term
+``lambda/2 |v - w_received|^2`` over all trainable tensors (``lam`` 1.0, the authors' code;
+the paper gives none). Local accuracy uses the personal model at ``alpha_k``.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from landscape.errors import ConfigError
+
+from .base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext, State,
+                   local_sgd, make_generator, weighted_average)
+from .simplex import (SUBREGION_SAMPLERS, project_to_simplex, sample_subregion, sample_uniform_simplex,
+                      simplex_centre)
+
+PREFIX = "floco."
+Z_GRID = (1e-4, 1.0, 1000)
+MIN_DISTANCE = 1e-4
+
+
+class SimplexLinear(nn.Module):
+    """Linear layer with weight ``sum_m alpha_m W_m`` (FLOCO Eq. 6) and a shared bias.
+
+    ``alpha`` is a buffer (the evaluated point, the centre by default). While training,
+    ``alpha_sampler`` (when set) supplies a fresh point for every forward pass."""
+
+    def __init__(self, in_features: int, out_features: int, endpoints: int, bias: bool = True):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.endpoints = nn.Parameter(torch.zeros(endpoints, out_features, in_features))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        self.register_buffer("alpha", simplex_centre(endpoints))
+        self.alpha_sampler: Callable[[], Tensor] | None = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        alpha = self.alpha_sampler() if self.training and self.alpha_sampler is not None else self.alpha
+        weight = torch.einsum("m,moi->oi", alpha.to(self.endpoints), self.endpoints)
+        return F.linear(x, weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"endpoints={self.endpoints.shape[0]}, bias={self.bias is not None}")
+
+
+@contextmanager
+def sampling(layer: SimplexLinear, points: Tensor) -> Iterator[None]:
+    """Within the block, training forward passes of ``layer`` use ``points`` one by one."""
+    rows = iter(points)
+
+    def next_point() -> Tensor:
+        try:
+            return next(rows)
+        except StopIteration:
+            raise ConfigError("FLOCO drew fewer simplex points than training steps") from None
+
+    layer.alpha_sampler = next_point
+    try:
+        yield
+    finally:
+        layer.alpha_sampler = None
+
+
+# ----------------------------------------------------------------- client representation
+def pca_scores(signals: Tensor, n_components: int) -> Tensor:
+    """PCA coordinates ``(K, n_components)`` of the rows of ``signals`` (centred SVD).
+
+    Each principal axis is signed so that its largest-magnitude entry is positive; when
+    fewer components exist (``K - 1`` or the signal dimension), the rest are zero."""
+    x = signals.detach().double()
+    x = x - x.mean(dim=0, keepdim=True)
+    u, s, vh = torch.linalg.svd(x, full_matrices=False)
+    lead = vh.abs().argmax(dim=1)
+    signs = torch.sign(vh[torch.arange(len(vh)), lead])
+    signs[signs == 0] = 1.0
+    k = min(n_components, len(s))
+    out = torch.zeros(len(x), n_components, dtype=torch.float64)
+    out[:, :k] = (u[:, :k] * s[:k]) * signs[:k]
+    return out
+
+
+def riesz_energy(points: Tensor) -> Tensor:
+    """``log(mean_{i<j} 1 / max(|p_i - p_j|_2, 1e-4)^2)`` for point sets ``(..., K, E)``
+    (Eq. 8 with s = 2, up to the constant ``log(#pairs)``)."""
+    k = points.shape[-2]
+    i, j = torch.triu_indices(k, k, offset=1)
+    d = (points[..., i, :] - points[..., j, :]).norm(dim=-1).clamp_min(MIN_DISTANCE)
+    return torch.log((d ** -2).sum(dim=-1)) - math.log(len(i))
+
+
+def assign_points(kappa: Tensor, grid: Tensor | None = None) -> tuple[Tensor, float, Tensor, Tensor]:
+    """Client points ``alpha_k = proj_z(kappa_k) / z`` at the ``z`` of least Riesz energy.
+
+    Returns ``(points (K, E), z, energy over the grid, grid)``; non-finite energies are skipped."""
+    if kappa.shape[0] < 2:
+        raise ConfigError("FLOCO's subregion assignment needs at least 2 clients")
+    grid = torch.linspace(*Z_GRID, dtype=torch.float64) if grid is None else grid.double()
+    candidates = project_to_simplex(kappa.double()[None] / grid[:, None, None])  # proj_z(k)/z
+    energy = riesz_energy(candidates)
+    finite = torch.isfinite(energy)
+    if not bool(finite.any()):
+        raise ConfigError("FLOCO: the Riesz energy is not finite for any simplex scale")
+    best = int(torch.where(finite, energy, torch.inf).argmin())
+    return candidates[best], float(grid[best]), energy, grid
+
+
+# ------------------------------------------------------------------------- algorithm
+class Floco(Algorithm):
+    """FLOCO: a simplex of classifiers; clients train on subregions from round ``tau``."""
+
+    name = "floco"
+    options = {"endpoints": 6, "tau": None, "rho": 0.1, "subregion_sampler": "exact"}
+    engine_defaults = {"local_test_fraction": 0.2}
+    personalised = True
+
+    def __init__(self, options: Mapping[str, Any], config: Mapping[str, Any]):
+        super().__init__(options, config)
+        self.n = int(self.opts["endpoints"])
+        self.classifier = ""
+        self.template_keys: list[str] = []
+
+    @classmethod
+    def resolve_options(cls, given: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+        opts = super().resolve_options(given, config)
+        if opts["tau"] is None:
+            opts["tau"] = max(1, round(0.2 * int(config["rounds"])))
+        for key in ("endpoints", "tau"):
+            if isinstance(opts[key], bool) or not isinstance(opts[key], int) or opts[key] < 1:
+                raise ConfigError(f"{cls.name} option {key} must be a positive integer, got {opts[key]!r}")
+        if opts["endpoints"] < 2:
+            raise ConfigError(f"{cls.name} needs at least 2 endpoints, got {opts['endpoints']}")
+        if not isinstance(opts["rho"], (int, float)) or not opts["rho"] > 0:
+            raise ConfigError(f"{cls.name} option rho must be a positive number, got {opts['rho']!r}")
+        if opts["subregion_sampler"] not in SUBREGION_SAMPLERS:
+            raise ConfigError(f"{cls.name} option subregion_sampler must be one of {SUBREGION_SAMPLERS}, "
+                              f"got {opts['subregion_sampler']!r}")
+        return opts
+
+    # -- architecture -------------------------------------------------------------
+    def build_module(self, template: nn.Module) -> nn.Module:
+        """A copy of ``template`` whose final ``nn.Linear`` is a :class:`SimplexLinear`.
+
+        Endpoints are ``W + d_m - mean_j d_j`` with ``W`` the template's weight and ``d_m``
+        drawn like ``nn.Linear``'s default init, ``U(-1/sqrt(in), 1/sqrt(in))``, from the run
+        seed: random endpoints (Sec. 3.1) whose centre is exactly the template's classifier,
+        so the initial global model equals every other algorithm's. The bias is shared."""
+        from ..models import classifier_name
+
+        self.classifier = classifier_name(template)
+        self.template_keys = list(template.state_dict().keys())
+        linear = template.get_submodule(self.classifier)
+        layer = SimplexLinear(linear.in_features, linear.out_features, self.n, linear.bias is not None)
+        gen = make_generator(self.seed, "floco-endpoints")
+        bound = 1.0 / math.sqrt(linear.in_features)
+        with torch.no_grad():
+            spread = (torch.rand(layer.endpoints.shape, generator=gen) * 2 - 1) * bound
+            layer.endpoints.copy_(linear.weight.detach() + spread - spread.mean(dim=0, keepdim=True))
+            if linear.bias is not None:
+                layer.bias.copy_(linear.bias)
+        module = copy.deepcopy(template)
+        parent, _, child = self.classifier.rpartition(".")
+        setattr(module.get_submodule(parent) if parent else module, child, layer)
+        return module
+
+    def point_state(self, state: Mapping[str, Tensor], alpha: Tensor) -> State:
+        """The plain-architecture state of a training state at simplex point ``alpha``."""
+        c = self.classifier
+        endpoints = state[f"{c}.endpoints"]
+        weight = torch.einsum("m,moi->oi", alpha.to(endpoints), endpoints)
+        out = {}
+        for key in self.template_keys:
+            out[key] = weight if key == f"{c}.weight" else state[key]
+        return out
+
+    def export_state(self, state: State, server_state: State, client: int | None = None,
+                     client_state: State | None = None) -> State:
+        """Global and uploaded client models at the simplex centre (Sec. 3.4)."""
+        return self.point_state(state, simplex_centre(self.n))
+
+    def init_server_state(self, global_state: State) -> State:
+        return {f"{PREFIX}endpoints": global_state[f"{self.classifier}.endpoints"].detach().clone()}
+
+    # -- subregion assignment ---------------------------------------------------------
+    def begin_round(self, ctx: RoundContext) -> State:
+        if ctx.round != int(self.opts["tau"]) or f"{PREFIX}points" in ctx.server_state:
+            return ctx.server_state
+        key = f"{self.classifier}.endpoints"
+        probes = ctx.train(list(range(ctx.num_clients)), "floco-probe")
+        signals = torch.stack([(probes[k].state[key] - ctx.global_state[key]).flatten()
+                               for k in range(ctx.num_clients)])
+        kappa = pca_scores(signals, self.n)
+        points, z, energy, _ = assign_points(kappa)
+        device = ctx.global_state[key].device
+        return {**ctx.server_state, f"{PREFIX}points": points.float().to(device),
+                f"{PREFIX}kappa": kappa.float().to(device), f"{PREFIX}z": torch.tensor(z, device=device),
+                f"{PREFIX}energy": energy.float().to(device)}
+
+    def client_point(self, server_state: Mapping[str, Tensor], client: int) -> Tensor | None:
+        """``alpha_k`` once assigned, else ``None``."""
+        points = server_state.get(f"{PREFIX}points")
+        return None if points is None else points[client].detach().cpu()
+
+    def draw_points(self, ctx: LocalContext, count: int, generator: torch.Generator) -> Tensor:
+        """``count`` training points: Dirichlet(1) before assignment, ``R_k`` afterwards."""
+        centre = self.client_point(ctx.server_state, ctx.client)
+        if centre is None:
+            return sample_uniform_simplex(self.n, count, generator).to(ctx.device)
+        return sample_subregion(centre, float(self.opts["rho"]), count, generator,
+                                self.opts["subregion_sampler"]).to(ctx.device)
+
+    # -- local training ---------------------------------------------------------------
+    def _simplex_sgd(self, ctx: LocalContext, generator: torch.Generator, **kwargs: Any):
+        epochs = kwargs.get("epochs") or ctx.local_epochs
+        steps = epochs * math.ceil(len(ctx.y) / ctx.batch_size)
+        layer = ctx.module.get_submodule(self.classifier)
+        with sampling(layer, self.draw_points(ctx, steps, generator)):
+            return local_sgd(ctx, **kwargs)
+
+    def client_update(self, ctx: LocalContext) -> ClientUpdate:
+        alpha_gen = make_generator(self.seed, "floco-alpha", ctx.round, ctx.client)
+        result = self._simplex_sgd(ctx, alpha_gen)
+        return ClientUpdate(result.state, len(ctx.y), None, {"train_loss": result.loss})
+
+    def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate], server_state: State,
+                  round: int) -> tuple[State, State]:
+        """Eq. 11 with participant-normalised weights; the global point stays the centre."""
+        ids = sorted(updates)
+        new = weighted_average([updates[k].state for k in ids], [updates[k].num_samples for k in ids],
+                               like=global_state)
+        alpha_key = f"{self.classifier}.alpha"
+        new[alpha_key] = global_state[alpha_key].clone()
+        endpoints = new[f"{self.classifier}.endpoints"].detach().clone()
+        return new, {**server_state, f"{PREFIX}endpoints": endpoints}
+
+    # -- evaluation -------------------------------------------------------------------
+    def personal_state(self, ctx: EvalContext, client: int) -> State:
+        """The training state evaluated for ``client``'s local accuracy (FLOCO: the global)."""
+        return ctx.global_state
+
+    def local_metrics(self, ctx: EvalContext) -> dict[str, float]:
+        """Mean over clients of loss and accuracy at ``alpha_k`` on the local test splits."""
+        if not ctx.client_data:
+            return {}
+        losses, accs = [], []
+        alpha_key = f"{self.classifier}.alpha"
+        for k, (x, y) in sorted(ctx.client_data.items()):
+            point = self.client_point(ctx.server_state, k)
+            state = dict(self.personal_state(ctx, k))
+            if point is not None:
+                state[alpha_key] = point.to(state[alpha_key])
+            loss, acc = ctx.evaluate(state, x, y)
+            losses.append(loss)
+            accs.append(acc)
+        return {"local_loss": sum(losses) / len(losses), "local_accuracy": sum(accs) / len(accs)}
+
+
+class FlocoPlus(Floco):
+    """FLOCO+ (App. C): FLOCO plus Ditto-style personal models kept on the server."""
+
+    name = "floco+"
+    options = {**Floco.options, "lam": 1.0, "personal_epochs": None}
+
+    @classmethod
+    def resolve_options(cls, given: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+        opts = super().resolve_options(given, config)
+        if opts["personal_epochs"] is None:
+            opts["personal_epochs"] = int(config["local_epochs"])
+        pe = opts["personal_epochs"]
+        if isinstance(pe, bool) or not isinstance(pe, int) or pe < 1:
+            raise ConfigError(f"floco+ option personal_epochs must be a positive integer, got {pe!r}")
+        if not isinstance(opts["lam"], (int, float)) or opts["lam"] < 0:
+            raise ConfigError(f"floco+ option lam must be a number >= 0, got {opts['lam']!r}")
+        return opts
+
+    def client_update(self, ctx: LocalContext) -> ClientUpdate:
+        """The FLOCO update, then ``personal_epochs`` of
+        ``F_k(v_alpha) + lam/2 |v - w_received|^2`` from the client's personal model."""
+        alpha_gen = make_generator(self.seed, "floco-alpha", ctx.round, ctx.client)
+        result = self._simplex_sgd(ctx, alpha_gen)
+        lam = float(self.opts["lam"])
+
+        def proximal(params: State, x: Tensor, y: Tensor, logits: Tensor) -> Tensor:
+            sq = sum(((p - ctx.global_state[n]) ** 2).sum() for n, p in params.items())
+            return 0.5 * lam * sq
+
+        start = ctx.client_state if ctx.client_state else ctx.global_state
+        personal = self._simplex_sgd(ctx, alpha_gen, state=start, extra_loss=proximal,
+                                     epochs=int(self.opts["personal_epochs"]))
+        return ClientUpdate(result.state, len(ctx.y), personal.state,
+                            {"train_loss": result.loss, "personal_loss": personal.loss})
+
+    def personal_state(self, ctx: EvalContext, client: int) -> State:
+        """The client's personal model (the global one until it has trained)."""
+        return ctx.client_states.get(client) or ctx.global_state

@@ -1,0 +1,149 @@
+"""FedGuCci / FedGuCci+ (fl/algorithms/fedgucci.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+import fl
+from fl.algorithms.base import split_state
+from fl.algorithms.fedgucci import (anchor_pool, calibrated_cross_entropy, connectivity_loss,
+                                    interpolate, sam_step)
+from landscape.errors import ConfigError
+
+RUN = dict(dataset="digits", clients=4, rounds=3, local_epochs=2, lr=0.1, seed=0, progress=False,
+           save_clients="none")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fedgucci")
+    return {
+        "fedavg": fl.api.run("fedavg", out=root / "fedavg", **RUN),
+        "beta0": fl.api.run("fedgucci", out=root / "beta0", beta=0.0, **RUN),
+        "fedgucci": fl.api.run("fedgucci", out=root / "fedgucci", anchors=2, beta=0.5, **RUN),
+        "fedgucci+": fl.api.run("fedgucci+", out=root / "plus", anchors=2, **RUN),
+    }
+
+
+def test_beta_zero_is_fedavg_bit_for_bit(runs) -> None:
+    for r in range(RUN["rounds"] + 1):
+        a, b = runs["fedavg"].global_state(r), runs["beta0"].global_state(r)
+        assert a.keys() == b.keys()
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    # beta > 0 does change the result
+    g1, g0 = runs["fedgucci"].global_state(), runs["fedavg"].global_state()
+    assert any(not torch.equal(g1[k], g0[k]) for k in g0)
+
+
+def test_anchor_pool_holds_last_n_global_models(runs) -> None:
+    run = runs["fedgucci"]
+    for r in range(1, RUN["rounds"] + 1):
+        state = run.algorithm_state(r)
+        pool, rounds = anchor_pool(state)
+        assert rounds == list(range(max(0, r - 2), r))  # models broadcast in rounds r-1 and r
+        for anchor, j in zip(pool, rounds):
+            stored = run.global_state(j)
+            assert anchor.keys() == stored.keys()
+            assert all(torch.equal(anchor[k].cpu(), stored[k]) for k in stored)
+
+
+def test_algorithms_train_above_chance(runs) -> None:
+    for key in ("fedgucci", "fedgucci+"):
+        acc = [m["test_accuracy"] for m in runs[key].metrics]
+        assert acc[-1] > 0.3 > acc[0], (key, acc)  # chance is 0.1
+
+
+def test_first_full_batch_step_equals_fedavg_with_scaled_lr(tmp_path) -> None:
+    """Round 1, one anchor (= the received w), fixed alpha, one full-batch step: the
+    interpolated point is w itself, so Eq. 12's gradient is (1 + beta * alpha) * grad L(w)."""
+    common = dict(dataset="digits", clients=2, rounds=1, batch_size=5000, seed=3, progress=False,
+                  save_clients="none")
+    gucci = fl.api.run("fedgucci", out=tmp_path / "g", lr=0.1, beta=1.0, anchors=1, alpha_sampler="fixed",
+                       alpha=0.5, **common)
+    avg = fl.api.run("fedavg", out=tmp_path / "a", lr=0.15, **common)
+    a, b = gucci.global_state(1), avg.global_state(1)
+    assert any(not torch.equal(a[k], gucci.global_state(0)[k]) for k in a)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
+
+
+def _mlp() -> nn.Module:
+    gen = torch.Generator().manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3)).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64))
+    return model
+
+
+def test_connectivity_gradient_is_alpha_times_gradient_at_interpolated_point() -> None:
+    model = _mlp()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(16, 5, generator=gen, dtype=torch.float64)
+    y = torch.randint(0, 3, (16,), generator=gen)
+    params, buffers = split_state(model, model.state_dict())
+    anchor = {n: p.detach() + torch.randn(p.shape, generator=gen, dtype=torch.float64) for n, p in params.items()}
+    alpha = 0.3
+    loss = connectivity_loss(model, params, anchor, buffers, x, y, torch.tensor([alpha], dtype=torch.float64))
+    grads = torch.autograd.grad(loss, list(params.values()))
+    # independent computation: gradient of L at theta = alpha w + (1 - alpha) w_anc
+    theta = {n: (alpha * p + (1 - alpha) * anchor[n]).detach().requires_grad_(True) for n, p in params.items()}
+    at_theta = torch.autograd.grad(F.cross_entropy(functional_call(model, theta, (x,)), y), list(theta.values()))
+    for g, h in zip(grads, at_theta):
+        torch.testing.assert_close(g, alpha * h, rtol=1e-10, atol=1e-12)
+    # finite difference along a random direction
+    direction = {n: torch.randn(p.shape, generator=gen, dtype=torch.float64) for n, p in params.items()}
+    eps = 1e-6
+
+    def value(sign: float) -> float:
+        shifted = {n: (p + sign * eps * direction[n]).detach() for n, p in params.items()}
+        return float(connectivity_loss(model, shifted, anchor, buffers, x, y, torch.tensor([alpha], dtype=torch.float64)))
+
+    fd = (value(1) - value(-1)) / (2 * eps)
+    analytic = sum(float((g * direction[n]).sum()) for g, n in zip(grads, params))
+    assert fd == pytest.approx(analytic, rel=1e-6)
+    # the anchor is fixed: no gradient reaches it even when its tensors require one
+    live = {n: a.clone().requires_grad_(True) for n, a in anchor.items()}
+    theta = interpolate(params, live, alpha)
+    sum(t.sum() for t in theta.values()).backward()
+    assert all(a.grad is None for a in live.values())
+
+
+def test_calibrated_cross_entropy_formula_and_masking() -> None:
+    labels = torch.tensor([0, 0, 0, 0, 1, 2, 2])  # class 3 absent
+    loss_fn = calibrated_cross_entropy(labels, 4, tau=0.1)
+    logits = torch.tensor([[0.5, -0.2, 0.1, 2.0], [0.0, 1.0, -1.0, 0.3]], requires_grad=True)
+    y = torch.tensor([0, 2])
+    counts = torch.tensor([4.0, 1.0, 2.0])
+    shifted = logits[:, :3] - 0.1 * counts ** -0.25
+    expected = -(torch.log_softmax(shifted, dim=1)[torch.arange(2), y]).mean()
+    got = loss_fn(logits, y)
+    torch.testing.assert_close(got, expected)
+    got.backward()
+    assert torch.isfinite(logits.grad).all() and (logits.grad[:, 3] == 0).all()
+    assert calibrated_cross_entropy(labels, 4, tau=0.0) is F.cross_entropy
+
+
+def test_sam_step_on_quadratic_matches_closed_form() -> None:
+    """f(w) = w^T A w / 2: SAM step w - lr * A (w + rho A w / |A w|)."""
+    a = torch.tensor([[3.0, 1.0], [1.0, 2.0]], dtype=torch.float64)
+    w0 = torch.tensor([0.7, -1.2], dtype=torch.float64)
+    params = {"w": w0.clone().requires_grad_(True)}
+    opt = torch.optim.SGD([params["w"]], lr=0.1)
+    value = sam_step(opt, params, lambda: 0.5 * params["w"] @ a @ params["w"], rho=0.05)
+    g = a @ w0
+    expected = w0 - 0.1 * (a @ (w0 + 0.05 * g / g.norm()))
+    torch.testing.assert_close(params["w"].detach(), expected)
+    assert float(value) == pytest.approx(float(0.5 * w0 @ a @ w0))
+
+
+def test_invalid_options_raise() -> None:
+    for bad in ({"beta": -1}, {"anchors": 0}, {"alpha_sampler": "grid"}, {"update": "alternate"},
+                {"alpha": 1.5}):
+        with pytest.raises(ConfigError):
+            fl.api.build_config("fedgucci", dataset="digits", model=None, clients=2, rounds=1,
+                                participation=1.0, local_epochs=1, batch_size=8, lr=0.1,
+                                partition="dirichlet", alpha=0.5, seed=0, device="cpu", options=bad)

@@ -1,0 +1,113 @@
+"""Local Superior Soups (fl/algorithms/lss.py)."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import fl
+from fl.algorithms.lss import client_pools, distance, simplex_volume_sq
+from landscape.errors import ConfigError
+
+RUN = dict(dataset="digits", clients=4, rounds=3, local_epochs=2, lr=0.1, seed=0, progress=False)
+ONE = {**RUN, "rounds": 1, "save_clients": "none"}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lss")
+    return {
+        "lss": fl.api.run("lss", out=root / "lss", affinity=0.03, diversity=0.03, **RUN),
+        "fedavg": fl.api.run("fedavg", out=root / "fedavg", save_clients="none", **RUN),
+        "single": fl.api.run("lss", out=root / "single", members=1, affinity=0.0, diversity=0.0,
+                             save_clients="none", **{k: v for k, v in RUN.items()}),
+        "frozen": fl.api.run("lss", out=root / "frozen", pool_seed="anchor_frozen", members=2,
+                             store_pools=[1], **ONE),
+        "plain": fl.api.run("lss", out=root / "plain", affinity=0.0, diversity=0.0, **ONE),
+        "div": fl.api.run("lss", out=root / "div", affinity=0.0, diversity=0.3, **ONE),
+        "aff": fl.api.run("lss", out=root / "aff", affinity=0.3, diversity=0.0, **ONE),
+    }
+
+
+def test_client_output_is_its_pool_average_exactly(runs) -> None:
+    run = runs["lss"]
+    for r in (1, RUN["rounds"]):
+        pools = client_pools(run.algorithm_state(r))
+        uploads = run.client_states(r)
+        assert sorted(pools) == sorted(uploads) == [0, 1, 2, 3]
+        for k, pool in pools.items():
+            assert len(pool) == 4
+            for name in uploads[k]:
+                mean = torch.stack([m[name].double() for m in pool]).mean(0).to(uploads[k][name].dtype)
+                assert torch.equal(mean, uploads[k][name])
+            # the members differ from each other (each was trained)
+            assert all(not torch.equal(a[name], b[name]) for a, b in itertools.combinations(pool, 2))
+
+
+def test_single_member_without_regularisers_is_fedavg(runs) -> None:
+    for r in range(RUN["rounds"] + 1):
+        a, b = runs["fedavg"].global_state(r), runs["single"].global_state(r)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_literal_algorithm_keeps_frozen_anchor_in_pool_and_store_limit(runs) -> None:
+    run = runs["frozen"]
+    pools = client_pools(run.algorithm_state(1))
+    assert sorted(pools) == [1]  # store_pools=[1]
+    pool = pools[1]
+    received = run.global_state(0)
+    assert len(pool) == 3  # f_p plus two trained members
+    assert all(torch.equal(pool[0][n], received[n]) for n in pool[0])
+    assert not torch.equal(pool[1]["classifier.weight"], received["classifier.weight"])
+
+
+def _pool_stats(run) -> tuple[float, float]:
+    """Mean pairwise member distance and mean distance of the pool average to f_p (client 0)."""
+    pool = client_pools(run.algorithm_state(1))[0]
+    anchor = run.global_state(0)
+    pair = sum(float(distance(a, b)) for a, b in itertools.combinations(pool, 2)) / 6
+    mean = {n: torch.stack([m[n] for m in pool]).mean(0) for n in pool[0]}
+    return pair, float(distance(mean, anchor))
+
+
+def test_diversity_spreads_the_pool_and_affinity_pulls_it_to_the_start(runs) -> None:
+    plain_pair, plain_anchor = _pool_stats(runs["plain"])
+    div_pair, _ = _pool_stats(runs["div"])
+    _, aff_anchor = _pool_stats(runs["aff"])
+    assert div_pair > 1.2 * plain_pair
+    assert aff_anchor < 0.8 * plain_anchor
+
+
+def test_lss_trains_above_chance(runs) -> None:
+    acc = [m["test_accuracy"] for m in runs["lss"].metrics]
+    assert acc[-1] > 0.3 > acc[0], acc  # chance is 0.1
+
+
+def test_distance_is_l2_over_all_tensors() -> None:
+    a = {"w": torch.tensor([3.0, 0.0]), "b": torch.tensor([0.0])}
+    b = {"w": torch.tensor([0.0, 0.0]), "b": torch.tensor([4.0])}
+    assert float(distance(a, b)) == pytest.approx(5.0)
+    assert float(distance(a, b, "sq_l2")) == pytest.approx(25.0)
+
+
+def test_simplex_volume_is_cayley_menger() -> None:
+    """Right triangle with legs 3 and 4: area 6; a segment: its length; gradient reaches members."""
+    p = [{"w": torch.tensor([0.0, 0.0])}, {"w": torch.tensor([3.0, 0.0])},
+         {"w": torch.tensor([0.0, 4.0], requires_grad=True)}]
+    vol = simplex_volume_sq(p)
+    assert float(vol.detach()) == pytest.approx(36.0)
+    assert float(simplex_volume_sq(p[:2])) == pytest.approx(9.0)
+    vol.backward()  # d(area^2)/d(apex) = 2 * 6 * (0, 1.5)
+    torch.testing.assert_close(p[2]["w"].grad, torch.tensor([0.0, 18.0]))
+    tetra = [{"w": torch.tensor(v)} for v in ([0.0, 0, 0], [1.0, 0, 0], [0.0, 1, 0], [0.0, 0, 1])]
+    assert float(simplex_volume_sq(tetra)) == pytest.approx((1 / 6) ** 2)
+
+
+def test_invalid_options_raise() -> None:
+    for bad in ({"members": 0}, {"affinity": -1.0}, {"pool_seed": "x"}, {"distance": "l1"},
+                {"store_pools": "all"}, {"concentration": 0.0}, {"diversity_measure": "max"}):
+        with pytest.raises(ConfigError):
+            fl.api.build_config("lss", dataset="digits", model=None, clients=2, rounds=1,
+                                participation=1.0, local_epochs=1, batch_size=8, lr=0.1,
+                                partition="dirichlet", alpha=0.5, seed=0, device="cpu", options=bad)
