@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from landscape import Evaluator, group_barrier, interpolate
-from landscape.cli import build_parser, main
+from landscape_cli.main import build_parser, main
 from landscape.claims import transitivity
 
 SUBCOMMANDS = [["train"], ["path"], ["plane"], ["group"], ["hessian"], ["decompose"], ["check"], ["report"],

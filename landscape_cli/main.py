@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from .errors import ConfigError, LandscapeError
+from landscape.errors import ConfigError, LandscapeError
 
 EPILOG_INPUTS = ("models: --run DIR [--round R] [--models SEL ...] with SEL = global | client:K | clients "
                  "(optionally @ROUND), or --module SPEC --checkpoints FILE ... --data digits|NAME|FILE.pt|FILE.npz")
@@ -216,7 +216,7 @@ class Context:
     """Resolved inputs of a command: module, labelled models, data, evaluator, output folder."""
 
     def __init__(self, args: argparse.Namespace):
-        from . import modelspec
+        from landscape_cli import modelspec
 
         self.args = args
         self.out = Path(args.out)
@@ -260,7 +260,7 @@ class Context:
 
     @property
     def evaluator(self):
-        from .evaluator import Evaluator
+        from landscape.evaluator import Evaluator
 
         if self._evaluator is None:
             a = self.args
@@ -348,7 +348,7 @@ def emit(ctx: Context, numbers: Mapping[str, Any], results: Mapping[str, Any],
     target.write_text(json.dumps(record, indent=2) + "\n")
     written = [target]
     if ctx.evaluator.cache is not None:
-        from .cache import make_key
+        from landscape.cache import make_key
 
         for label, result in results.items():
             ctx.evaluator.cache.save_result(make_key({"command": name, "label": label, "models": list(ctx.models),
@@ -394,8 +394,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_path(args: argparse.Namespace) -> int:
-    from .basin import basin
-    from .paths import interpolate
+    from landscape.basin import basin
+    from landscape.paths import interpolate
 
     ctx = Context(args)
     lo, hi = args.alpha_range
@@ -422,8 +422,8 @@ def cmd_path(args: argparse.Namespace) -> int:
 
 
 def cmd_plane(args: argparse.Namespace) -> int:
-    from .basin import basin
-    from .planes import pca_plane, plane, random_plane
+    from landscape.basin import basin
+    from landscape.planes import pca_plane, plane, random_plane
 
     ctx = Context(args)
     labels = list(ctx.models)
@@ -473,8 +473,8 @@ def _inside(grid: Any, xy: Sequence[float]) -> bool:
 
 
 def cmd_group(args: argparse.Namespace) -> int:
-    from .groups import group_barrier, group_barrier_by_size
-    from .paths import barrier_matrix
+    from landscape.groups import group_barrier, group_barrier_by_size
+    from landscape.paths import barrier_matrix
 
     ctx = Context(args)
     models = list(ctx.models.values())
@@ -516,7 +516,7 @@ def cmd_group(args: argparse.Namespace) -> int:
 
 
 def cmd_hessian(args: argparse.Namespace) -> int:
-    from .curvature import hessian_density, hessian_eigen, hessian_trace
+    from landscape.curvature import hessian_density, hessian_eigen, hessian_trace
 
     ctx = Context(args)
     numbers: dict[str, Any] = {}
@@ -548,10 +548,10 @@ def cmd_hessian(args: argparse.Namespace) -> int:
 
 
 def cmd_decompose(args: argparse.Namespace) -> int:
-    from . import modelspec
+    from landscape_cli import modelspec
 
     try:
-        from .decomposition import decompose
+        from landscape.decomposition import decompose
     except ImportError as exc:
         raise ConfigError(f"the decomposition is not available in this installation: {exc}") from None
     ctx = Context(args)
@@ -576,7 +576,8 @@ def cmd_decompose(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from . import claims, modelspec
+    from landscape import claims
+    from landscape_cli import modelspec
 
     ctx = Context(args)
     models = list(ctx.models.values())
@@ -612,7 +613,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _flat_results(results: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    from .results import Result
+    from landscape.results import Result
 
     out: dict[str, Any] = {}
     for key, value in results.items():
@@ -629,9 +630,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     from figures.planes import plane_figure
     from figures.report import Report
 
-    from . import claims
-    from .groups import group_barrier
-    from .paths import interpolate
+    from landscape import claims
+    from landscape.groups import group_barrier
+    from landscape.paths import interpolate
 
     if not args.run:
         raise ConfigError("report needs --run DIR (an FL run directory)")
