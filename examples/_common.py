@@ -1,0 +1,186 @@
+"""Shared plumbing of the example scripts: arguments, logging, tables, figures, data.
+
+Every example takes ``--out`` (default ``examples_out/<name>``), ``--seed``, ``--quick``
+(tiny settings for smoke tests) and ``--threads``. It prints its tables as Markdown
+(``print_table``), writes each figure as PNG (matplotlib) and standalone HTML (plotly)
+through :func:`figures.save`, and finally ``tables.json`` with every table, so results
+can be read back without parsing the text.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+import figures
+import landscape
+
+Row = Mapping[str, Any]
+MISSING = "-"
+
+
+class Example:
+    """One example invocation: parsed arguments, output folder, tables and files written."""
+
+    def __init__(self, name: str, description: str, argv: Sequence[str] | None = None,
+                 add_arguments: Callable[[argparse.ArgumentParser], None] | None = None):
+        parser = argparse.ArgumentParser(prog=f"{name}.py", description=description,
+                                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        parser.add_argument("--out", default=str(Path("examples_out") / name), help="output folder")
+        parser.add_argument("--seed", type=int, default=0, help="seed of every random choice")
+        parser.add_argument("--quick", action="store_true",
+                            help="tiny settings (seconds): a smoke test, not a reproduction")
+        parser.add_argument("--threads", type=int, default=1,
+                            help="torch CPU threads; 1 is fastest for these tiny models (more threads "
+                                 "mostly add synchronisation overhead, badly so on a busy machine)")
+        if add_arguments is not None:
+            add_arguments(parser)
+        self.args = parser.parse_args(argv)
+        self.name = name
+        self.out = Path(self.args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.tables: dict[str, list[dict[str, Any]]] = {}
+        self.files: list[Path] = []
+        self.started = time.time()
+        torch.set_num_threads(max(1, int(self.args.threads)))
+
+    @property
+    def quick(self) -> bool:
+        return bool(self.args.quick)
+
+    @property
+    def seed(self) -> int:
+        return int(self.args.seed)
+
+    def log(self, message: str) -> None:
+        print(f"[{self.name} {time.time() - self.started:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    def table(self, title: str, rows: Sequence[Row], note: str | None = None) -> None:
+        """Print ``rows`` (dicts with the same keys) as a Markdown table and keep it for tables.json."""
+        rows = [dict(r) for r in rows]
+        self.tables[title] = rows
+        print(format_table(title, rows, note), flush=True)
+
+    def save(self, stem: str, matplotlib_figure: Any, plotly_figure: Any) -> None:
+        """Write ``<out>/<stem>.png`` and ``<out>/<stem>.html``."""
+        for fig, suffix in ((matplotlib_figure, ".png"), (plotly_figure, ".html")):
+            self.files.append(figures.save(fig, self.out / f"{stem}{suffix}"))
+        self.log(f"wrote {stem}.png and {stem}.html")
+
+    def finish(self) -> int:
+        """Write tables.json, print the file list and the run time; returns the exit status 0."""
+        seconds = time.time() - self.started
+        payload = {"example": self.name, "seconds": seconds, "quick": self.quick, "seed": self.seed,
+                   "tables": self.tables, "files": [p.name for p in self.files]}
+        path = self.out / "tables.json"
+        path.write_text(json.dumps(payload, indent=1, default=_jsonable) + "\n", encoding="utf-8")
+        print(f"\nWrote {len(self.files)} figure files and tables.json to {self.out} in {seconds:.1f} s")
+        return 0
+
+
+def format_table(title: str, rows: Sequence[Row], note: str | None = None) -> str:
+    """``### title`` followed by a Markdown table (floats with 4 significant digits)."""
+    if not rows:
+        return f"\n### {title}\n(no rows)\n"
+    columns = list(rows[0])
+    lines = [f"\n### {title}", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(format_cell(row.get(c)) for c in columns) + " |")
+    if note:
+        lines.append(note)
+    return "\n".join(lines) + "\n"
+
+
+def format_cell(value: Any) -> str:
+    if value is None:
+        return MISSING
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        if not math.isfinite(v):
+            return str(v)
+        return f"{v:.4g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.3e}"
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)
+
+
+def tensors(dataset: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(inputs, targets)`` of a ``TensorDataset`` (what ``fl.Run`` returns)."""
+    if hasattr(dataset, "tensors"):
+        x, y = dataset.tensors[:2]
+        return x, y
+    xs, ys = zip(*(dataset[i] for i in range(len(dataset))))
+    return torch.stack(xs), torch.as_tensor(ys)
+
+
+def test_evaluator(run: Any, **options: Any) -> landscape.Evaluator:
+    """Evaluator of the run's architecture on its global test set."""
+    return landscape.Evaluator(run.module(), tensors(run.test_dataset()), progress=False, **options)
+
+
+def average(states: Sequence[Mapping[str, torch.Tensor]], weights: Sequence[float] | None = None
+            ) -> dict[str, torch.Tensor]:
+    """Weighted (default uniform) average of state_dicts, entry by entry."""
+    w = np.ones(len(states)) if weights is None else np.asarray(weights, dtype=np.float64)
+    w = w / w.sum()
+    return {k: sum(float(wi) * s[k].double() for wi, s in zip(w, states)).to(states[0][k].dtype)
+            for k in states[0]}
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    arr = np.asarray(values, dtype=np.float64)
+    return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+
+
+def run_fl(ex: Example, algorithm: str, tag: str, **kwargs: Any):
+    """``fl.run`` into ``<out>/runs/<tag>`` (a finished run with the same config is reopened)."""
+    import fl
+
+    ex.log(f"FL run {tag}: {algorithm} ({kwargs.get('clients')} clients, {kwargs.get('rounds')} rounds)")
+    return fl.run(algorithm, dataset="digits", seed=ex.seed, out=ex.out / "runs" / tag, progress=False, **kwargs)
+
+
+def connecting_level(loss: np.ndarray, cells: np.ndarray) -> float:
+    """Smallest level ``c`` at which all ``cells`` (grid indices) lie in one connected component
+    of the sublevel set ``{loss <= c}`` (4-neighbours): the minimax loss of a grid path joining
+    them. ``c`` minus the highest loss at the cells is a barrier measured along the best
+    path in the plane, not only the straight line."""
+    from landscape.basin import sublevel_components
+
+    values = np.unique(loss[np.isfinite(loss)])
+    cells = [tuple(int(i) for i in c) for c in np.asarray(cells)]
+    lo = int(np.searchsorted(values, max(loss[c] for c in cells)))
+    hi = len(values) - 1
+
+    def joined(level: float) -> bool:
+        labels = sublevel_components(loss, level)
+        first = labels[cells[0]]
+        return bool(first > 0 and all(labels[c] == first for c in cells))
+
+    while lo < hi:  # joined() is monotone in the level
+        mid = (lo + hi) // 2
+        if joined(values[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(values[lo])
