@@ -9,7 +9,7 @@ PIP    := $(PY) -m pip
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
-	$(PIP) install -c constraints.txt -e ".[test]"
+	$(PIP) install -c constraints.txt -e ".[test,ray,dask]"
 	touch $@
 
 install: $(VENV)/.installed
