@@ -26,9 +26,15 @@ __all__ = [
     "random_plane", "save_state_dict",
 ]
 
-try:  # curvature and decomposition (landscape/curvature.py, landscape/decomposition.py)
-    from .curvature import hessian_density, hessian_eigenvalues, hessian_trace  # noqa: F401
-    from .decomposition import decompose  # noqa: F401
-    __all__ += ["hessian_density", "hessian_eigenvalues", "hessian_trace", "decompose"]
-except ImportError:  # pragma: no cover - only while those modules are being written
-    pass
+from .curvature import (curvature_along_path, curvature_plane, hessian_density, hessian_eigen,
+                        hessian_eigenvalues, hessian_trace)
+from .curvature_results import (AveragingCurve, CKAMatrix, CurvaturePlane, CurvatureProfile, Decomposition,
+                                HessianEigen, SpectralDensity, TraceEstimate)
+from .decomposition import averaging_curve, cka_matrix, decompose, decompose_run, linear_cka
+
+__all__ += [
+    "AveragingCurve", "CKAMatrix", "CurvaturePlane", "CurvatureProfile", "Decomposition", "HessianEigen",
+    "SpectralDensity", "TraceEstimate", "averaging_curve", "cka_matrix", "curvature_along_path",
+    "curvature_plane", "decompose", "decompose_run", "hessian_density", "hessian_eigen",
+    "hessian_eigenvalues", "hessian_trace", "linear_cka",
+]

@@ -1,0 +1,231 @@
+"""Hessian top-k eigenvalues and trace: landscape.curvature against PyHessian.
+
+Same model (a small CNN, trained for a few full-batch Adam steps on the 1,797 digits), same
+data (all of it, in batches of ``--batch-size``; PyHessian gets the same batches as its
+"dataloader"), same tolerance and iteration cap. For each task the table gives the median
+wall time over interleaved repeats, the number of Hessian-vector products (HVPs), the RSS
+growth over the iterations (resident memory sampled after every HVP, minus the value
+before the first), and the largest relative error of the eigenvalues against ARPACK
+(``scipy.sparse.linalg.eigsh`` on a float64 LinearOperator of our exact HVP, tol 1e-10),
+or of the trace against a float64 Hutch++ estimate with a large budget.
+
+Tolerances differ in meaning: PyHessian stops power iteration when the Rayleigh quotient
+changes by less than ``tol`` (relative) and Hutchinson when the running mean does; we stop
+Lanczos when every residual ``||Hx - theta x|| <= tol |theta|`` (which bounds the
+eigenvalue error by ``tol``) and Hutchinson when the standard error is below ``tol`` times
+the estimate.
+
+    .venv/bin/python benchmarks/bench_hessian.py              # full table (a few minutes on 2 cores)
+    .venv/bin/python benchmarks/bench_hessian.py --samples 512 --repeats 1   # quick
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from _timing import format_table, machine_load, side_by_side
+from landscape import Evaluator
+from landscape.curvature import hessian_eigen, hessian_trace
+from landscape.hvp import HessianOperator
+
+
+def small_cnn(seed: int) -> nn.Module:
+    """Two 3x3 convolutions (16, 32 channels) and a linear classifier for 1x8x8 digits (9,930 weights)."""
+    gen = torch.Generator().manual_seed(seed)
+    model = nn.Sequential(nn.Conv2d(1, 16, 3), nn.ReLU(), nn.Conv2d(16, 32, 3), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(32 * 4 * 4, 10))
+    with torch.no_grad():
+        for p in model.parameters():
+            fan_in = p[0].numel() if p.ndim > 1 else p.numel()
+            p.copy_(torch.randn(p.shape, generator=gen) / fan_in ** 0.5)
+    return model
+
+
+def digits(samples: int) -> tuple[torch.Tensor, torch.Tensor]:
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    x = torch.from_numpy((data.data[:samples] / 16.0).astype(np.float32)).reshape(-1, 1, 8, 8)
+    return x, torch.from_numpy(data.target[:samples].astype(np.int64))
+
+
+def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int) -> nn.Module:
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return model.eval()
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class Counter:
+    """Counts HVPs of a contender and samples resident memory after each one."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.hvps = 0
+        self.start = rss_bytes()
+        self.peak = self.start
+
+    def tick(self) -> None:
+        self.hvps += 1
+        self.peak = max(self.peak, rss_bytes())
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            self.tick()
+            return out
+        return counted
+
+    @property
+    def growth_mib(self) -> float:
+        return (self.peak - self.start) / 2 ** 20
+
+
+def pyhessian_contenders(model: nn.Module, batches: list, args: argparse.Namespace, counter: Counter):
+    from pyhessian import hessian as PyHessian
+
+    def fresh():
+        h = PyHessian(model, nn.CrossEntropyLoss(), dataloader=batches, cuda=False)
+        h.dataloader_hv_product = counter.wrap(h.dataloader_hv_product)
+        return h
+
+    def top(k: int):
+        def run():
+            counter.reset()
+            torch.manual_seed(args.seed)  # PyHessian draws from the global RNG; seed it for repeatability
+            values, _ = fresh().eigenvalues(maxIter=args.max_iter, tol=args.tol, top_n=k)
+            return np.sort(values)[::-1], counter.hvps, counter.growth_mib
+        return run
+
+    def trace():
+        counter.reset()
+        torch.manual_seed(args.seed)
+        samples = fresh().trace(maxIter=args.max_iter, tol=args.tol)
+        return float(np.mean(samples)), counter.hvps, counter.growth_mib
+
+    return top, trace
+
+
+def ours_contenders(model: nn.Module, evaluator: Evaluator, args: argparse.Namespace, counter: Counter):
+    original = HessianOperator.matvec
+
+    def counted(self, v):
+        out = original(self, v)
+        counter.tick()
+        return out
+
+    HessianOperator.matvec = counted  # count and sample memory per HVP (benchmark only)
+
+    def top(k: int, method: str = "lanczos", hvp: str = "forward-over-reverse"):
+        def run():
+            counter.reset()
+            res = hessian_eigen(model, evaluator, k=k, tol=args.tol, max_iter=args.max_iter, seed=args.seed,
+                                method=method, hvp=hvp)
+            return res.values, res.matvecs, counter.growth_mib
+        return run
+
+    def trace(method: str, hvp: str = "forward-over-reverse"):
+        def run():
+            counter.reset()
+            res = hessian_trace(model, evaluator, tol=args.tol, max_iter=args.max_iter, seed=args.seed,
+                                method=method, hvp=hvp)
+            return res.value, res.matvecs, counter.growth_mib
+        return run
+
+    return top, trace
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=1797)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--train-steps", type=int, default=150)
+    parser.add_argument("--tol", type=float, default=1e-3)
+    parser.add_argument("--max-iter", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--trace-reference-hvps", type=int, default=600)
+    parser.add_argument("--json", help="also write the numbers to this file")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    x, y = digits(args.samples)
+    model = train(small_cnn(args.seed), x, y, args.train_steps)
+    evaluator = Evaluator(model, (x, y), device="cpu", batch_size=args.batch_size)
+    batches = [(b[0].clone(), b[1].clone()) for b in evaluator.batches]
+    dim = sum(p.numel() for p in model.parameters())
+    print(f"model: small CNN, {dim} parameters; data: {len(y)} digits in {len(batches)} batches; "
+          f"tol={args.tol} max_iter={args.max_iter}; {machine_load()}")
+
+    # high-accuracy reference: ARPACK on float64 HVPs
+    from scipy.sparse.linalg import eigsh
+
+    ref_ev = Evaluator(model, (x, y), device="cpu", batch_size=args.batch_size, dtype=torch.float64)
+    op64 = HessianOperator(ref_ev, model)
+    t0 = time.perf_counter()
+    arpack = np.sort(eigsh(op64.to_scipy(), k=5, which="LA", tol=1e-10, return_eigenvectors=False))[::-1]
+    print(f"ARPACK reference (float64, tol 1e-10): {np.round(arpack, 5).tolist()} "
+          f"in {time.perf_counter() - t0:.1f} s, {op64.matvecs} HVPs")
+    ref_trace = hessian_trace(model, ref_ev, tol=0.0, max_iter=args.trace_reference_hvps, seed=args.seed + 1,
+                              method="hutch++")
+    print(f"trace reference (float64 Hutch++, {ref_trace.matvecs} HVPs): {ref_trace.value:.5g} "
+          f"+- {ref_trace.stderr:.2g}")
+
+    counter = Counter()
+    our_top, our_trace = ours_contenders(model, evaluator, args, counter)
+    pyh_top, pyh_trace = pyhessian_contenders(model, batches, args, counter)
+    contenders = {
+        "top-1 ours (lanczos)": our_top(1), "top-1 ours (lanczos, retained)": our_top(1, hvp="retained"),
+        "top-1 PyHessian": pyh_top(1),
+        "top-5 ours (lanczos)": our_top(5), "top-5 ours (lanczos, retained)": our_top(5, hvp="retained"),
+        "top-5 PyHessian": pyh_top(5),
+        "trace ours (hutchinson)": our_trace("hutchinson"), "trace ours (hutch++)": our_trace("hutch++"),
+        "trace ours (hutch++, retained)": our_trace("hutch++", "retained"), "trace PyHessian": pyh_trace,
+    }
+    timings = side_by_side(contenders, repeats=args.repeats, warmup=1)
+    rows, record = [], {}
+    base = {"top-1": timings["top-1 PyHessian"].median, "top-5": timings["top-5 PyHessian"].median,
+            "trace": timings["trace PyHessian"].median}
+    for name, timing in timings.items():
+        value, hvps, growth = timing.result
+        task = name.split()[0]
+        if task == "trace":
+            err = f"{100 * abs(value - ref_trace.value) / abs(ref_trace.value):.3g}%"
+            shown = f"{value:.4g}"
+        else:
+            k = len(value)
+            err_val = float(np.max(np.abs(np.asarray(value) - arpack[:k]) / np.abs(arpack[:k])))
+            err = f"{100 * err_val:.3g}%"
+            shown = ", ".join(f"{v:.4g}" for v in value)
+        speedup = base[task] / timing.median
+        rows.append([name, timing.median, hvps, f"{speedup:.2f}x", f"{growth:.1f}", err, shown])
+        record[name] = {"seconds": timing.seconds, "hvps": hvps, "rss_growth_mib": growth,
+                        "values": np.atleast_1d(value).tolist(), "speedup_vs_pyhessian": speedup}
+    print(format_table(["task", "median s", "HVPs", "speed-up vs PyH", "RSS growth MiB",
+                        "rel err vs reference", "values"], rows))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"arpack": arpack.tolist(), "trace_reference": [ref_trace.value, ref_trace.stderr],
+                       "contenders": record, "machine": machine_load(),
+                       "args": vars(args)}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

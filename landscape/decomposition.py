@@ -1,0 +1,275 @@
+"""The IMA paper's decomposition of a federated global model's loss (Theorem 1), and the
+analyses around it: error versus the number of averaged client models and linear CKA
+between client models (IMA paper Fig. 4; reference/ima.md section 2.7).
+
+Outputs are softmax probabilities, targets one-hot, errors squared L2 norms. ``D`` is the
+union of the clients' data (samples identified by content, so a sample held by several
+clients counts once and is "seen" by each of them). With ``S`` realizations per client
+(paired by index ``s`` across clients), for every ``(x, y)`` in ``D``::
+
+    mu_k  = mean_s f_{w_k^s}(x),     r_k = y - mu_k
+    bTB   = sum_k p_k 1[x in D_k] r_k,   bHB = sum_k p_k 1[x not in D_k] r_k,   b = bTB + bHB
+    Var_k = mean_s |f_{w_k^s} - mu_k|^2,  Cov_kk' = mean_s <f_{w_k^s} - mu_k, f_{w_k'^s} - mu_k'>
+
+and every reported term is the mean over ``D`` of: ``|b|^2`` (bias), ``|bTB|^2``
+(train_bias), ``|bHB|^2`` (heter_bias), ``2<bTB, bHB>`` (cross), ``sum_k p_k^2 Var_k``
+(variance), ``sum_{k != k'} p_k p_k' Cov_kk'`` (covariance), ``mean_s |y - sum_k p_k
+f_{w_k^s}|^2`` (wens_loss) and ``mean_s |y - f_{sum_k p_k w_k^s}|^2`` (fma_loss). Then
+``wens_loss == bias + variance + covariance`` and ``bias == train_bias + heter_bias + cross``
+hold exactly.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from collections.abc import Mapping
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .curvature_results import AveragingCurve, CKAMatrix, Decomposition
+from .data import prepare_data
+from .errors import ConfigError, DataError
+from .params import ModelLike
+
+CHUNK = 2048  # samples per forward pass
+
+
+# ------------------------------------------------------------------ decomposition
+def decompose(client_models: Sequence[ModelLike | Sequence[ModelLike]], client_data: Sequence[Any],
+              evaluator: Any, *, weights: Sequence[float] | None = None) -> Decomposition:
+    """IMA Theorem 1 terms for client models ``client_models[k]`` trained on ``client_data[k]``.
+
+    ``client_models[k]`` is a model-like or a list of realizations (the same number for every
+    client; realization ``s`` of each client is paired). ``weights`` default to client sizes
+    ``|D_k|``; they are normalised. The FMA model of realization ``s`` is ``sum_k p_k w_k^s``
+    over the whole state (BatchNorm buffers averaged, as FedAvg does). ``evaluator`` supplies
+    the architecture, device and dtype; its own data are not used.
+    """
+    vectors = _realizations(client_models, evaluator)  # (K, S, D) float64 CPU
+    k_clients, s_real = vectors.shape[:2]
+    if len(client_data) != k_clients:
+        raise ConfigError(f"{k_clients} clients have models but {len(client_data)} have data")
+    x, y, member, sizes = _union(client_data, evaluator)
+    p = _weights(weights, sizes)
+    fma = torch.einsum("k,ksd->sd", torch.as_tensor(p), vectors)  # (S, D)
+    locality = np.array([np.mean([float(evaluator.space.norm(vectors[k, s] - fma[s])) for s in range(s_real)])
+                         for k in range(k_clients)])
+
+    dev, dtype = evaluator.device, evaluator.dtype
+    models = evaluator.space.unflatten(vectors.reshape(k_clients * s_real, -1).to(dev, dtype))
+    fma_params = evaluator.space.unflatten(fma.to(dev, dtype))
+    pk = torch.as_tensor(p, device=dev, dtype=torch.float64)
+    member_dev = torch.as_tensor(member, device=dev, dtype=torch.float64)  # (n, K)
+    totals = dict.fromkeys(("bias", "train_bias", "heter_bias", "cross", "variance", "covariance",
+                            "wens_loss", "fma_loss", "output_gap"), 0.0)
+    own_sq = torch.zeros(k_clients, dtype=torch.float64, device=dev)    # sum over D_k of |r_k|^2
+    other_sq = torch.zeros(k_clients, dtype=torch.float64, device=dev)  # sum over D \ D_k
+    with torch.no_grad():
+        for start in range(0, len(y), CHUNK):
+            xb, yb = x[start:start + CHUNK].to(dev), y[start:start + CHUNK].to(dev)
+            mb = member_dev[start:start + CHUNK]
+            probs = torch.stack([_softmax(evaluator, {n: t[i] for n, t in models.items()}, xb)
+                                 for i in range(k_clients * s_real)])
+            probs = probs.reshape(k_clients, s_real, *probs.shape[1:])  # (K, S, B, C)
+            target = nn.functional.one_hot(yb, probs.shape[-1]).to(torch.float64)
+            mu = probs.mean(1)  # (K, B, C)
+            r = target - mu
+            w_in = (pk * mb).T[..., None]  # (K, B, 1)
+            w_out = (pk * (1 - mb)).T[..., None]
+            b_tb, b_hb = (w_in * r).sum(0), (w_out * r).sum(0)
+            b = b_tb + b_hb
+            delta = probs - mu[:, None]  # (K, S, B, C)
+            var_k = (delta ** 2).sum(-1).mean(1)  # (K, B)
+            weighted_var = (pk[:, None] ** 2 * var_k).sum(0)
+            pooled = torch.einsum("k,ksbc->sbc", pk, delta)
+            wens = torch.einsum("k,ksbc->sbc", pk, probs)  # (S, B, C)
+            f_fma = torch.stack([_softmax(evaluator, {n: t[s] for n, t in fma_params.items()}, xb)
+                                 for s in range(s_real)])
+            sums = {
+                "bias": (b ** 2).sum(), "train_bias": (b_tb ** 2).sum(), "heter_bias": (b_hb ** 2).sum(),
+                "cross": 2 * (b_tb * b_hb).sum(), "variance": weighted_var.sum(),
+                "covariance": ((pooled ** 2).sum(-1).mean(0) - weighted_var).sum(),
+                "wens_loss": ((target - wens) ** 2).sum(-1).mean(0).sum(),
+                "fma_loss": ((target - f_fma) ** 2).sum(-1).mean(0).sum(),
+                "output_gap": torch.linalg.vector_norm(f_fma - wens, dim=-1).mean(0).sum(),
+            }
+            for name, value in sums.items():
+                totals[name] += float(value)
+            r_sq = (r ** 2).sum(-1)  # (K, B)
+            own_sq += (r_sq * mb.T).sum(1)
+            other_sq += (r_sq * (1 - mb.T)).sum(1)
+    n = len(y)
+    means = {name: value / n for name, value in totals.items()}
+    count_in = member.sum(0).astype(np.float64)
+    count_out = n - count_in
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tb = own_sq.cpu().numpy() / count_in
+        hb = np.where(count_out > 0, other_sq.cpu().numpy() / count_out, np.nan)
+    return Decomposition(
+        **means, gap=means["fma_loss"] - means["wens_loss"], locality=locality, weights=p,
+        client_sizes=sizes, client_train_bias=tb, client_heter_bias=hb, num_samples=n,
+        realizations=s_real, spec={"evaluator": evaluator.fingerprint(), "weights": p.tolist()})
+
+
+def _softmax(evaluator: Any, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(evaluator.forward(params, x).to(torch.float64), dim=-1)
+
+
+def _is_single(model: Any) -> bool:
+    return isinstance(model, (nn.Module, Mapping, str, torch.Tensor)) or hasattr(model, "__fspath__")
+
+
+def _realizations(client_models: Sequence[Any], evaluator: Any) -> torch.Tensor:
+    """Flat vectors ``(K, S, D)``: each client's model-like or list of realizations."""
+    if len(client_models) == 0:
+        raise ConfigError("no client models given")
+    per_client = [[m] if _is_single(m) else list(m) for m in client_models]
+    counts = {len(r) for r in per_client}
+    if len(counts) != 1 or 0 in counts:
+        raise ConfigError(f"every client needs the same (non-zero) number of realizations; got "
+                          f"{[len(r) for r in per_client]}")
+    return torch.stack([torch.stack([evaluator.vector(m) for m in r]) for r in per_client])
+
+
+def _union(client_data: Sequence[Any], evaluator: Any
+           ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]:
+    """Unique samples of all clients (by content), client membership (n, K) and client sizes."""
+    index: dict[bytes, int] = {}
+    xs, ys, members = [], [], []
+    sizes = []
+    for k, data in enumerate(client_data):
+        prepared = prepare_data(data, torch.device("cpu"), evaluator.dtype)
+        count = 0
+        for xb, yb in prepared.batches:
+            if torch.is_floating_point(yb) or yb.ndim != 1:
+                raise DataError("the decomposition needs integer class labels (they become one-hot targets); "
+                                f"client {k} has targets of dtype {yb.dtype} and shape {tuple(yb.shape)}")
+            for xi, yi in zip(xb, yb):
+                key = hashlib.sha1(xi.contiguous().numpy().tobytes() + int(yi).to_bytes(8, "little",
+                                                                                       signed=True)).digest()
+                pos = index.setdefault(key, len(xs))
+                if pos == len(xs):
+                    xs.append(xi)
+                    ys.append(yi)
+                    members.append(set())
+                members[pos].add(k)
+                count += 1
+        sizes.append(count)
+    member = np.zeros((len(xs), len(client_data)), dtype=bool)
+    for i, owners in enumerate(members):
+        member[i, sorted(owners)] = True
+    return torch.stack(xs), torch.stack(ys), member, np.asarray(sizes, dtype=np.float64)
+
+
+def _weights(weights: Sequence[float] | None, sizes: np.ndarray) -> np.ndarray:
+    p = np.asarray(sizes if weights is None else weights, dtype=np.float64)
+    if p.shape != sizes.shape or np.any(p < 0) or not np.isfinite(p).all() or p.sum() <= 0:
+        raise ConfigError(f"weights must be {len(sizes)} non-negative numbers with a positive sum, got {weights}")
+    return p / p.sum()
+
+
+# ------------------------------------------------------- averaging more models
+def averaging_curve(client_models: Sequence[ModelLike], evaluator: Any, *,
+                    weights: Sequence[float] | None = None, sizes: Sequence[int] | None = None,
+                    subsets: int = 10, seed: int = 0) -> AveragingCurve:
+    """Loss and error (1 - accuracy) on the evaluator's data of weight averages of ``m``
+    client models, for ``m`` in ``sizes`` (default ``1..K``), over up to ``subsets`` random
+    subsets each (all subsets when there are at most that many). A subset ``T`` is averaged
+    with weights ``weights[k] / sum_T weights`` (uniform by default). IMA paper Fig. 4.
+    """
+    vectors = torch.stack([evaluator.vector(m) for m in client_models])
+    k_clients = len(vectors)
+    w = np.ones(k_clients) if weights is None else _weights(weights, np.ones(k_clients))
+    sizes = np.arange(1, k_clients + 1) if sizes is None else np.asarray(sizes, dtype=int)
+    if np.any(sizes < 1) or np.any(sizes > k_clients):
+        raise ConfigError(f"subset sizes must lie in [1, {k_clients}], got {sizes.tolist()}")
+    rng = np.random.default_rng(seed)
+    loss = np.full((len(sizes), subsets), np.nan)
+    error = np.full((len(sizes), subsets), np.nan)
+    for i, m in enumerate(sizes):
+        chosen = _subsets(k_clients, int(m), subsets, rng)
+        coeffs = np.zeros((len(chosen), k_clients))
+        for j, subset in enumerate(chosen):
+            coeffs[j, list(subset)] = w[list(subset)] / w[list(subset)].sum()
+        metrics = evaluator.evaluate(torch.as_tensor(coeffs) @ vectors)
+        loss[i, :len(chosen)] = metrics.loss
+        error[i, :len(chosen)] = 1.0 - np.asarray(metrics.accuracy)
+    return AveragingCurve(sizes=sizes, loss=loss, error=error,
+                          spec={"evaluator": evaluator.fingerprint(), "seed": seed, "subsets": subsets,
+                                "weights": w.tolist()})
+
+
+def _subsets(n: int, m: int, count: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
+    if math.comb(n, m) <= count:
+        return list(itertools.combinations(range(n), m))
+    seen: set[tuple[int, ...]] = set()
+    while len(seen) < count:
+        seen.add(tuple(sorted(rng.choice(n, size=m, replace=False).tolist())))
+    return sorted(seen)
+
+
+# ------------------------------------------------------------------------ CKA
+def linear_cka(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> float:
+    """Linear CKA ``|A~^T B~|_F^2 / (|A~^T A~|_F |B~^T B~|_F)`` of column-centred (n, d) features."""
+    a = torch.as_tensor(a, dtype=torch.float64).reshape(len(a), -1)
+    b = torch.as_tensor(b, dtype=torch.float64).reshape(len(b), -1)
+    if len(a) != len(b):
+        raise ConfigError(f"CKA needs features of the same samples; got {len(a)} and {len(b)} rows")
+    a = a - a.mean(0)
+    b = b - b.mean(0)
+    denom = torch.linalg.matrix_norm(a.T @ a) * torch.linalg.matrix_norm(b.T @ b)
+    return float(torch.linalg.matrix_norm(a.T @ b) ** 2 / denom) if denom > 0 else float("nan")
+
+
+def cka_matrix(models: Sequence[ModelLike], evaluator: Any, *, outputs: str = "softmax",
+               labels: Sequence[str] | None = None) -> CKAMatrix:
+    """Pairwise linear CKA of the models' outputs (``"softmax"`` or ``"logits"``) on the
+    evaluator's data, the IMA paper's proxy for the covariance term (Fig. 4)."""
+    if outputs not in ("softmax", "logits"):
+        raise ConfigError(f"outputs must be 'softmax' or 'logits', got {outputs!r}")
+    feats = []
+    with torch.no_grad():
+        for m in models:
+            params = evaluator.space.unflatten(evaluator.vector(m).to(evaluator.device, evaluator.dtype))
+            out = torch.cat([evaluator.forward(params, x).to(torch.float64) for x, _ in evaluator.batches])
+            feats.append(torch.softmax(out, -1) if outputs == "softmax" else out)
+    n = len(feats)
+    matrix = np.ones((n, n))
+    for i, j in itertools.combinations(range(n), 2):
+        matrix[i, j] = matrix[j, i] = linear_cka(feats[i], feats[j])
+    return CKAMatrix(matrix=matrix, labels=list(labels) if labels is not None else [str(i) for i in range(n)],
+                     spec={"evaluator": evaluator.fingerprint(), "outputs": outputs})
+
+
+# ------------------------------------------------------------------ FL runs
+def round_clients(run: Any, round: int = -1) -> tuple[list[Any], list[Mapping[str, torch.Tensor]], list[Any]]:
+    """``(client_ids, client_states, client_datasets)`` of the clients trained in ``round``
+    of an FL run (anything with ``client_states(round)`` and ``client_datasets()``)."""
+    states = run.client_states(round)
+    if not states:
+        raise ConfigError(f"the run stored no client models for round {round}; rerun it with client "
+                          "checkpoints enabled")
+    datasets = run.client_datasets()
+    missing = [cid for cid in states if cid not in datasets]
+    if missing:
+        raise ConfigError(f"the run has no datasets for clients {missing}")
+    ids = sorted(states)
+    return ids, [states[i] for i in ids], [datasets[i] for i in ids]
+
+
+def decompose_run(run: Any, round: int = -1, evaluator: Any = None, *,
+                  weights: Sequence[float] | None = None) -> Decomposition:
+    """:func:`decompose` for the clients of one round of an FL run (single realization each).
+
+    Without an evaluator one is built from ``run.module()`` and ``run.test_dataset()``.
+    """
+    if evaluator is None:
+        from .evaluator import Evaluator
+
+        evaluator = Evaluator(run.module(), run.test_dataset())
+    _, states, datasets = round_clients(run, round)
+    return decompose(states, datasets, evaluator, weights=weights)

@@ -1,0 +1,169 @@
+"""Exact Hessian-vector products of an evaluator's loss, with ``torch.func``.
+
+The loss is ``L(theta) = (1/N) sum_i l(f(x_i; theta), y_i)`` over *all* of the evaluator's
+data (sums of per-sample losses divided by the sample count, so a short last batch gets its
+proper weight). ``theta`` is the vector of the selected trainable parameters; everything
+else (other parameters, BatchNorm running statistics) is held fixed and the model runs in
+eval mode.
+
+``H v`` is computed batch by batch as forward-over-reverse, ``jvp(grad(L_b), theta, v)``
+(or reverse-over-reverse, ``grad(<grad L_b, v>)``), summed over batches. No graph survives
+a product and nothing is stored on the module, so memory stays flat over many products
+(unlike ``loss.backward(create_graph=True)``, see PyHessian issues #25/#28).
+
+``mode="retained"`` builds ``torch.func.vjp(grad(L_b), theta)`` once per batch and then
+replays only the second backward pass for each product (``H`` is symmetric, so the vjp is
+``H v``): each product is about 2x cheaper on CPU (measured on a small CNN, 140 vs 277 ms)
+and the set-up costs less than one product, but the graphs of all batches stay in memory
+(a fixed amount, proportional to the data's activations, that does not grow with the
+number of products).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch.func import grad, jvp, vjp
+
+from .errors import ConfigError
+from .params import ModelLike
+
+HVP_MODES = ("auto", "forward-over-reverse", "reverse-over-reverse", "retained")
+RETAINED_BUDGET = 512 << 20  # bytes of autograd graphs "auto" may keep alive
+
+
+class HessianOperator:
+    """The Hessian of an evaluator's loss at one point, as a symmetric linear operator.
+
+    ``point`` is a model-like or a flat vector of the evaluator's space. ``params`` are
+    ``fnmatch`` name patterns of the parameters to differentiate (``None``: all of them).
+    ``matvecs`` counts the Hessian-vector products computed so far.
+    """
+
+    def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
+                 params: Sequence[str] | str | None = None, mode: str = "auto",
+                 check_determinism: bool = True):
+        if mode not in HVP_MODES:
+            raise ConfigError(f"mode must be one of {HVP_MODES}, got {mode!r}")
+        self.evaluator = evaluator
+        self.mode = _resolve_mode(mode, evaluator)
+        space = evaluator.space
+        vec = point if isinstance(point, torch.Tensor) else evaluator.vector(point)
+        if vec.shape != (space.size,):
+            raise ConfigError(f"a flat vector must have shape ({space.size},), got {tuple(vec.shape)}")
+        vec = vec.detach().to(evaluator.device, evaluator.dtype)
+        mask = space.select(params)
+        selected = [e for e in space.entries if bool(mask[e.offset])]
+        self.names = [e.name for e in selected]
+        self.shapes = [e.shape for e in selected]
+        self.numels = [e.numel for e in selected]
+        tensors = space.unflatten(vec)
+        chosen = set(self.names)
+        self._fixed = {name: t for name, t in tensors.items() if name not in chosen}
+        self.theta = torch.cat([tensors[n].reshape(-1) for n in self.names])
+        self.dim = int(self.theta.numel())
+        self.device = evaluator.device
+        self.dtype = evaluator.dtype
+        self.matvecs = 0
+        self._retained: list | None = None
+        if check_determinism:
+            self._check_determinism()
+
+    # ------------------------------------------------------------------ the loss
+    def params_dict(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        """State-dict-named tensors with the selected parameters taken from ``theta``."""
+        parts = torch.split(theta, self.numels)
+        out = dict(self._fixed)
+        out.update({n: p.reshape(s) for n, p, s in zip(self.names, parts, self.shapes)})
+        return out
+
+    def batch_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """This batch's share of the loss: ``sum_{i in batch} l_i / N``."""
+        ev = self.evaluator
+        return ev.per_sample_loss(ev.forward(self.params_dict(theta), x), y).sum() / ev.num_samples
+
+    def loss(self) -> float:
+        """``L(theta)`` at the operator's point."""
+        with torch.no_grad():
+            return float(sum(self.batch_loss(self.theta, x, y).double() for x, y in self.evaluator.batches))
+
+    def gradient(self) -> torch.Tensor:
+        """``grad L(theta)`` (flat, on the device)."""
+        g = torch.zeros_like(self.theta)
+        for x, y in self.evaluator.batches:
+            g += grad(self.batch_loss)(self.theta, x, y)
+        return g
+
+    # ---------------------------------------------------------- linear operator
+    def matvec(self, v: torch.Tensor) -> torch.Tensor:
+        """``H v`` for a flat vector ``v`` of length ``dim`` (one Hessian-vector product)."""
+        if v.shape != (self.dim,):
+            raise ConfigError(f"H v needs a vector of length {self.dim}, got shape {tuple(v.shape)}")
+        v = v.to(self.device, self.dtype)
+        out = torch.zeros_like(self.theta)
+        if self.mode == "retained":
+            for backward in self._retained_graphs():
+                out += backward(v)[0].detach()
+        else:
+            for x, y in self.evaluator.batches:
+                out += self._batch_hvp(x, y, v)
+        self.matvecs += 1
+        return out
+
+    __call__ = matvec
+
+    def _batch_hvp(self, x: torch.Tensor, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        def g(theta: torch.Tensor) -> torch.Tensor:
+            return grad(self.batch_loss)(theta, x, y)
+
+        if self.mode == "forward-over-reverse":
+            return jvp(g, (self.theta,), (v,))[1].detach()
+        return grad(lambda theta: torch.dot(g(theta), v))(self.theta).detach()
+
+    def _retained_graphs(self) -> list:
+        if self._retained is None:
+            self._retained = [vjp(lambda theta, x=x, y=y: grad(self.batch_loss)(theta, x, y), self.theta)[1]
+                              for x, y in self.evaluator.batches]
+        return self._retained
+
+    def dense(self, max_dim: int = 5000) -> torch.Tensor:
+        """The full Hessian (``dim`` products; only for small problems and tests)."""
+        if self.dim > max_dim:
+            raise ConfigError(f"the Hessian has {self.dim} rows; dense() is limited to {max_dim}. "
+                              "Use the iterative estimators (hessian_eigenvalues, hessian_trace) instead.")
+        eye = torch.eye(self.dim, device=self.device, dtype=self.dtype)
+        return torch.stack([self.matvec(e) for e in eye])
+
+    def to_scipy(self):
+        """A ``scipy.sparse.linalg.LinearOperator`` (float64 in and out) of this Hessian."""
+        from scipy.sparse.linalg import LinearOperator
+
+        def mv(x: np.ndarray) -> np.ndarray:
+            v = torch.as_tensor(np.asarray(x, dtype=np.float64).reshape(-1))
+            return self.matvec(v).double().cpu().numpy()
+
+        return LinearOperator((self.dim, self.dim), matvec=mv, rmatvec=mv, dtype=np.float64)
+
+    # ---------------------------------------------------------------- checks
+    def _check_determinism(self) -> None:
+        x, _ = self.evaluator.batches[0]
+        x = x[:8]
+        with torch.no_grad():
+            first = self.evaluator.forward(self.params_dict(self.theta), x)
+            second = self.evaluator.forward(self.params_dict(self.theta), x)
+        if not torch.equal(first, second):
+            raise ConfigError("the model gives different outputs for the same input and weights (dropout "
+                              "or other randomness active in eval mode?), so its Hessian is not defined. "
+                              "Disable the randomness in the module's forward before computing curvature.")
+
+
+def _resolve_mode(mode: str, evaluator: Any) -> str:
+    """``auto``: keep per-batch graphs (about 2x cheaper per product) on CPU when they fit
+    in :data:`RETAINED_BUDGET`; otherwise forward-over-reverse, whose memory stays flat."""
+    if mode != "auto":
+        return mode
+    graphs = 3 * evaluator._activation_bytes() * len(evaluator.batches)
+    if evaluator.device.type == "cpu" and graphs <= RETAINED_BUDGET:
+        return "retained"
+    return "forward-over-reverse"

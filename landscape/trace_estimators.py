@@ -1,0 +1,103 @@
+"""Stochastic trace estimators on a symmetric operator given as a matrix-vector product.
+
+* Hutchinson (1989): ``tr A = E[z^T A z]`` for Rademacher ``z``; the estimate is the sample
+  mean, its standard error ``std / sqrt(m)``.
+* Hutch++ (Meyer, Musco, Musco & Woodruff 2021, Alg. 1): ``tr A = tr(Q^T A Q) +
+  tr((I - QQ^T) A (I - QQ^T))`` with ``Q`` an orthonormal basis of ``A S`` for a Rademacher
+  sketch ``S``; the first term is exact, the second is estimated by Hutchinson on projected
+  probes. The top of the spectrum, which dominates Hutchinson's variance, is removed.
+
+Both stop once ``stderr <= tol * |estimate|`` (after ``min_samples`` samples) or when the
+budget of ``max_iter`` matvecs is spent.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .curvature_results import TraceEstimate
+from .errors import ConfigError
+from .lanczos import MatVec, rademacher_vector
+
+TRACE_METHODS = ("hutchinson", "hutch++")
+
+
+def hutchinson(matvec: MatVec, dim: int, *, tol: float = 1e-3, max_iter: int = 100,
+               generator: torch.Generator, device: torch.device | str = "cpu",
+               dtype: torch.dtype = torch.float32, min_samples: int = 10) -> TraceEstimate:
+    """Hutchinson's estimator with Rademacher probes and a relative-stderr stopping rule."""
+    _check_budget(max_iter, 1)
+    samples = _sample_quadratic_forms(matvec, dim, max_iter, tol, 0.0, min_samples,
+                                      generator, device, dtype, project=None)
+    value, stderr = _mean_stderr(samples)
+    converged = stderr <= tol * abs(value)
+    return TraceEstimate(value=value, stderr=stderr, samples=samples, method="hutchinson",
+                         matvecs=len(samples), dim=dim, converged=bool(converged))
+
+
+def hutchpp(matvec: MatVec, dim: int, *, tol: float = 1e-3, max_iter: int = 100,
+            generator: torch.Generator, device: torch.device | str = "cpu",
+            dtype: torch.dtype = torch.float32, sketch: int | None = None,
+            min_samples: int = 10) -> TraceEstimate:
+    """Hutch++ with a sketch of ``sketch`` vectors (default ``max_iter // 3``).
+
+    Costs ``2 * sketch`` matvecs for the exact part, then at most ``max_iter - 2 * sketch``
+    Hutchinson samples of the deflated remainder. If the sketch spans the whole space the
+    trace is exact (``stderr == 0``).
+    """
+    _check_budget(max_iter, 3)
+    s = min(dim, sketch if sketch is not None else max(1, max_iter // 3))
+    if s < 1 or 2 * s > max_iter:
+        raise ConfigError(f"the Hutch++ sketch ({s} vectors) needs 2x{s} matvecs, more than max_iter={max_iter}")
+    probes = torch.stack([rademacher_vector(dim, generator, device, dtype) for _ in range(s)])
+    images = torch.stack([matvec(p) for p in probes])
+    q, _ = torch.linalg.qr(images.T.double())
+    q = q.to(dtype)
+    exact = float(sum(torch.dot(u, matvec(u)).double() for u in q.T))
+    used = 2 * s
+    if s == dim:
+        return TraceEstimate(value=exact, stderr=0.0, samples=np.zeros(0), method="hutch++",
+                             matvecs=used, dim=dim, converged=True, exact=exact)
+
+    def project(z: torch.Tensor) -> torch.Tensor:
+        return z - q @ (q.T @ z)
+
+    samples = _sample_quadratic_forms(matvec, dim, max_iter - used, tol, exact, min_samples,
+                                      generator, device, dtype, project=project)
+    mean, stderr = _mean_stderr(samples)
+    value = exact + mean
+    return TraceEstimate(value=value, stderr=stderr, samples=samples, method="hutch++",
+                         matvecs=used + len(samples), dim=dim,
+                         converged=bool(stderr <= tol * abs(value)), exact=exact)
+
+
+def _sample_quadratic_forms(matvec: MatVec, dim: int, budget: int, tol: float, offset: float,
+                            min_samples: int, generator: torch.Generator, device, dtype,
+                            project) -> np.ndarray:
+    """``z^T A z`` for Rademacher (optionally projected) ``z`` until ``stderr <= tol |offset + mean|``."""
+    samples: list[float] = []
+    for _ in range(budget):
+        z = rademacher_vector(dim, generator, device, dtype)
+        if project is not None:
+            z = project(z)
+        samples.append(float(torch.dot(z.double(), matvec(z).double())))
+        if len(samples) >= min(min_samples, budget) and len(samples) > 1:
+            mean, stderr = _mean_stderr(np.asarray(samples))
+            if stderr <= tol * abs(offset + mean):
+                break
+    return np.asarray(samples, dtype=np.float64)
+
+
+def _mean_stderr(samples: np.ndarray) -> tuple[float, float]:
+    if samples.size == 0:
+        return 0.0, float("nan")
+    mean = float(samples.mean())
+    stderr = float(samples.std(ddof=1) / math.sqrt(samples.size)) if samples.size > 1 else float("nan")
+    return mean, stderr
+
+
+def _check_budget(max_iter: int, least: int) -> None:
+    if max_iter < least:
+        raise ConfigError(f"max_iter must be >= {least} for this trace estimator, got {max_iter}")
