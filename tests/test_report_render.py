@@ -25,7 +25,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def report(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("report")
     proc = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py"), "--out", str(out),
-                           "--rounds", "2", "--clients", "4", "--resolution", "5"],
+                           "--rounds", "2", "--clients", "4", "--resolution", "5", "--central-epochs", "1"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     page = out / "index.html"
