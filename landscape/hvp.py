@@ -20,6 +20,8 @@ number of products).
 """
 from __future__ import annotations
 
+import warnings
+
 from typing import Any, Sequence
 
 import numpy as np
@@ -118,7 +120,9 @@ class HessianOperator:
             return grad(self.batch_loss)(theta, x, y)
 
         if self.mode == "forward-over-reverse":
-            return jvp(g, (self.theta,), (v,))[1].detach()
+            with warnings.catch_warnings():  # torch's first jvp jit-scripts its decompositions and warns
+                warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
+                return jvp(g, (self.theta,), (v,))[1].detach()
         return grad(lambda theta: torch.dot(g(theta), v))(self.theta).detach()
 
     def _retained_graphs(self) -> list:
