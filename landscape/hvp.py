@@ -21,7 +21,6 @@ number of products).
 from __future__ import annotations
 
 import warnings
-
 from typing import Any, Sequence
 
 import numpy as np
