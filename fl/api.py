@@ -24,7 +24,7 @@ from landscape.errors import CheckpointError, ConfigError
 from . import algorithms
 from .algorithms.base import Algorithm, derive_seed
 from .algorithms.ima import IMA
-from .engine import Engine, Federation
+from .engine import BACKENDS, Engine, Federation
 from .evaluation import resolve_device
 from .store import RunStore, State
 
@@ -42,11 +42,12 @@ ENGINE_OPTIONS: dict[str, Any] = {
     "data_root": None,          # folder of torchvision datasets
     "download": False,          # allow torchvision downloads
     "ima": False,               # True or a dict of IMA options: IMA on top of the algorithm
+    "backend": "sequential",    # "sequential" | "vectorized" (all clients of a round at once, fl.vectorized)
 }
 #: Options that affect only this process, never stored or compared.
 RUNTIME_OPTIONS: dict[str, Any] = {"progress": None, "on_round": None}
 #: Config keys that may differ when a stored run is resumed or reopened.
-VOLATILE = ("device", "data_root", "download")
+VOLATILE = ("device", "data_root", "download", "backend")
 
 
 def run(algorithm: str = "fedavg", *, dataset: str = "digits", model: str | nn.Module | None = None,
@@ -63,6 +64,8 @@ def run(algorithm: str = "fedavg", *, dataset: str = "digits", model: str | nn.M
     finds its earlier run. Options: the algorithm's own (e.g. ``mu`` for FedProx; for
     ``"ima"`` ``window``, ``start_round``, ``schedule``, ...), the engine options of
     :data:`ENGINE_OPTIONS` (``ima=True`` or ``ima={...}`` adds IMA to any algorithm),
+    ``backend`` (``"sequential"``, or ``"vectorized"``: a round's clients trained at once
+    with ``torch.func``, same results to floating-point tolerance, see :mod:`fl.vectorized`),
     ``progress`` (tqdm bar; default: when stderr is a terminal) and ``on_round`` (a
     callback ``f(round, metrics)`` after each stored round). Unknown options raise
     ``ConfigError`` listing the valid ones; a directory holding a run with another
@@ -197,6 +200,8 @@ def _check_engine(engine: Mapping[str, Any]) -> None:
     if not 0 <= float(engine["local_test_fraction"]) < 1:
         raise ConfigError(f"local_test_fraction must be in [0, 1), got {engine['local_test_fraction']!r}")
     _positive_int("eval_batch_size", engine["eval_batch_size"])
+    if engine["backend"] not in BACKENDS:
+        raise ConfigError(f"backend must be one of {BACKENDS}, got {engine['backend']!r}")
     if not isinstance(engine["partition_options"], Mapping):
         raise ConfigError("partition_options must be a dict of keyword arguments of fl.partition.partition")
 

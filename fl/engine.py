@@ -6,6 +6,11 @@ All randomness derives from the run seed: client sampling of round r from
 ``(seed, "client", r, k)``, extra training in ``begin_round`` from ``(seed, tag, r, k)``.
 Nothing touches the global RNG, so the same seed gives bit-identical checkpoints and a
 resumed run equals an uninterrupted one.
+
+Back ends (config ``backend``): ``sequential`` trains the clients of a round one after the
+other; ``vectorized`` trains them all at once with ``torch.func`` (:mod:`fl.vectorized`),
+drawing the same mini-batches from the same generators, so both give the same models to
+floating-point tolerance.
 """
 from __future__ import annotations
 
@@ -18,10 +23,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from landscape.errors import ConfigError
+
 from .algorithms.base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext,
                               State, derive_seed, make_generator)
 from .evaluation import evaluate
 from .store import RunStore
+from .vectorized import train_clients, unsupported_reason
+
+BACKENDS = ("sequential", "vectorized")
 
 
 @dataclass
@@ -85,6 +95,14 @@ class Engine:
         self.global_state: State = {}
         self.server_state: State = {}
         self.client_states: dict[int, State] = {}
+        self.backend = str(config.get("backend", "sequential"))
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.backend == "vectorized":
+            reason = unsupported_reason(algorithm, self.module)
+            if reason is not None:
+                raise ConfigError(f"the vectorized back end cannot train this run: {reason}; "
+                                  "use backend='sequential'")
 
     # --------------------------------------------------------------------- run
     def run(self) -> None:
@@ -136,12 +154,12 @@ class Engine:
         sent = self.global_state
 
         def train(ids: Sequence[int], tag: str) -> dict[int, ClientUpdate]:
-            return {k: self._client(r, k, tag, sent, self.server_state) for k in ids}
+            return self._train(r, ids, tag, sent, self.server_state)
 
         self.server_state = self.alg.begin_round(
             RoundContext(r, sent, self.server_state, list(sampled), int(cfg["clients"]), train))
         round_server_state = self.server_state
-        updates = {k: self._client(r, k, "client", sent, round_server_state) for k in clients}
+        updates = self._train(r, clients, "client", sent, round_server_state)
         for k, u in updates.items():
             if u.client_state is not None:
                 self.client_states[k] = {n: t.detach() for n, t in u.client_state.items()}
@@ -159,9 +177,16 @@ class Engine:
         self._write(r, exported, self.client_states, record)
         return record
 
-    def _client(self, r: int, k: int, tag: str, sent: State, server_state: State) -> ClientUpdate:
+    def _train(self, r: int, ids: Sequence[int], tag: str, sent: State, server_state: State
+               ) -> dict[int, ClientUpdate]:
+        """Client updates of ``ids`` with the configured back end."""
+        if self.backend == "vectorized" and len(ids) > 1:
+            return train_clients(self.alg, [self._context(r, k, tag, sent, server_state) for k in ids])
+        return {k: self.alg.client_update(self._context(r, k, tag, sent, server_state)) for k in ids}
+
+    def _context(self, r: int, k: int, tag: str, sent: State, server_state: State) -> LocalContext:
         idx = self.data.client_train[k]
-        ctx = LocalContext(
+        return LocalContext(
             round=r, client=k, global_state=sent, server_state=server_state,
             client_state=self.client_states.get(k, {}), x=self.data.train_x[idx],
             y=self.data.train_y[idx], generator=make_generator(self.seed, tag, r, k),
@@ -170,7 +195,6 @@ class Engine:
             weight_decay=float(self.config["weight_decay"]), module=self.module,
             options=self.alg.opts, config=self.config, device=self.device,
             num_classes=self.data.num_classes)
-        return self.alg.client_update(ctx)
 
     def _local_test(self) -> dict[int, tuple[Tensor, Tensor]]:
         return {k: (self.data.train_x[i], self.data.train_y[i])

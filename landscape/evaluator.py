@@ -1,14 +1,25 @@
 """The evaluation engine: loss and accuracy of many points in parameter space.
 
-The template module is copied once (the user's module is never touched) and called with
-``torch.func.functional_call``. Data stay on the device; per-point sums of losses and
+The template module is copied (the user's module is never touched); ``vmap`` calls the copy
+with ``torch.func.functional_call``, the loop a flat-view copy (below). Data stay on the device; per-point sums of losses and
 correct predictions are accumulated on the device and moved to the host once per chunk.
 Losses are sums over samples divided by the sample count.
 
 Strategies: ``loop`` (one point at a time, all batches) and ``vmap`` (a chunk of stacked
-points at once). ``auto`` uses the loop on CPU (vmap is measured 2.5-5x slower there) and
-times both on the first chunk elsewhere; the choice is recorded in ``strategy`` and
-``strategy_reason``.
+points at once). The loop runs a second private copy of the template whose parameters and
+buffers are views into one flat tensor: a point is set with a single ``copy_`` and the
+module is called directly, so its per-point cost is essentially that of plain forward
+passes (``functional_call`` per batch cost about 2x that for a small MLP on CPU).
+``auto`` uses the loop on CPU (vmap is measured 2.5-5x slower there) and elsewhere times
+both per point on the first points of the first chunk that fit vmap's memory; the choice
+is recorded in ``strategy`` and ``strategy_reason``.
+
+Speed options: ``autocast`` (``torch.bfloat16`` or ``torch.float16``: forward passes under
+``torch.autocast``, losses in the evaluation dtype; recorded in the cache key) and
+``compile`` (``True`` or a ``torch.compile`` backend name: the loop's per-batch step,
+forward and metrics in one graph, or the vmapped metrics function). Chunks are sized from
+half the free device memory (or ``memory_budget``); an out-of-memory error in a chunk is
+caught and the chunk retried in halves (the smaller chunk size is kept).
 
 BatchNorm modes (recorded in every cache key):
 ``interpolate`` buffers move with the parameters (they are part of the flat vector);
@@ -18,6 +29,7 @@ BatchNorm modes (recorded in every cache key):
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import os
@@ -41,6 +53,8 @@ ALGORITHM_VERSION = "evaluator-1"
 BN_MODES = ("interpolate", "keep", "recompute")
 STRATEGIES = ("auto", "loop", "vmap")
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: The loop scores a point's outputs over all batches in one call when they fit in this.
+CONCAT_OUTPUT_BYTES = 64 << 20
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -101,7 +115,8 @@ class Evaluator:
                  bn_batches: int | None = None, bn_data: Any = None, dtype: torch.dtype | None = None,
                  cache: str | Cache | None = None, progress: bool | None = None,
                  strategy: str = "auto", chunk_size: int | None = None, batch_size: int | None = None,
-                 memory_budget: int | None = None):
+                 memory_budget: int | None = None, autocast: torch.dtype | None = None,
+                 compile: bool | str = False):
         if bn not in BN_MODES:
             raise ConfigError(f"bn must be one of {BN_MODES}, got {bn!r}")
         if strategy not in STRATEGIES:
@@ -114,6 +129,7 @@ class Evaluator:
         self.module = copy.deepcopy(module).to(self.device, self.dtype).eval()
         self.loss_name = loss_identity(loss)
         self.per_sample_loss = per_sample_loss_fn(loss)
+        self._summed_loss = _summed_cross_entropy if loss == "cross_entropy" else None
         self.bn = bn
         self.data: DeviceData = prepare_data(data, self.device, self.dtype, batch_size)
         self.batches = self.data.batches
@@ -133,6 +149,14 @@ class Evaluator:
         self.memory_budget = memory_budget
         self.points_evaluated = 0
         self._fixed = {k: v.to(self.device) for k, v in self.space.fixed.items()}
+        if autocast is not None and autocast not in (torch.bfloat16, torch.float16):
+            raise ConfigError(f"autocast must be torch.bfloat16, torch.float16 or None, got {autocast!r}")
+        if not isinstance(compile, (bool, str)):
+            raise ConfigError(f"compile must be True, False or a torch.compile backend name, got {compile!r}")
+        self.autocast = autocast
+        self.compile = compile
+        self._flat: tuple[nn.Module, torch.Tensor, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] | None = None
+        self._vmapped: Callable[..., torch.Tensor] | None = None
         self._check_data()
 
     # ------------------------------------------------------------------ basics
@@ -152,6 +176,9 @@ class Evaluator:
                             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
         for _, yb in self.batches:
             check_targets(out, yb, self.loss_name)
+        per_point = self.num_samples * out[0].numel() * out.element_size() if out.ndim else 0
+        self._targets = (torch.cat([yb for _, yb in self.batches])
+                         if len(self.batches) > 1 and 0 < per_point <= CONCAT_OUTPUT_BYTES else None)
 
     def fingerprint(self) -> dict[str, Any]:
         """Everything about this evaluator that determines a metric value."""
@@ -160,6 +187,7 @@ class Evaluator:
             "bn_batches": self.bn_batches if self.bn == "recompute" else None,
             "bn_data": self.bn_data.fingerprint if self.bn == "recompute" else None,
             "dtype": str(self.dtype), "space": self.space.layout_digest(), "version": ALGORITHM_VERSION,
+            **({"autocast": str(self.autocast)} if self.autocast is not None else {}),
         }
 
     def vector(self, model: ModelLike) -> torch.Tensor:
@@ -203,8 +231,8 @@ class Evaluator:
                 idx = todo[pos:pos + run]
                 try:
                     l, a = self._evaluate_chunk(points, int(idx[0]), int(idx[-1]) + 1, ref_dev)
-                except torch.cuda.OutOfMemoryError:
-                    if run == 1:
+                except (torch.cuda.OutOfMemoryError, RuntimeError) as exc:
+                    if run == 1 or not _is_out_of_memory(exc):
                         raise
                     torch.cuda.empty_cache()
                     self.chunk_size = max(1, run // 2)  # retry this chunk in halves
@@ -241,9 +269,14 @@ class Evaluator:
     def _chunk_size(self, points: PointSet) -> int:
         if self.chunk_size is not None:
             return self.chunk_size
+        return self._fitting_chunk(self.strategy or "loop")
+
+    def _fitting_chunk(self, strategy: str) -> int:
+        """Points per chunk that fit the memory budget (half the free device memory unless
+        ``memory_budget``): flat vectors, plus the activations of every point for vmap."""
         budget = self.memory_budget or _default_budget(self.device)
         per_point = self.space.size * torch.tensor([], dtype=self.dtype).element_size() * 3
-        if self.strategy == "vmap":
+        if strategy == "vmap":
             per_point += self._activation_bytes()
         return int(max(1, min(256, budget // max(per_point, 1))))
 
@@ -275,7 +308,9 @@ class Evaluator:
         return self._run(vecs, self.strategy)
 
     def _run(self, vecs: torch.Tensor, strategy: str) -> tuple[np.ndarray, np.ndarray]:
-        with torch.no_grad():
+        amp = (torch.autocast(self.device.type, dtype=self.autocast) if self.autocast is not None
+               else contextlib.nullcontext())
+        with torch.no_grad(), amp:
             sums = self._sums_loop(vecs) if strategy == "loop" else self._sums_vmap(vecs)
         host = sums.double().cpu().numpy()  # the one synchronisation per chunk
         return host[:, 0] / self.num_samples, host[:, 1] / self.num_samples
@@ -284,41 +319,92 @@ class Evaluator:
         if self.device.type == "cpu":
             self.strategy, self.strategy_reason = "loop", "cpu: vmap measured slower than a loop on CPU"
             return self._run(vecs, "loop")
-        timings = {}
-        result = None
+        return self._measure_strategies(vecs)
+
+    def _measure_strategies(self, vecs: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """Time loop and vmap per point on the first ``n`` points (``n``: what vmap fits in
+        memory), keep the faster, and return the metrics of ``vecs`` computed with it."""
+        n = min(len(vecs), self._fitting_chunk("vmap"))  # vmap holds n points' activations
+        per_point = {}
         for strategy in ("loop", "vmap"):
-            self._run(vecs[:1], strategy)  # warm-up
-            torch.cuda.synchronize(self.device)
+            self._run(vecs[:1], strategy)  # warm-up (compilation, cuDNN algorithm choice)
             t0 = time.perf_counter()
-            result = self._run(vecs, strategy)
-            timings[strategy] = time.perf_counter() - t0
-        self.strategy = min(timings, key=timings.get)
-        self.strategy_reason = "measured on first chunk: " + ", ".join(
-            f"{k} {v * 1e3:.1f} ms" for k, v in timings.items())
-        return result
+            self._run(vecs[:n], strategy)  # synchronises (host copy of the sums)
+            per_point[strategy] = (time.perf_counter() - t0) / n
+        self.strategy = min(per_point, key=per_point.get)
+        self.strategy_reason = f"measured on {n} points: " + ", ".join(
+            f"{k} {v * 1e3:.2f} ms/point" for k, v in per_point.items())
+        step = n if self.strategy == "vmap" else len(vecs)
+        parts = [self._run(vecs[i:i + step], self.strategy) for i in range(0, len(vecs), step)]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def _flat_module(self) -> tuple[nn.Module, torch.Tensor, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+        """(private module, its flat state tensor, ``step(x, y)`` -> (summed loss, correct) of a
+        batch at the current state), built once; with ``compile`` the step is one compiled
+        graph (forward and metrics fused).
+
+        Every floating-point parameter and buffer of the copy is a view into the flat tensor
+        (layout of ``self.space``); tied weights stay one Parameter; integer buffers are the
+        template's. Setting a point is ``flat.copy_(vec)``."""
+        if self._flat is None:
+            module = copy.deepcopy(self.module).eval()
+            flat = torch.zeros(self.space.size, device=self.device, dtype=self.dtype)
+            tensors: dict[str, torch.Tensor] = {}
+            for e in self.space.entries:
+                view = flat[e.offset:e.offset + e.numel].view(e.shape)
+                tensors[e.name] = nn.Parameter(view, requires_grad=False) if e.kind == "parameter" else view
+            for name in [*tensors, *self.space.aliases]:
+                tensor = tensors[self.space.aliases.get(name, name)]
+                owner, _, attr = name.rpartition(".")
+                sub = module.get_submodule(owner)
+                if attr in sub._parameters:
+                    sub._parameters[attr] = tensor
+                else:
+                    sub._buffers[attr] = tensor
+            def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+                return torch.stack(self._batch_metrics(module(x), y))
+
+            self._flat = (module, flat, self._maybe_compile(step))
+        return self._flat
+
+    def _maybe_compile(self, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        if self.compile is False:
+            return fn
+        return torch.compile(fn, **({} if self.compile is True else {"backend": self.compile}))
+
+    def _batch_metrics(self, logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(summed loss in float64, number correct) of one batch; logits in the evaluation dtype."""
+        logits = logits.to(self.dtype)
+        if self._summed_loss is not None:
+            return self._summed_loss(logits, y), _correct(logits, y)
+        return self.per_sample_loss(logits, y).sum(dtype=torch.float64), _correct(logits, y)
 
     def _sums_loop(self, vecs: torch.Tensor) -> torch.Tensor:
-        out = torch.zeros(len(vecs), 2, device=self.device, dtype=torch.float64)
-        for i, vec in enumerate(vecs):
-            params = self.space.unflatten(vec)
-            for x, y in self.batches:
-                logits = self.forward(params, x)
-                out[i, 0] += self.per_sample_loss(logits, y).sum(dtype=torch.float64)
-                out[i, 1] += _correct(logits, y)
-        return out
+        """Per point: one ``copy_`` into the flat module, forward passes over all batches;
+        the outputs of a point are concatenated and scored at once when they are small
+        (``CONCAT_OUTPUT_BYTES``; eager only), else batch by batch. No host synchronisation."""
+        module, flat, step = self._flat_module()
+        concat = self._targets is not None and self.compile is False
+        sums: list[torch.Tensor] = []
+        for vec in vecs:
+            flat.copy_(vec)
+            if concat:
+                sums.append(torch.stack(self._batch_metrics(
+                    torch.cat([module(x) for x, _ in self.batches]), self._targets)))
+            else:
+                sums.extend(step(x, y) for x, y in self.batches)
+        return torch.stack(sums).view(len(vecs), -1, 2).sum(1)
 
     def _sums_vmap(self, vecs: torch.Tensor) -> torch.Tensor:
+        if self._vmapped is None:
+            def metrics(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+                return torch.stack(self._batch_metrics(self.forward(p, x), y))
+
+            self._vmapped = self._maybe_compile(vmap(metrics, in_dims=(0, None, None)))
         params = self.space.unflatten(vecs)
         out = torch.zeros(len(vecs), 2, device=self.device, dtype=torch.float64)
-
-        def metrics(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            logits = self.forward(p, x)
-            return torch.stack([self.per_sample_loss(logits, y).sum(dtype=torch.float64),
-                                _correct(logits, y)])
-
-        batched = vmap(metrics, in_dims=(0, None, None))
         for x, y in self.batches:
-            out += batched(params, x, y)
+            out += self._vmapped(params, x, y)
         return out
 
     def _apply_bn_mode(self, vecs: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
@@ -359,7 +445,21 @@ class Evaluator:
 def _correct(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if torch.is_floating_point(y) or logits.ndim < 2:
         return torch.full((), float("nan"), dtype=torch.float64, device=logits.device)
-    return (logits.argmax(-1) == y).sum(dtype=torch.float64)
+    return (logits.argmax(-1) == y).sum().double()  # integer count, then one cast (cheaper on CPU)
+
+
+def _summed_cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Sum of per-sample cross-entropies of one batch, reduced inside the kernel in the
+    evaluation dtype (ATen's pairwise summation), then float64: on CPU about a third
+    cheaper than per-sample losses summed in float64, same value to float rounding."""
+    return nn.functional.cross_entropy(logits, y, reduction="sum").double()
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    """True for CUDA (and CPU allocator) out-of-memory errors."""
+    text = str(exc)
+    return (isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in text
+            or "can't allocate memory" in text)
 
 
 def _contiguous_run(todo: np.ndarray, pos: int, size: int) -> int:

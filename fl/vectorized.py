@@ -1,0 +1,148 @@
+"""Vectorised client training: many clients of one small model trained at once.
+
+The same local SGD as :func:`fl.algorithms.base.local_sgd`, for ``K`` clients in one
+``torch.func.vmap(grad(...))`` call per step instead of ``K`` Python loops:
+
+* every client draws its mini-batch schedule from its own generator exactly as the
+  sequential back end does (``minibatches(n_k, B, E, ctx.generator)``), so both back ends
+  see the same batches in the same order;
+* clients have different data sizes, so different numbers of steps and a short last batch
+  per epoch: step ``t`` gathers a ``(K, B)`` block of sample indices padded with a valid
+  sample and a 0/1 weight; the loss of client ``k`` is ``sum_i w_i ce_i / n_{k,t}`` (the
+  mean over its real samples, as ``F.cross_entropy``); clients are sorted by their number
+  of steps, so the clients still training at step ``t`` are a prefix of the stacked
+  parameters, and only that prefix is computed and updated (in place).
+
+Padding is exact only for models that treat samples independently, so BatchNorm (batch
+statistics) and dropout (random masks the sequential back end draws from another stream)
+are refused, as are algorithms with their own ``client_update`` or a data-dependent
+``extra_loss``; :func:`unsupported_reason` says why. Results equal the sequential back end's
+to floating-point tolerance (reduction order differs), not bit for bit. One difference
+remains by design: a trainable parameter the loss does not use gets a zero gradient here
+(the sequential back end skips it), which changes it only under weight decay.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, grad, vmap
+
+from .algorithms.base import Algorithm, ClientUpdate, LocalContext, State, minibatches
+from .algorithms.fedprox import FedProx
+from .algorithms.ima import IMA
+
+#: ``extra_loss`` implementations that depend only on the parameters and the received
+#: model (not on the mini-batch), so padded batches leave them unchanged.
+BATCH_INDEPENDENT_EXTRA_LOSS = (Algorithm.extra_loss, FedProx.extra_loss)
+
+
+def _inner(alg: Algorithm) -> Algorithm:
+    """The algorithm whose ``client_update`` actually runs (IMA delegates to its base)."""
+    return alg.base if isinstance(alg, IMA) else alg
+
+
+def unsupported_reason(alg: Algorithm, module: nn.Module) -> str | None:
+    """Why ``alg`` training ``module`` cannot use the vectorised back end (None: it can)."""
+    inner = _inner(alg)
+    if type(inner).client_update is not Algorithm.client_update:
+        return f"algorithm {inner.name!r} has its own client update"
+    if type(inner).extra_loss not in BATCH_INDEPENDENT_EXTRA_LOSS:
+        return f"algorithm {inner.name!r} adds a loss term that depends on the mini-batch"
+    for name, m in module.named_modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            return f"the model has BatchNorm ({name}); padded mini-batches would change its statistics"
+        if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0:
+            return f"the model has dropout ({name}), whose random masks cannot match the sequential back end"
+    return None
+
+
+def _schedule(contexts: Sequence[LocalContext], offsets: Sequence[int]
+              ) -> tuple[Tensor, Tensor, Tensor, list[int]]:
+    """(indices (S, K, B) into the pooled data, weights (S, K, B), counts (S, K), and the
+    number of clients still training at each step).
+
+    ``contexts`` must be sorted by decreasing number of steps, so the clients training at
+    step ``t`` are a prefix. Each client's batches come from its own generator, as in the
+    sequential back end; padding entries point at sample 0 of the pool with weight 0."""
+    per_client = [list(minibatches(len(c.y), c.batch_size, c.local_epochs, c.generator)) for c in contexts]
+    steps = max((len(b) for b in per_client), default=0)
+    width = max((len(i) for b in per_client for i in b), default=0)
+    k = len(contexts)
+    index = torch.zeros(steps, k, width, dtype=torch.int64)
+    weight = torch.zeros(steps, k, width)
+    count = torch.zeros(steps, k)
+    for j, (batches, off) in enumerate(zip(per_client, offsets)):
+        for t, idx in enumerate(batches):
+            index[t, j, :len(idx)] = idx + off
+            weight[t, j, :len(idx)] = 1.0
+            count[t, j] = len(idx)
+    active = [sum(len(b) > t for b in per_client) for t in range(steps)]
+    return index, weight, count, active
+
+
+def _num_steps(ctx: LocalContext) -> int:
+    return ctx.local_epochs * -(-len(ctx.y) // ctx.batch_size)
+
+
+def train_clients(alg: Algorithm, contexts: Sequence[LocalContext]) -> dict[int, ClientUpdate]:
+    """Local SGD of every context's client at once (see the module docstring).
+
+    All contexts must share the round, the received model, ``lr``, ``local_epochs``,
+    ``batch_size``, ``momentum`` and ``weight_decay`` (they do within an engine round).
+    Clients are sorted by their number of steps, so each step computes only the clients
+    that still train (a prefix of the stacked parameters, updated in place)."""
+    contexts = sorted(contexts, key=_num_steps, reverse=True)
+    first = contexts[0]
+    module = first.module
+    module.train()
+    device = first.device
+    names = [n for n, p in module.named_parameters() if p.requires_grad]
+    start = first.global_state
+    params = {n: start[n].detach().to(device).unsqueeze(0).repeat(len(contexts), *([1] * start[n].ndim))
+              for n in names}
+    fixed = {n: t.detach().to(device) for n, t in start.items() if n not in params}
+    sizes = [len(c.y) for c in contexts]
+    offsets = torch.tensor([0] + sizes[:-1]).cumsum(0).tolist()
+    pool_x = torch.cat([c.x for c in contexts])
+    pool_y = torch.cat([c.y for c in contexts])
+    index, weight, count, active = _schedule(contexts, offsets)
+    index, count = index.to(device), count.to(device)
+    weight = weight.to(device, pool_x.dtype if pool_x.is_floating_point() else torch.float32)
+    inner = _inner(alg)
+    prox = type(inner).extra_loss is not Algorithm.extra_loss
+
+    def client_objective(p: State, x: Tensor, y: Tensor, w: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
+        logits = functional_call(module, {**p, **fixed}, (x,))
+        loss = (F.cross_entropy(logits, y, reduction="none") * w).sum() / n
+        objective = loss
+        if prox:
+            extra = inner.extra_loss(first, p, x, y, logits)
+            if extra is not None:
+                objective = objective + extra
+        return objective, loss
+
+    step_grad = vmap(grad(client_objective, has_aux=True))
+    momentum_buf = {n: torch.zeros_like(p) for n, p in params.items()}
+    total = torch.zeros(len(contexts), dtype=torch.float64, device=device)
+    lr, mom, wd = first.lr, first.momentum, first.weight_decay
+    for t, m in enumerate(active):
+        idx = index[t, :m]
+        grads, loss = step_grad({n: p[:m] for n, p in params.items()}, pool_x[idx], pool_y[idx],
+                                weight[t, :m], count[t, :m])
+        total[:m] += loss.detach().double() * count[t, :m].double()
+        with torch.no_grad():
+            for n, p in params.items():
+                d = grads[n].add(p[:m], alpha=wd) if wd else grads[n]
+                if mom:  # b = momentum * b + d; from b = 0 the first step gives b = d exactly
+                    d = momentum_buf[n][:m].mul_(mom).add_(d)
+                p[:m].add_(d, alpha=-lr)
+    seen = count.sum(0).double().cpu()
+    losses = (total.cpu() / seen.clamp(min=1)).tolist()
+    out: dict[int, ClientUpdate] = {}
+    for j, ctx in sorted(enumerate(contexts), key=lambda jc: jc[1].client):
+        state = {n: (params[n][j].clone() if n in params else fixed[n]) for n in start}
+        out[ctx.client] = ClientUpdate(state, sizes[j], None, {"train_loss": losses[j]})
+    return out

@@ -1,0 +1,163 @@
+"""Fast paths of the Evaluator: the flat-view loop equals an independent functional_call
+computation (BatchNorm buffers, tied weights, integer buffers), out-of-memory retry with a
+smaller chunk, bf16 autocast and torch.compile options."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from conftest import make_bn_cnn, make_mlp, seeded_init_
+from landscape import Evaluator
+from landscape import evaluator as evaluator_module
+from landscape.params import ParameterSpace
+from landscape.points import PointSet
+
+
+class Tied(nn.Module):
+    """Two linear maps sharing one weight; a float and an integer buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(64, 10)
+        self.tied = nn.Linear(64, 10, bias=False)
+        self.tied.weight = self.head.weight  # one Parameter under two names
+        self.register_buffer("shift", torch.zeros(10))
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x):
+        return self.head(x) + self.shift + 0.5 * self.tied(x)
+
+
+def _reference(model: nn.Module, vecs: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
+    """Loss of each flat vector by functional_call on a fresh state dict (independent path)."""
+    space = ParameterSpace(model)
+    out = []
+    for vec in vecs:
+        state = space.state_dict(vec.float())
+        with torch.no_grad():
+            logits = functional_call(model.eval(), state, (x,))
+        out.append(nn.functional.cross_entropy(logits.double(), y).item())
+    return np.array(out)
+
+
+def _points(model: nn.Module, n: int, seed: int = 0) -> torch.Tensor:
+    space = ParameterSpace(model)
+    gen = torch.Generator().manual_seed(seed)
+    base = space.to_vector(model, dtype=torch.float64)
+    return base + 0.3 * torch.randn(n, space.size, generator=gen, dtype=torch.float64) * base.abs().mean()
+
+
+@pytest.mark.parametrize("factory,images", [(lambda: make_mlp(0), False), (lambda: make_bn_cnn(0), True),
+                                            (lambda: seeded_init_(Tied(), 0), False)])
+def test_flat_loop_equals_independent_functional_call(digits, factory, images, monkeypatch):
+    x, y = digits
+    x = x.reshape(-1, 1, 8, 8) if images else x
+    model = factory()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    vecs = _points(model, 5)
+    ev = Evaluator(model, (x, y), strategy="loop", batch_size=128, progress=False)
+    loss, acc = ev.evaluate_points(PointSet.explicit(vecs))
+    np.testing.assert_allclose(loss, _reference(model, vecs, x, y), rtol=2e-6, atol=1e-6)
+    assert len(set(np.round(loss, 6))) == 5  # the points really differ
+    vm = Evaluator(model, (x, y), strategy="vmap", batch_size=128, progress=False)
+    vloss, vacc = vm.evaluate_points(PointSet.explicit(vecs))
+    np.testing.assert_allclose(loss, vloss, rtol=2e-6, atol=1e-6)
+    np.testing.assert_array_equal(acc, vacc)
+    monkeypatch.setattr(evaluator_module, "CONCAT_OUTPUT_BYTES", 0)  # score batch by batch
+    per_batch = Evaluator(model, (x, y), strategy="loop", batch_size=128, progress=False)
+    assert ev._targets is not None and per_batch._targets is None
+    bloss, bacc = per_batch.evaluate_points(PointSet.explicit(vecs))
+    np.testing.assert_allclose(bloss, loss, rtol=1e-6)  # float32 sums of other batch splits
+    np.testing.assert_array_equal(bacc, acc)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # the user's module is untouched
+
+
+def test_tied_weight_stays_tied_in_the_flat_module(digits):
+    x, y = digits
+    model = seeded_init_(Tied(), 1)
+    ev = Evaluator(model, (x, y), strategy="loop", progress=False)
+    flat_module = ev._flat_module()[0]
+    assert flat_module.head.weight is flat_module.tied.weight
+    assert flat_module.head.weight.data_ptr() != model.head.weight.data_ptr()
+
+
+def test_out_of_memory_is_retried_with_smaller_chunks(digits, monkeypatch):
+    x, y = digits
+    model = make_mlp(2)
+    vecs = _points(model, 11, seed=3)
+    plain = Evaluator(model, (x, y), strategy="loop", chunk_size=11, progress=False)
+    expected = plain.evaluate_points(PointSet.explicit(vecs))
+    ev = Evaluator(model, (x, y), strategy="loop", chunk_size=8, progress=False)
+    original = ev._run
+    sizes = []
+
+    def fragile(chunk, strategy):
+        sizes.append(len(chunk))
+        if len(chunk) > 3:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+        return original(chunk, strategy)
+
+    monkeypatch.setattr(ev, "_run", fragile)
+    loss, acc = ev.evaluate_points(PointSet.explicit(vecs))
+    np.testing.assert_array_equal(loss, expected[0])
+    np.testing.assert_array_equal(acc, expected[1])
+    assert sizes[:3] == [8, 4, 2] and max(sizes[3:]) <= 2 and ev.chunk_size == 2
+    assert ev.points_evaluated == 11
+
+    def hopeless(chunk, strategy):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+
+    monkeypatch.setattr(ev, "_run", hopeless)
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        ev.evaluate_points(PointSet.explicit(vecs[:2]))
+
+
+def test_bf16_autocast_close_to_fp32_and_keyed_apart(digits):
+    x, y = digits
+    model = make_mlp(4)
+    vecs = _points(model, 3, seed=5)
+    fp32 = Evaluator(model, (x, y), strategy="loop", progress=False)
+    bf16 = Evaluator(model, (x, y), strategy="loop", autocast=torch.bfloat16, progress=False)
+    a = fp32.evaluate_points(PointSet.explicit(vecs))[0]
+    b = bf16.evaluate_points(PointSet.explicit(vecs))[0]
+    np.testing.assert_allclose(b, a, rtol=3e-2)
+    assert not np.array_equal(a, b)  # bf16 matmuls really ran
+    assert fp32.fingerprint() != bf16.fingerprint()
+    assert "autocast" not in fp32.fingerprint()  # default keys stay as before (existing caches)
+    vm = Evaluator(model, (x, y), strategy="vmap", autocast=torch.bfloat16, progress=False)
+    np.testing.assert_allclose(vm.evaluate_points(PointSet.explicit(vecs))[0], b, rtol=1e-2)
+
+
+@pytest.mark.parametrize("strategy", ["loop", "vmap"])
+def test_compiled_evaluation_equals_eager(digits, strategy):
+    x, y = digits
+    model = make_mlp(6)
+    vecs = _points(model, 4, seed=7)
+    eager = Evaluator(model, (x, y), strategy=strategy, progress=False)
+    compiled = Evaluator(model, (x, y), strategy=strategy, compile="aot_eager", progress=False)
+    a = eager.evaluate_points(PointSet.explicit(vecs))
+    b = compiled.evaluate_points(PointSet.explicit(vecs))
+    np.testing.assert_allclose(b[0], a[0], rtol=1e-6)
+    np.testing.assert_array_equal(b[1], a[1])
+    assert len(set(np.round(b[0], 6))) == 4  # in-place parameter updates seen by the compiled code
+
+
+def test_strategy_measurement_respects_vmap_memory_and_matches_loop(digits):
+    x, y = digits
+    model = make_mlp(8)
+    vecs = _points(model, 7, seed=9).float()
+    plain = Evaluator(model, (x, y), strategy="loop", progress=False)
+    expected = plain.evaluate_points(PointSet.explicit(vecs.double()))
+    # a budget that fits the flat vectors of all points but the activations of only a few
+    ev = Evaluator(model, (x, y), progress=False)
+    ev.memory_budget = 3 * ev._activation_bytes()
+    n = ev._fitting_chunk("vmap")
+    assert 1 <= n < len(vecs) <= ev._fitting_chunk("loop")
+    loss, acc = ev._measure_strategies(vecs)
+    assert ev.strategy in ("loop", "vmap") and f"measured on {n} points" in ev.strategy_reason
+    np.testing.assert_allclose(loss, expected[0], rtol=1e-6)
+    np.testing.assert_array_equal(acc, expected[1])
