@@ -43,11 +43,13 @@ ENGINE_OPTIONS: dict[str, Any] = {
     "download": False,          # allow torchvision downloads
     "ima": False,               # True or a dict of IMA options: IMA on top of the algorithm
     "backend": "sequential",    # "sequential" | "vectorized" (all clients of a round at once, fl.vectorized)
+                                # | "loky" | "processes" | "ray" | "dask" (client updates on workers)
+    "n_jobs": None,             # workers of a parallel back end (default 2)
 }
 #: Options that affect only this process, never stored or compared.
 RUNTIME_OPTIONS: dict[str, Any] = {"progress": None, "on_round": None}
 #: Config keys that may differ when a stored run is resumed or reopened.
-VOLATILE = ("device", "data_root", "download", "backend")
+VOLATILE = ("device", "data_root", "download", "backend", "n_jobs")
 
 
 def run(algorithm: str = "fedavg", *, dataset: str = "digits", model: str | nn.Module | None = None,

@@ -31,7 +31,8 @@ from .evaluation import evaluate
 from .store import RunStore
 from .vectorized import train_clients, unsupported_reason
 
-BACKENDS = ("sequential", "vectorized")
+BACKENDS = ("sequential", "vectorized", "loky", "processes", "ray", "dask")
+PARALLEL_BACKENDS = ("loky", "processes", "ray", "dask")  # through landscape.distributed (joblib)
 
 
 @dataclass
@@ -182,6 +183,13 @@ class Engine:
         """Client updates of ``ids`` with the configured back end."""
         if self.backend == "vectorized" and len(ids) > 1:
             return train_clients(self.alg, [self._context(r, k, tag, sent, server_state) for k in ids])
+        if self.backend in PARALLEL_BACKENDS and len(ids) > 1:
+            from landscape.distributed import map_calls, to_device
+
+            contexts = [(self._context(r, k, tag, sent, server_state),) for k in ids]
+            updates = map_calls(self.alg.client_update, contexts, self.backend,
+                                n_jobs=int(self.config.get("n_jobs") or 2))
+            return {k: to_device(u, self.device) for k, u in zip(ids, updates)}
         return {k: self.alg.client_update(self._context(r, k, tag, sent, server_state)) for k in ids}
 
     def _context(self, r: int, k: int, tag: str, sent: State, server_state: State) -> LocalContext:

@@ -368,7 +368,8 @@ class EvaluatorSpec:
         loss = evaluator.loss_name if evaluator.loss_name in BUILTIN_LOSSES else evaluator.per_sample_loss
         options = {"loss": loss, "bn": evaluator.bn, "bn_batches": evaluator.bn_batches,
                    "dtype": evaluator.dtype, "strategy": evaluator.strategy or evaluator.requested_strategy,
-                   "chunk_size": evaluator.chunk_size, "memory_budget": evaluator.memory_budget}
+                   "chunk_size": evaluator.chunk_size, "memory_budget": evaluator.memory_budget,
+                   "autocast": evaluator.autocast, "compile": evaluator.compile}
         bn_data = None if evaluator.bn_data is evaluator.data else cpu(evaluator.bn_data)
         module = copy.deepcopy(evaluator.module).cpu()
         return EvaluatorSpec(module, cpu(evaluator.data), options, bn_data, str(evaluator.device), uuid.uuid4().hex)

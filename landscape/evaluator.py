@@ -116,7 +116,7 @@ class Evaluator:
                  cache: str | Cache | None = None, progress: bool | None = None,
                  strategy: str = "auto", chunk_size: int | None = None, batch_size: int | None = None,
                  memory_budget: int | None = None, autocast: torch.dtype | None = None,
-                 compile: bool | str = False):
+                 compile: bool | str = False, backend: Any = None, n_jobs: int | None = None):
         if bn not in BN_MODES:
             raise ConfigError(f"bn must be one of {BN_MODES}, got {bn!r}")
         if strategy not in STRATEGIES:
@@ -155,6 +155,8 @@ class Evaluator:
             raise ConfigError(f"compile must be True, False or a torch.compile backend name, got {compile!r}")
         self.autocast = autocast
         self.compile = compile
+        self.backend = backend  # None: this process; else a landscape.distributed back end
+        self.n_jobs = n_jobs
         self._flat: tuple[nn.Module, torch.Tensor, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] | None = None
         self._vmapped: Callable[..., torch.Tensor] | None = None
         self._check_data()
@@ -210,7 +212,16 @@ class Evaluator:
 
     def evaluate_points(self, points: PointSet, *, reference: torch.Tensor | None = None,
                         label: str = "points") -> tuple[np.ndarray, np.ndarray]:
-        """Metrics of every point; cached points are read, missing ones computed chunk by chunk."""
+        """Metrics of every point; cached points are read, missing ones computed chunk by chunk.
+
+        With a ``backend`` (``"loky"``, ``"ray"``, ``"dask"``, ...), the missing points are sharded
+        over workers by :mod:`landscape.distributed`; this process stays the only cache writer.
+        """
+        if self.backend is not None:
+            from .distributed import evaluate_points_distributed
+
+            return evaluate_points_distributed(self, points, reference=reference, label=label,
+                                               backend=self.backend, n_jobs=self.n_jobs)
         n = len(points)
         ref = (reference if reference is not None else points.origin).to(torch.float64)
         key = self.points_key(points, ref)

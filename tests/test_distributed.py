@@ -154,8 +154,7 @@ def test_bn_keep_path_through_processes_uses_the_reference_buffers(digits_images
     x, y = digits_images
     a, b = make_bn_cnn(1), make_bn_cnn(2)
     single = interpolate(a, b, Evaluator(make_bn_cnn(), (x, y), bn="keep", progress=False), alphas=6)
-    ev = Evaluator(make_bn_cnn(), (x, y), bn="keep", progress=False)
-    ev.evaluate_points = functools.partial(evaluate_points_distributed, ev, backend="loky", n_jobs=2)
+    ev = Evaluator(make_bn_cnn(), (x, y), bn="keep", progress=False, backend="loky", n_jobs=2)  # the public option
     np.testing.assert_allclose(interpolate(a, b, ev, alphas=6).loss, single.loss, rtol=0, atol=TOL)
 
 
@@ -286,3 +285,21 @@ def test_path_through_the_current_dask_client_equals_single_process(digits, trai
         ev = _distributed_evaluator(x, y, "dask", n_jobs=2)
         result = interpolate(trained_mlps[0], trained_mlps[1], ev, alphas=5)
     np.testing.assert_allclose(result.loss, single.loss, rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("backend", ["loky", "ray"])
+def test_fl_run_on_a_parallel_backend_equals_the_sequential_run(tmp_path, backend, request):
+    if backend == "ray":
+        request.getfixturevalue("ray_cluster")
+    import fl
+
+    options = dict(rounds=2, clients=3, seed=5, progress=False, momentum=0.9)
+    seq = fl.run("fedavg", out=tmp_path / "seq", **options)
+    par = fl.run("fedavg", out=tmp_path / backend, backend=backend, n_jobs=2, **options)
+    for r in (1, 2):
+        a, b = seq.global_state(r), par.global_state(r)
+        assert set(a) == set(b)
+        for k in a:
+            torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-5)
+    assert [m["test_accuracy"] for m in seq.metrics] == pytest.approx([m["test_accuracy"] for m in par.metrics],
+                                                                       abs=1e-6)
