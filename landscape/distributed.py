@@ -383,20 +383,26 @@ class EvaluatorSpec:
 
 
 _SPECS: "weakref.WeakKeyDictionary[Evaluator, EvaluatorSpec]" = weakref.WeakKeyDictionary()
-_EVALUATORS: OrderedDict[tuple[str, str], Evaluator] = OrderedDict()
+_EVALUATORS: OrderedDict[tuple[str, str, int], Evaluator] = OrderedDict()
+_EVALUATORS_LOCK = threading.Lock()
 _MAX_EVALUATORS = 4
 
 
 def worker_evaluator(spec: EvaluatorSpec) -> Evaluator:
-    """The evaluator of ``spec`` on this worker's device, built on first use and kept."""
+    """The evaluator of ``spec`` on this worker's device, built on first use and kept.
+
+    One per thread: an Evaluator sets its private module's weights in place, so threaded
+    workers (Dask in-process, joblib threading) must not share one.
+    """
     device = worker_device(spec.device)
-    key = (spec.token, device)
-    if key not in _EVALUATORS:
-        _EVALUATORS[key] = spec.build(device)
-        while len(_EVALUATORS) > _MAX_EVALUATORS:
-            _EVALUATORS.popitem(last=False)
-    _EVALUATORS.move_to_end(key)
-    return _EVALUATORS[key]
+    key = (spec.token, device, threading.get_ident())
+    with _EVALUATORS_LOCK:
+        if key not in _EVALUATORS:
+            _EVALUATORS[key] = spec.build(device)
+            while len(_EVALUATORS) > _MAX_EVALUATORS:
+                _EVALUATORS.popitem(last=False)
+        _EVALUATORS.move_to_end(key)
+        return _EVALUATORS[key]
 
 
 @dataclass(frozen=True)

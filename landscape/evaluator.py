@@ -26,6 +26,8 @@ BatchNorm modes (recorded in every cache key):
 ``keep`` buffers of the reference model (path start, plane origin, first group member);
 ``recompute`` running statistics re-estimated at each point: reset, cumulative average over
 ``bn_batches`` batches of ``bn_data`` (default: the evaluation data) in train mode, then eval.
+
+An Evaluator sets the weights of its private module copy in place: use one per thread.
 """
 from __future__ import annotations
 
