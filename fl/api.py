@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from landscape.errors import CheckpointError, ConfigError
+from landscape.errors import CheckpointError, ConfigError, DataError
 
 from . import algorithms
 from .algorithms.base import Algorithm, derive_seed
@@ -84,6 +84,7 @@ def run(algorithm: str = "fedavg", *, dataset: str = "digits", model: str | nn.M
     config["num_classes"] = int(bundle.num_classes)
     config["input_shape"] = [int(d) for d in bundle.input_shape]
     template = _template(config, model)
+    _check_model_fits(template, bundle)
     if config["model"].startswith("custom:"):  # tell two custom models of one class apart
         config["model_digest"] = _state_digest(template.state_dict())
     path = Path(out) if out is not None else Path("runs") / (
@@ -95,8 +96,8 @@ def run(algorithm: str = "fedavg", *, dataset: str = "digits", model: str | nn.M
             train_parts, test_parts = store.read_partition()
         else:
             train_parts, test_parts = _split(config, bundle.train_y.numpy())
+            store.write_config(config)  # first: a folder with this config and no progress restarts cleanly
             store.write_partition(train_parts, test_parts)
-            store.write_config(config)
         if not store.is_complete():
             data = Federation.build(bundle, train_parts, test_parts, dev)
             Engine(config, store, alg, template, data, dev, runtime.get("progress"),
@@ -221,11 +222,26 @@ def _prepare_dir(store: RunStore, config: Mapping[str, Any]) -> bool:
                               "choose another out= or delete that folder")
         if store.read_progress() is not None:
             return True
-    others = [p.name for p in store.path.iterdir() if not p.name.startswith(".")] if store.path.exists() else []
+    others = [p.name for p in store.path.iterdir() if not p.name.startswith(".")
+              and p.name != store.partition_path.name] if store.path.exists() else []  # a partition alone: killed start
     if others and not store.config_path.exists():
         raise ConfigError(f"{store.path} is not empty and is not an FL run directory "
                           f"(holds {', '.join(sorted(others)[:5])}); choose an empty or new folder")
     return False
+
+
+def _check_model_fits(template: nn.Module, bundle: Any) -> None:
+    """``DataError`` before any file is written when the model cannot classify the data."""
+    x = bundle.train_x[:2]
+    try:
+        with torch.no_grad():
+            out = copy.deepcopy(template).eval()(x)
+    except Exception as exc:  # any shape error of the user's model
+        raise DataError(f"the model cannot be applied to {bundle.name} inputs of shape {tuple(x.shape[1:])}: "
+                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    if out.ndim != 2 or out.shape[1] < bundle.num_classes:
+        raise DataError(f"the model outputs shape {tuple(out.shape[1:])} per sample but {bundle.name} has "
+                        f"{bundle.num_classes} classes: it needs at least {bundle.num_classes} logits")
 
 
 def _split(config: Mapping[str, Any], labels: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:

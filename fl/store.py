@@ -16,7 +16,9 @@
 
 A round is complete once ``progress.json`` names it; files of later rounds are leftovers
 of an interrupted run and are overwritten on resume. Every file is written atomically
-(temporary file, fsync, rename).
+(temporary file, fsync, rename); temporary files of a killed writer are removed by the next
+one when it takes the lock. A failed write (full disk, read-only location) raises
+``CheckpointError`` naming the file and leaves the previous version in place.
 """
 from __future__ import annotations
 
@@ -24,29 +26,35 @@ import contextlib
 import fcntl
 import json
 import os
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import numpy as np
 import torch
 
-from landscape.checkpoints import load_state_dict, save_state_dict
+from landscape.checkpoints import discard, load_state_dict, save_state_dict, write_error
 from landscape.errors import CheckpointError, ConfigError
 
 State = dict[str, torch.Tensor]
+#: Keys every config.json holds (written by ``fl.api.build_config``).
+CONFIG_KEYS = ("version", "algorithm", "dataset", "model", "clients", "rounds", "seed", "options")
 
 
 def _atomic_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        discard(tmp)
+        raise write_error(path, exc) from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        discard(tmp)
         raise
 
 
@@ -94,26 +102,34 @@ class RunStore:
 
     def read_config(self) -> dict[str, Any]:
         try:
-            return json.loads(self.config_path.read_text())
+            config = json.loads(self.config_path.read_text())
         except FileNotFoundError:
             raise CheckpointError(self.path, "is not an FL run directory (no config.json); "
                                              "pass the folder fl.run wrote") from None
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise CheckpointError(self.config_path, f"corrupt JSON: {exc}") from None
+        missing = [k for k in CONFIG_KEYS if k not in config] if isinstance(config, dict) else list(CONFIG_KEYS)
+        if missing:
+            raise CheckpointError(self.config_path, f"is not a run configuration (lacks {', '.join(missing)}); "
+                                                    "the file is corrupt or was not written by fl.run")
+        return config
 
     # --------------------------------------------------------------- partition
     def write_partition(self, train: list[np.ndarray], test: list[np.ndarray]) -> None:
         arrays = {f"train_{k:05d}": np.asarray(p, dtype=np.int64) for k, p in enumerate(train)}
         arrays.update({f"test_{k:05d}": np.asarray(p, dtype=np.int64) for k, p in enumerate(test)})
         tmp = self.partition_path.with_name(f".partition.tmp-{os.getpid()}.npz")
-        self.path.mkdir(parents=True, exist_ok=True)
         try:
+            self.path.mkdir(parents=True, exist_ok=True)
             np.savez(tmp, **arrays)
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
             os.replace(tmp, self.partition_path)
+        except OSError as exc:
+            discard(tmp)
+            raise write_error(self.partition_path, exc) from None
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            discard(tmp)
             raise
 
     def read_partition(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -124,52 +140,80 @@ class RunStore:
                 test = [z[k] for k in sorted(k for k in z.files if k.startswith("test_"))]
         except FileNotFoundError:
             raise CheckpointError(self.partition_path, "missing; the run directory is incomplete") from None
-        except (ValueError, OSError) as exc:
-            raise CheckpointError(self.partition_path, f"unreadable: {exc}") from None
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+            raise CheckpointError(self.partition_path, f"unreadable (corrupt or truncated?): {exc}") from None
+        if not train or len(train) != len(test) or not all(np.issubdtype(p.dtype, np.integer) for p in train + test):
+            raise CheckpointError(self.partition_path, "does not hold one integer index array per client "
+                                                       "for training and for local test data")
         return train, test
 
     # ---------------------------------------------------------------- progress
-    def read_progress(self) -> int | None:
-        """The last complete round, or None when no round (not even round 0) is complete."""
+    def _progress(self) -> tuple[int, bool] | None:
         try:
-            return int(json.loads(self.progress_path.read_text())["round"])
+            marker = json.loads(self.progress_path.read_text())
+            return int(marker["round"]), bool(marker["complete"])
         except FileNotFoundError:
             return None
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(self.progress_path, f"corrupt progress marker: {exc}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(self.progress_path, f"corrupt progress marker: {exc!r}; delete it to "
+                                                      "restart the run from round 0") from None
+
+    def read_progress(self) -> int | None:
+        """The last complete round, or None when no round (not even round 0) is complete."""
+        marker = self._progress()
+        return None if marker is None else marker[0]
 
     def is_complete(self) -> bool:
-        try:
-            return bool(json.loads(self.progress_path.read_text()).get("complete"))
-        except FileNotFoundError:
-            return False
+        marker = self._progress()
+        return marker is not None and marker[1]
 
     def mark(self, round: int, complete: bool) -> None:
         _atomic_bytes(self.progress_path, json.dumps({"round": round, "complete": complete}).encode())
 
     # ----------------------------------------------------------------- metrics
     def append_metrics(self, record: Mapping[str, Any]) -> None:
-        with open(self.metrics_path, "a") as fh:
-            fh.write(json.dumps(record, sort_keys=True) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        """Append one line; a line cut by a crash or a full disk is dropped when the run resumes."""
+        try:
+            with open(self.metrics_path, "a") as fh:
+                fh.write(json.dumps(record, sort_keys=True) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise write_error(self.metrics_path, exc) from None
 
     def read_metrics(self, upto: int | None = None) -> list[dict[str, Any]]:
-        """Per-round records of complete rounds (``upto``: the last complete round)."""
+        """Per-round records of complete rounds 0..``upto`` (default: the last complete round).
+
+        Only the last line may be unreadable (cut by a kill or a full disk, without its
+        newline); any other damage, or a missing round, raises ``CheckpointError``.
+        """
         if upto is None:
             upto = self.read_progress()
-        if upto is None or not self.metrics_path.exists():
+        if upto is None or upto < 0:
             return []
+        try:
+            text = self.metrics_path.read_text()
+        except FileNotFoundError:
+            raise CheckpointError(self.metrics_path, f"missing, but rounds 0..{upto} are complete") from None
+        except UnicodeDecodeError as exc:
+            raise CheckpointError(self.metrics_path, f"is not text: {exc}") from None
+        lines = text.splitlines()
         records = []
-        for line in self.metrics_path.read_text().splitlines():
-            if not line.strip():
-                continue
+        for i, line in enumerate(lines):
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by an interruption
-            if rec.get("round", upto + 1) <= upto:
+            except json.JSONDecodeError as exc:
+                if i == len(lines) - 1 and not text.endswith("\n"):
+                    continue  # the line being written when the run was interrupted
+                raise CheckpointError(self.metrics_path, f"line {i + 1} is corrupt: {exc}") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get("round"), int):
+                raise CheckpointError(self.metrics_path, f"line {i + 1} is not a round record")
+            if rec["round"] <= upto:
                 records.append(rec)
+        found = [rec["round"] for rec in records]
+        if found != list(range(upto + 1)):
+            raise CheckpointError(self.metrics_path, f"holds records of rounds {found}, but rounds 0..{upto} "
+                                                     "are complete; the file is damaged")
         return records
 
     def truncate_metrics(self, upto: int) -> None:
@@ -214,14 +258,19 @@ class RunStore:
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Exclusive writer lock on the run directory (fails fast when held)."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path / ".lock", "w")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fh = open(self.path / ".lock", "w")
+        except OSError as exc:
+            raise write_error(self.path / ".lock", exc) from None
         try:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise ConfigError(f"{self.path} is being written by another process; wait for it "
                                   "to finish or choose another out=") from None
+            for stale in self.path.rglob(".*.tmp-*"):  # left by a killed writer: no one else writes now
+                stale.unlink(missing_ok=True)
             yield
         finally:
             fh.close()

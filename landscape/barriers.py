@@ -24,7 +24,8 @@ def _unit_part(alphas: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.n
 def loss_barrier_curve(alphas: np.ndarray, loss: np.ndarray) -> np.ndarray:
     """L(alpha) - [(1 - alpha) L(0) + alpha L(1)] for alpha in [0, 1] (Eq. 3 before the sup)."""
     a, values, l0, l1 = _unit_part(alphas, loss)
-    return values - ((1 - a) * l0 + a * l1)
+    with np.errstate(invalid="ignore"):  # inf - inf at overflowed points is NaN, by design
+        return values - ((1 - a) * l0 + a * l1)
 
 
 def accuracy_barrier_curve(alphas: np.ndarray, accuracy: np.ndarray) -> np.ndarray:

@@ -9,14 +9,20 @@ Layout of the file::
 Every write is copy-on-write: the file is copied to a temporary file beside it, changed,
 flushed, fsynced and renamed over the original while an exclusive lock on ``<file>.lock`` is
 held. A process killed at any moment therefore leaves either the old or the new file, both
-readable, and never a half-written one. Pending point values are flushed at most every
-``flush_interval`` seconds, so an interrupted computation loses only the last moments of
-work and resumes from the rest. Nothing is ever pickled.
+readable, and never a half-written one (its temporary file is removed by the next writer).
+Pending point values are flushed at most every ``flush_interval`` seconds, so an interrupted
+computation loses only the last moments of work and resumes from the rest. Nothing is ever
+pickled.
+
+The file is sealed: its first ``USERBLOCK`` bytes (an HDF5 user block, ignored by HDF5)
+hold the SHA-256 of the rest, checked before HDF5 parses the file. A damaged or truncated
+file therefore gives :class:`CacheError`, never silently wrong numbers, nor the crash or
+endless loop that HDF5 itself can fall into on damaged metadata.
 """
 from __future__ import annotations
 
-import errno
 import fcntl
+import glob
 import hashlib
 import json
 import os
@@ -28,16 +34,36 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from .errors import CacheError
+from .checkpoints import discard, write_failure_reason
+from .errors import CacheError, LandscapeError
 from .results import RESULT_TYPES, Result
 
 FORMAT_VERSION = "1"
+USERBLOCK = 512
+SEAL = b"landscape-cache sha256 "
 
 
 def make_key(spec: Mapping[str, Any]) -> str:
     """Content address of a computation: SHA-256 of its canonical JSON spec."""
     text = json.dumps(spec, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _content_digest(path: Path) -> bytes:
+    """SHA-256 (hex) of a file's bytes after the user block."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        fh.seek(USERBLOCK)
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest().encode()
+
+
+def _seal(path: Path) -> None:
+    """Write the content digest into the user block."""
+    digest = _content_digest(path)
+    with open(path, "r+b") as fh:
+        fh.write(SEAL + digest)
 
 
 class Cache:
@@ -66,14 +92,25 @@ class Cache:
         import h5py
 
         try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(len(SEAL) + 64)
+            if head.startswith(SEAL) and head[len(SEAL):] != _content_digest(self.path):
+                raise self._corrupt("its content does not match the SHA-256 sealed into it")
             f = h5py.File(self.path, "r", locking=False)
         except OSError as exc:
-            raise CacheError(f"{self.path}: not a readable HDF5 cache (corrupt or truncated?): {exc}. "
-                             "Move it away to start a fresh cache.") from None
+            raise self._corrupt(exc) from None
         try:
             yield f
+        except LandscapeError:
+            raise
+        except Exception as exc:  # h5py raises assorted errors on damaged metadata
+            raise self._corrupt(exc) from None
         finally:
             f.close()
+
+    def _corrupt(self, detail: object) -> CacheError:
+        return CacheError(f"{self.path}: not a readable HDF5 cache (corrupt or truncated?): {detail}. "
+                          "Move it away to start a fresh cache.")
 
     def points(self, key: str, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(loss, accuracy, done)`` for a point set; all NaN / False if unknown."""
@@ -107,7 +144,7 @@ class Cache:
                 raise CacheError(f"{self.path}: result {key} has unknown type {grp.attrs['type']!r}")
             arrays = {name: grp[name][...] for name in grp.keys()}
             attrs = {k: str(v) for k, v in grp.attrs.items() if k not in ("type", "complete")}
-        return cls.from_record(arrays, attrs)
+            return cls.from_record(arrays, attrs)
 
     def keys(self) -> dict[str, list[str]]:
         """Keys of stored point sets and results."""
@@ -177,29 +214,38 @@ class Cache:
         import h5py
 
         with self._lock():
+            for stale in self.path.parent.glob(f".{glob.escape(self.path.name)}.tmp-*"):  # of a killed writer
+                stale.unlink(missing_ok=True)
             tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
             try:
                 if self.path.exists():
                     self._check_readable()
                     shutil.copyfile(self.path, tmp)
-                f = h5py.File(tmp, "a", locking=False)
+                new = {} if tmp.exists() else {"userblock_size": USERBLOCK}
+                f = h5py.File(tmp, "a", locking=False, **new)
                 try:
+                    sealed = f.userblock_size == USERBLOCK  # older files have no user block
                     f.attrs["format_version"] = FORMAT_VERSION
                     yield f
                 finally:
                     f.close()
+                if sealed:
+                    _seal(tmp)
                 with open(tmp, "rb") as fh:
                     os.fsync(fh.fileno())
                 os.replace(tmp, self.path)
             except OSError as exc:
-                tmp.unlink(missing_ok=True)
-                reason = "the disk is full" if exc.errno == errno.ENOSPC else (
-                    "the location is not writable" if exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM)
-                    else str(exc))
-                raise CacheError(f"{self.path}: cannot write the cache: {reason}. "
+                discard(tmp)
+                raise CacheError(f"{self.path}: cannot write the cache: {write_failure_reason(exc)}. "
                                  "Earlier cached results are intact.") from None
+            except LandscapeError:
+                discard(tmp)
+                raise
+            except Exception as exc:  # damaged metadata met while updating the copy
+                discard(tmp)
+                raise self._corrupt(exc) from None
             except BaseException:
-                tmp.unlink(missing_ok=True)
+                discard(tmp)
                 raise
 
     @contextmanager

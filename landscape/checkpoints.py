@@ -5,9 +5,18 @@ Never unpickles arbitrary objects: ``.pt``/``.pth`` files go through
 that wrap the weights (``{"state_dict": ...}``, ``{"model": ...}``) are unwrapped, and a
 ``module.``/``_orig_mod.`` prefix (DataParallel, torch.compile) is removed when the
 template does not have it.
+
+Corruption is detected, not loaded as wrong numbers: the CRC-32 of every record of a
+``.pt`` zip archive is checked before ``torch.load``, and ``.safetensors`` files written
+here carry a SHA-256 of their tensors in the header metadata (``DIGEST_KEY``), checked on
+load (files from elsewhere have none: safetensors itself stores no checksum).
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
+import io
 import os
 import pickle
 import zipfile
@@ -20,6 +29,8 @@ from .errors import CheckpointError
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "weights", "net")
 PREFIXES = ("module.", "_orig_mod.")
+#: safetensors metadata entry holding :func:`state_digest` of the file's tensors.
+DIGEST_KEY = "landscape.sha256"
 
 
 def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | None = None
@@ -42,17 +53,52 @@ def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | N
     return state
 
 
+def state_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 over the names, dtypes, shapes and bytes of ``state``'s tensors, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous().reshape(-1)
+        h.update(f"{name}:{t.dtype}:{tuple(state[name].shape)};".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
 def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors import SafetensorError, safe_open
 
     try:
-        return load_file(str(path), device="cpu")
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            metadata = f.metadata() or {}
+            state = {name: f.get_tensor(name) for name in f.keys()}
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise CheckpointError(path, f"not a readable safetensors file (corrupt or truncated?): {exc}") from None
+    expected = metadata.get(DIGEST_KEY)
+    if expected is not None and state_digest(state) != expected:
+        raise CheckpointError(path, "is corrupt: its tensors do not match the SHA-256 stored when it was "
+                                    "written (damaged on disk or in transfer); restore it from a good copy")
+    return state
+
+
+def _check_archive(path: Path) -> None:
+    """Verify the CRC-32 of every record of a zip checkpoint (torch does not)."""
+    try:
+        if not zipfile.is_zipfile(path):
+            return  # legacy or damaged beyond recognition: torch.load reports it
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                if info.is_dir() or info.external_attr & 0x10:  # torch.save writes no folders
+                    raise zipfile.BadZipFile(f"record {info.filename!r} is marked as a folder")
+                if info.CRC == 0 and info.file_size > 0:
+                    continue  # written with torch's CRC-32 disabled: nothing to check
+                with archive.open(info) as record:  # reading to the end checks the CRC-32
+                    while record.read(1 << 20):
+                        pass
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError, UnicodeDecodeError) as exc:
+        raise CheckpointError(path, f"truncated or corrupt checkpoint archive: {exc}") from None
 
 
 def _load_torch(path: Path) -> object:
+    _check_archive(path)
     try:
         return torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
@@ -101,24 +147,55 @@ def strip_prefix(state: dict[str, torch.Tensor], template_keys: Sequence[str]) -
 def save_state_dict(state: Mapping[str, torch.Tensor], path: str | os.PathLike) -> Path:
     """Write a state_dict atomically (temporary file, fsync, rename).
 
-    The format follows the suffix: ``.safetensors`` (default for the FL engine) or
-    ``.pt``/``.pth``. Tied tensors are stored as separate copies.
+    The format follows the suffix: ``.safetensors`` (default for the FL engine; with the
+    SHA-256 of the tensors in its metadata) or ``.pt``/``.pth``. Tied tensors are stored as
+    separate copies. The file is serialised in memory first, so that a full disk gives a
+    clear :class:`CheckpointError` (see :func:`write_error`), and the old file stays.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import save_file
+    if path.suffix == ".safetensors":
+        from safetensors.torch import save
 
-            save_file(tensors, str(tmp))
-        else:
-            torch.save(tensors, str(tmp))
-        with open(tmp, "rb") as fh:
+        data: bytes | memoryview = save(tensors, metadata={DIGEST_KEY: state_digest(tensors)})
+    else:
+        buffer = io.BytesIO()
+        torch.save(tensors, buffer)
+        data = buffer.getbuffer()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        discard(tmp)
+        raise write_error(path, exc) from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        discard(tmp)
         raise
     return path
+
+
+def discard(path: Path) -> None:
+    """Remove a temporary file if possible (not on a read-only disk, where none was written)."""
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def write_failure_reason(exc: OSError) -> str:
+    """Why a write failed, in words (full disk, read-only location, ...)."""
+    reasons = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+               errno.EROFS: "the location is not writable (read-only file system)",
+               errno.EACCES: "the location is not writable (permission denied)",
+               errno.EPERM: "the location is not writable (operation not permitted)"}
+    return reasons.get(exc.errno, exc.strerror or str(exc))
+
+
+def write_error(path: str | os.PathLike, exc: OSError) -> CheckpointError:
+    """The error for a failed write of ``path``: why, and that nothing was replaced."""
+    return CheckpointError(path, f"cannot write: {write_failure_reason(exc)}. Nothing was replaced (an "
+                                 "earlier version of the file, if any, is intact); free space or choose "
+                                 "another location")

@@ -43,6 +43,11 @@ def prepare_data(data: Any, device: torch.device, dtype: torch.dtype,
             raise DataError(f"a batch has {len(x)} inputs but {len(y)} targets")
         x = x.contiguous()
         y = y.contiguous()
+        for name, t in (("inputs", x), ("targets", y)):
+            if torch.is_floating_point(t) and not torch.isfinite(t).all():
+                bad = int((~torch.isfinite(t)).sum())
+                raise DataError(f"the {name} contain {bad} NaN or infinite values (batch {len(batches)}); "
+                                "every loss would be NaN: clean or impute the data first")
         for t in (x, y):
             digest.update(f"{t.dtype}:{tuple(t.shape)}".encode())
             digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
