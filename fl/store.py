@@ -33,29 +33,12 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
-from landscape.checkpoints import discard, load_state_dict, save_state_dict, write_error
+from landscape.checkpoints import discard, load_state_dict, save_state_dict, write_atomic, write_error
 from landscape.errors import CheckpointError, ConfigError
 
 State = dict[str, torch.Tensor]
 #: Keys every config.json holds (written by ``fl.api.build_config``).
 CONFIG_KEYS = ("version", "algorithm", "dataset", "model", "clients", "rounds", "seed", "options")
-
-
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        discard(tmp)
-        raise write_error(path, exc) from None
-    except BaseException:
-        discard(tmp)
-        raise
 
 
 class RunStore:
@@ -98,7 +81,7 @@ class RunStore:
 
     # ------------------------------------------------------------------ config
     def write_config(self, config: Mapping[str, Any]) -> None:
-        _atomic_bytes(self.config_path, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
+        write_atomic(self.config_path, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
 
     def read_config(self) -> dict[str, Any]:
         try:
@@ -168,7 +151,7 @@ class RunStore:
         return marker is not None and marker[1]
 
     def mark(self, round: int, complete: bool) -> None:
-        _atomic_bytes(self.progress_path, json.dumps({"round": round, "complete": complete}).encode())
+        write_atomic(self.progress_path, json.dumps({"round": round, "complete": complete}).encode())
 
     # ----------------------------------------------------------------- metrics
     def append_metrics(self, record: Mapping[str, Any]) -> None:
@@ -220,7 +203,7 @@ class RunStore:
         """Keep only the records of rounds <= ``upto`` (used when resuming)."""
         records = self.read_metrics(upto)
         text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
-        _atomic_bytes(self.metrics_path, text.encode())
+        write_atomic(self.metrics_path, text.encode())
 
     # ------------------------------------------------------------------ states
     def write_state(self, path: Path, state: Mapping[str, torch.Tensor]) -> None:

@@ -153,7 +153,6 @@ def save_state_dict(state: Mapping[str, torch.Tensor], path: str | os.PathLike) 
     clear :class:`CheckpointError` (see :func:`write_error`), and the old file stays.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
     if path.suffix == ".safetensors":
         from safetensors.torch import save
@@ -163,6 +162,13 @@ def save_state_dict(state: Mapping[str, torch.Tensor], path: str | os.PathLike) 
         buffer = io.BytesIO()
         torch.save(tensors, buffer)
         data = buffer.getbuffer()
+    write_atomic(path, data)
+    return path
+
+
+def write_atomic(path: Path, data: bytes | memoryview) -> None:
+    """Write ``data`` to ``path`` through a temporary file, fsync and rename: never half-written."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as fh:
@@ -176,7 +182,6 @@ def save_state_dict(state: Mapping[str, torch.Tensor], path: str | os.PathLike) 
     except BaseException:
         discard(tmp)
         raise
-    return path
 
 
 def discard(path: Path) -> None:
