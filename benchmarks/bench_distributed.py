@@ -22,28 +22,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from _workloads import digits, small_cnn
 from landscape import Evaluator, random_plane
 from landscape.distributed import evaluate_points_distributed
-
-
-def small_cnn(seed: int) -> nn.Module:
-    """Two 3x3 convolutions (16, 32 channels) and a linear classifier for 1x8x8 digits."""
-    gen = torch.Generator().manual_seed(seed)
-    model = nn.Sequential(nn.Conv2d(1, 16, 3), nn.ReLU(), nn.Conv2d(16, 32, 3), nn.ReLU(),
-                          nn.Flatten(), nn.Linear(32 * 4 * 4, 10))
-    with torch.no_grad():
-        for p in model.parameters():
-            fan_in = p[0].numel() if p.ndim > 1 else p.numel()
-            p.copy_(torch.randn(p.shape, generator=gen) / fan_in ** 0.5)
-    return model
-
-
-def digits() -> tuple[torch.Tensor, torch.Tensor]:
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    x = torch.from_numpy((data.data / 16.0).astype(np.float32)).reshape(-1, 1, 8, 8)
-    return x, torch.from_numpy(data.target.astype(np.int64))
 
 
 def timed_plane(model: nn.Module, data, resolution: int, backend: str | None, n_jobs: int, repeats: int
