@@ -85,6 +85,16 @@ def _inputs_parent() -> argparse.ArgumentParser:
     return p
 
 
+def _lanczos_parent() -> argparse.ArgumentParser:
+    """Options of the Lanczos eigenvalue solver shared by `hessian` and `check flatter`."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--k", type=int, default=1, help="number of top eigenvalues")
+    parent.add_argument("--tol", type=float, default=1e-3, help="Lanczos relative residual tolerance")
+    parent.add_argument("--max-iter", type=int, default=100, help="Hessian-vector products at most per model")
+    parent.add_argument("--seed", type=int, default=0, help="seed of the random start vectors")
+    return parent
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="landscape", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                      epilog="Run 'landscape COMMAND --help' for the options of a command.")
@@ -124,12 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alphas", type=int, default=11, help="alphas of the pairwise paths (--matrix)")
     p.set_defaults(func=cmd_group, default_models=["clients"], nmodels=(2, None))
 
-    p = sub.add_parser("hessian", parents=common, formatter_class=fmt, epilog=EPILOG_INPUTS,
+    p = sub.add_parser("hessian", parents=[*common, _lanczos_parent()], formatter_class=fmt, epilog=EPILOG_INPUTS,
                        help="top Hessian eigenvalues (Lanczos), optional trace and spectral density")
-    p.add_argument("--k", type=int, default=1, help="number of top eigenvalues")
-    p.add_argument("--tol", type=float, default=1e-3, help="Lanczos relative residual tolerance")
-    p.add_argument("--max-iter", type=int, default=100, help="Hessian-vector products at most per model")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random start vectors")
     p.add_argument("--trace", action="store_true", help="also the trace (Hutchinson)")
     p.add_argument("--density", action="store_true", help="also the spectral density (SLQ)")
     p.add_argument("--iterations", type=int, default=100, help="Lanczos steps of the density")
@@ -201,12 +207,8 @@ def _check_parser(sub: Any, common: list, fmt: Any) -> None:
     p.add_argument("--metric", default="loss", choices=("accuracy", "loss"), help="barrier metric")
     p.add_argument("--alphas", type=int, default=11, help="alphas per client-global path")
     p.set_defaults(func=cmd_check, default_models=["clients", "global"], nmodels=(2, None))
-    p = claims.add_parser("flatter", parents=common, formatter_class=fmt, epilog=EPILOG_INPUTS,
+    p = claims.add_parser("flatter", parents=[*common, _lanczos_parent()], formatter_class=fmt, epilog=EPILOG_INPUTS,
                           help="model A has a smaller top Hessian eigenvalue than model B (models: A B)")
-    p.add_argument("--k", type=int, default=1, help="top eigenvalues reported")
-    p.add_argument("--tol", type=float, default=1e-3, help="Lanczos relative residual tolerance")
-    p.add_argument("--max-iter", type=int, default=100, help="Hessian-vector products at most")
-    p.add_argument("--seed", type=int, default=0, help="seed of the Lanczos start vector")
     p.add_argument("--margin", type=float, default=0.0, help="A must be below (1 - margin) times B")
     p.set_defaults(func=cmd_check, default_models=None, nmodels=(2, 2))
 
