@@ -30,7 +30,7 @@ import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, BinaryIO, Iterator, Mapping
 
 import numpy as np
 
@@ -49,20 +49,20 @@ def make_key(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
-def _content_digest(path: Path) -> bytes:
-    """SHA-256 (hex) of a file's bytes after the user block."""
+def _content_digest(fh: BinaryIO) -> bytes:
+    """SHA-256 (hex) of an open file's bytes after the user block."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        fh.seek(USERBLOCK)
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
+    fh.seek(USERBLOCK)
+    for chunk in iter(lambda: fh.read(1 << 20), b""):
+        h.update(chunk)
     return h.hexdigest().encode()
 
 
 def _seal(path: Path) -> None:
     """Write the content digest into the user block."""
-    digest = _content_digest(path)
     with open(path, "r+b") as fh:
+        digest = _content_digest(fh)
+        fh.seek(0)
         fh.write(SEAL + digest)
 
 
@@ -91,22 +91,31 @@ class Cache:
     def _open_read(self) -> Iterator[Any]:
         import h5py
 
+        # One open file for the seal check and for HDF5: a writer may rename a new version
+        # over the path at any moment, and both must see the same version.
         try:
-            with open(self.path, "rb") as fh:
-                head = fh.read(len(SEAL) + 64)
-            if head.startswith(SEAL) and head[len(SEAL):] != _content_digest(self.path):
-                raise self._corrupt("its content does not match the SHA-256 sealed into it")
-            f = h5py.File(self.path, "r", locking=False)
+            fh = open(self.path, "rb")
         except OSError as exc:
             raise self._corrupt(exc) from None
         try:
-            yield f
-        except LandscapeError:
-            raise
-        except Exception as exc:  # h5py raises assorted errors on damaged metadata
-            raise self._corrupt(exc) from None
+            head = fh.read(len(SEAL) + 64)
+            if head.startswith(SEAL) and head[len(SEAL):] != _content_digest(fh):
+                raise self._corrupt("its content does not match the SHA-256 sealed into it")
+            fh.seek(0)
+            try:
+                f = h5py.File(fh, "r", locking=False)
+            except OSError as exc:
+                raise self._corrupt(exc) from None
+            try:
+                yield f
+            except LandscapeError:
+                raise
+            except Exception as exc:  # h5py raises assorted errors on damaged metadata
+                raise self._corrupt(exc) from None
+            finally:
+                f.close()
         finally:
-            f.close()
+            fh.close()
 
     def _corrupt(self, detail: object) -> CacheError:
         return CacheError(f"{self.path}: not a readable HDF5 cache (corrupt or truncated?): {detail}. "
