@@ -143,11 +143,12 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device) -> str:
                                      batch_size=args.batch_size, **options)]
             ev = made[0]
             result = plane(*models, ev, resolution=args.resolution)
-            call.strategy = f"{ev.strategy} ({ev.strategy_reason})"
+            call.strategy = f"{ev.strategy} ({ev.strategy_reason}; input layers expanded: " \
+                            f"{', '.join(ev.shortcut_layers) or 'none'})"
             return result
         return call
 
-    variants = {"ours": ours()}
+    variants = {"ours": ours(), "ours, no input shortcut": ours(input_shortcut=False)}
     if args.bf16:
         variants["ours bf16"] = ours(autocast=torch.bfloat16)
     if args.compile:

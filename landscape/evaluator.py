@@ -47,6 +47,8 @@ from torch.func import functional_call, vmap
 from .cache import Cache, make_key
 from .data import DeviceData, check_targets, prepare_data
 from .errors import ConfigError, DataError
+from .class_major import ClassMajorHead, ClassMetrics
+from .input_layer import InputLayerShortcut
 from .params import ModelLike, ParameterSpace, vector_digest
 from .points import PointSet
 from .results import Metrics
@@ -118,7 +120,8 @@ class Evaluator:
                  cache: str | Cache | None = None, progress: bool | None = None,
                  strategy: str = "auto", chunk_size: int | None = None, batch_size: int | None = None,
                  memory_budget: int | None = None, autocast: torch.dtype | None = None,
-                 compile: bool | str = False, backend: Any = None, n_jobs: int | None = None):
+                 compile: bool | str = False, backend: Any = None, n_jobs: int | None = None,
+                 input_shortcut: bool = True):
         if bn not in BN_MODES:
             raise ConfigError(f"bn must be one of {BN_MODES}, got {bn!r}")
         if strategy not in STRATEGIES:
@@ -161,6 +164,10 @@ class Evaluator:
         self.n_jobs = n_jobs
         self._flat: tuple[nn.Module, torch.Tensor, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] | None = None
         self._vmapped: Callable[..., torch.Tensor] | None = None
+        self.input_shortcut = input_shortcut
+        self._shortcut: InputLayerShortcut | None = None
+        self.shortcut_layers: list[str] = []  # input layers expanded in the last evaluate_points
+        self.class_major_head: str | None = None  # output layer computed class-major (CPU)
         self._check_data()
 
     # ------------------------------------------------------------------ basics
@@ -183,6 +190,12 @@ class Evaluator:
         per_point = self.num_samples * out[0].numel() * out.element_size() if out.ndim else 0
         self._targets = (torch.cat([yb for _, yb in self.batches])
                          if len(self.batches) > 1 and 0 < per_point <= CONCAT_OUTPUT_BYTES else None)
+        self._class_metrics = None
+        if (self.device.type == "cpu" and self.loss_name == "cross_entropy" and out.ndim == 2
+                and not torch.is_floating_point(yb) and self.compile is False):
+            self._class_metrics = ClassMetrics(out.shape[1])
+            self._class_metrics.prepare([yb for _, yb in self.batches]
+                                        + ([self._targets] if self._targets is not None else []))
 
     def fingerprint(self) -> dict[str, Any]:
         """Everything about this evaluator that determines a metric value."""
@@ -236,6 +249,7 @@ class Evaluator:
             return loss, acc
         ref_dev = ref.to(self.device, self.dtype)
         bar = self._progress_bar(todo.size, label)
+        self._shortcut = self._make_shortcut(points, todo.size)
         try:
             pos = 0
             while pos < todo.size:
@@ -258,6 +272,9 @@ class Evaluator:
                 if bar is not None:
                     bar.update(run)
         finally:
+            if self._shortcut is not None:
+                self._shortcut.remove()
+                self._shortcut = None
             if bar is not None:
                 bar.close()
             if self.cache is not None:
@@ -316,39 +333,57 @@ class Evaluator:
     def _evaluate_chunk(self, points: PointSet, start: int, stop: int, ref: torch.Tensor
                         ) -> tuple[np.ndarray, np.ndarray]:
         vecs = self._apply_bn_mode(points.chunk(start, stop, self.device, self.dtype), ref)
+        coeffs = points.coeffs[start:stop].tolist()
         if self.strategy is None:
-            return self._autotune(vecs)
-        return self._run(vecs, self.strategy)
+            return self._autotune(vecs, coeffs)
+        return self._run(vecs, coeffs, self.strategy)
 
-    def _run(self, vecs: torch.Tensor, strategy: str) -> tuple[np.ndarray, np.ndarray]:
+    def _make_shortcut(self, points: PointSet, todo: int) -> InputLayerShortcut | None:
+        """The input-layer expansion (:mod:`landscape.input_layer`) for the loop over
+        ``points``, when enabled, applicable (no autocast or compile) and worth its set-up."""
+        k = points.directions.shape[0]
+        self.shortcut_layers = []
+        if (not self.input_shortcut or self.strategy == "vmap" or self.autocast is not None
+                or self.compile is not False or todo < 4 * (k + 1)):
+            return None
+        module, _, _ = self._flat_module()
+        shortcut = InputLayerShortcut(module, self.space, self.batches, points.origin, points.directions,
+                                      (self.memory_budget or _default_budget(self.device)) // 4)
+        self.shortcut_layers = list(shortcut.layers)
+        return shortcut if shortcut.active else None
+
+    def _run(self, vecs: torch.Tensor, coeffs: list[list[float]], strategy: str) -> tuple[np.ndarray, np.ndarray]:
         amp = (torch.autocast(self.device.type, dtype=self.autocast) if self.autocast is not None
                else contextlib.nullcontext())
         with torch.no_grad(), amp:
-            sums = self._sums_loop(vecs) if strategy == "loop" else self._sums_vmap(vecs)
+            sums = self._sums_loop(vecs, coeffs) if strategy == "loop" else self._sums_vmap(vecs)
         host = sums.double().cpu().numpy()  # the one synchronisation per chunk
         return host[:, 0] / self.num_samples, host[:, 1] / self.num_samples
 
-    def _autotune(self, vecs: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    def _autotune(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
         if self.device.type == "cpu":
             self.strategy, self.strategy_reason = "loop", "cpu: vmap measured slower than a loop on CPU"
-            return self._run(vecs, "loop")
-        return self._measure_strategies(vecs)
+            return self._run(vecs, coeffs, "loop")
+        return self._measure_strategies(vecs, coeffs)
 
-    def _measure_strategies(self, vecs: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    def _measure_strategies(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
         """Time loop and vmap per point on the first ``n`` points (``n``: what vmap fits in
         memory), keep the faster, and return the metrics of ``vecs`` computed with it."""
         n = min(len(vecs), self._fitting_chunk("vmap"))  # vmap holds n points' activations
         per_point = {}
         for strategy in ("loop", "vmap"):
-            self._run(vecs[:1], strategy)  # warm-up (compilation, cuDNN algorithm choice)
+            self._run(vecs[:1], coeffs[:1], strategy)  # warm-up (compilation, cuDNN algorithm choice)
             t0 = time.perf_counter()
-            self._run(vecs[:n], strategy)  # synchronises (host copy of the sums)
+            self._run(vecs[:n], coeffs[:n], strategy)  # synchronises (host copy of the sums)
             per_point[strategy] = (time.perf_counter() - t0) / n
         self.strategy = min(per_point, key=per_point.get)
         self.strategy_reason = f"measured on {n} points: " + ", ".join(
             f"{k} {v * 1e3:.2f} ms/point" for k, v in per_point.items())
         step = n if self.strategy == "vmap" else len(vecs)
-        parts = [self._run(vecs[i:i + step], self.strategy) for i in range(0, len(vecs), step)]
+        if self.strategy == "vmap" and self._shortcut is not None:
+            self._shortcut.remove()
+            self._shortcut, self.shortcut_layers = None, []
+        parts = [self._run(vecs[i:i + step], coeffs[i:i + step], self.strategy) for i in range(0, len(vecs), step)]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def _flat_module(self) -> tuple[nn.Module, torch.Tensor, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
@@ -374,8 +409,11 @@ class Evaluator:
                     sub._parameters[attr] = tensor
                 else:
                     sub._buffers[attr] = tensor
+            if self._class_metrics is not None:  # CPU, cross-entropy, eager
+                self.class_major_head = ClassMajorHead(module, self.batches[0][0][:2]).layer
+
             def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-                return torch.stack(self._batch_metrics(module(x), y))
+                return torch.stack(self._batch_metrics(module(x), y, class_major=self.compile is False))
 
             self._flat = (module, flat, self._maybe_compile(step))
         return self._flat
@@ -385,28 +423,43 @@ class Evaluator:
             return fn
         return torch.compile(fn, **({} if self.compile is True else {"backend": self.compile}))
 
-    def _batch_metrics(self, logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(summed loss in float64, number correct) of one batch; logits in the evaluation dtype."""
+    def _batch_metrics(self, logits: torch.Tensor, y: torch.Tensor, class_major: bool = False
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(summed loss in float64, number correct) of one batch; logits in the evaluation dtype.
+        ``class_major`` (the eager loop): scored by :class:`ClassMetrics` where it applies."""
         logits = logits.to(self.dtype)
+        if class_major and self._class_metrics is not None:
+            scored = self._class_metrics(logits, y)
+            if scored is not None:
+                return scored
         if self._summed_loss is not None:
             return self._summed_loss(logits, y), _correct(logits, y)
         return self.per_sample_loss(logits, y).sum(dtype=torch.float64), _correct(logits, y)
 
-    def _sums_loop(self, vecs: torch.Tensor) -> torch.Tensor:
-        """Per point: one ``copy_`` into the flat module, forward passes over all batches;
-        the outputs of a point are concatenated and scored at once when they are small
-        (``CONCAT_OUTPUT_BYTES``; eager only), else batch by batch. No host synchronisation."""
+    def _sums_loop(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> torch.Tensor:
+        """Per point: one ``copy_`` into the flat module (and its coefficients to the
+        input-layer shortcut), forward passes over all batches; the outputs of a point are
+        concatenated and scored at once when they are small (``CONCAT_OUTPUT_BYTES``; eager
+        only), else batch by batch. No host synchronisation."""
         module, flat, step = self._flat_module()
         concat = self._targets is not None and self.compile is False
         sums: list[torch.Tensor] = []
-        for vec in vecs:
+        for vec, c in zip(vecs, coeffs):
             flat.copy_(vec)
+            if self._shortcut is not None:
+                self._shortcut.set(c)
             if concat:
-                sums.append(torch.stack(self._batch_metrics(
-                    torch.cat([module(x) for x, _ in self.batches]), self._targets)))
+                sums.append(torch.stack(self._batch_metrics(self._concat_outputs(module), self._targets,
+                                                            class_major=True)))
             else:
                 sums.extend(step(x, y) for x, y in self.batches)
         return torch.stack(sums).view(len(vecs), -1, 2).sum(1)
+
+    def _concat_outputs(self, module: nn.Module) -> torch.Tensor:
+        """Outputs of every batch as one tensor, class-major when :class:`ClassMetrics` scores them."""
+        if self._class_metrics is not None:
+            return torch.cat([module(x).t() for x, _ in self.batches], 1).t()
+        return torch.cat([module(x) for x, _ in self.batches])
 
     def _sums_vmap(self, vecs: torch.Tensor) -> torch.Tensor:
         if self._vmapped is None:

@@ -95,11 +95,11 @@ def test_out_of_memory_is_retried_with_smaller_chunks(digits, monkeypatch):
     original = ev._run
     sizes = []
 
-    def fragile(chunk, strategy):
+    def fragile(chunk, coeffs, strategy):
         sizes.append(len(chunk))
         if len(chunk) > 3:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
-        return original(chunk, strategy)
+        return original(chunk, coeffs, strategy)
 
     monkeypatch.setattr(ev, "_run", fragile)
     loss, acc = ev.evaluate_points(PointSet.explicit(vecs))
@@ -108,7 +108,7 @@ def test_out_of_memory_is_retried_with_smaller_chunks(digits, monkeypatch):
     assert sizes[:3] == [8, 4, 2] and max(sizes[3:]) <= 2 and ev.chunk_size == 2
     assert ev.points_evaluated == 11
 
-    def hopeless(chunk, strategy):
+    def hopeless(chunk, coeffs, strategy):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
 
     monkeypatch.setattr(ev, "_run", hopeless)
@@ -157,7 +157,7 @@ def test_strategy_measurement_respects_vmap_memory_and_matches_loop(digits):
     ev.memory_budget = 3 * ev._activation_bytes()
     n = ev._fitting_chunk("vmap")
     assert 1 <= n < len(vecs) <= ev._fitting_chunk("loop")
-    loss, acc = ev._measure_strategies(vecs)
+    loss, acc = ev._measure_strategies(vecs, [[0.0]] * len(vecs))  # no input-layer shortcut here
     assert ev.strategy in ("loop", "vmap") and f"measured on {n} points" in ev.strategy_reason
     np.testing.assert_allclose(loss, expected[0], rtol=1e-6)
     np.testing.assert_array_equal(acc, expected[1])

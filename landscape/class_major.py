@@ -1,0 +1,127 @@
+"""Class-major logits on CPU: cross-entropy and accuracy with the classes as rows.
+
+ATen's softmax, cross-entropy and argmax vectorise along the innermost dimension. For a
+classifier's ``(N, C)`` logits with few classes (digits: ``C = 10``) that is the class
+dimension, shorter than the work it amortises: on the 2-core development CPU the summed
+cross-entropy and the correct count of 1,797 x 10 logits cost about 150 us, a fifth of a
+small MLP's forward pass. Laid out ``(C, N)`` (a ``(N, C)`` tensor with strides ``(1, N)``),
+the same reductions run along the samples: the "K-dimensional" form of
+``cross_entropy`` (input ``(1, C, N)``), a max over rows, and a gather.
+
+Two pieces, both exact to float rounding, used by the evaluator's loop on CPU:
+
+* :class:`ClassMetrics`: summed cross-entropy and argmax-correct count of one batch.
+  A prediction is correct when the label's logit is the row maximum and no earlier class
+  reaches it (``argmax`` returns the first maximal index). A batch whose loss is not
+  finite returns None and is scored by the usual row-major code, NaN semantics included.
+* :class:`ClassMajorHead`: computes the model's output ``nn.Linear`` as
+  ``(W @ x^T + b)`` and returns its transposed view, so the logits arrive class-major with
+  no copy (and MKL's ``(N, F) @ (F, C)`` product with small ``C`` is slow on this CPU).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class ClassMetrics:
+    """Summed cross-entropy and number of correct predictions of class-index targets."""
+
+    def __init__(self, num_classes: int):
+        self.num_classes = num_classes
+        self._prepared: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._identity: torch.Tensor | None = None
+
+    def prepare(self, targets: Sequence[torch.Tensor]) -> None:
+        """Precompute, per target tensor (kept alive by the caller), the gather index of
+        the labels in the class-major layout and the mask of the classes before each label."""
+        for y in targets:
+            n = y.shape[0]
+            classes = torch.arange(self.num_classes, device=y.device)[:, None]
+            index = y * n + torch.arange(n, device=y.device)
+            before = torch.zeros(self.num_classes, n, device=y.device).masked_fill_(classes >= y[None, :], float("-inf"))
+            self._prepared[(y.data_ptr(), n)] = (index, before)
+
+    def _eye(self, like: torch.Tensor) -> torch.Tensor:
+        if self._identity is None or self._identity.dtype != like.dtype:
+            self._identity = torch.eye(self.num_classes, dtype=like.dtype, device=like.device)
+        return self._identity
+
+    def __call__(self, logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(summed loss as float64, correct count as float64), or None when ``y`` was not
+        prepared or the loss is not finite (then the caller's row-major path decides)."""
+        prepared = self._prepared.get((y.data_ptr(), y.shape[0]))
+        if prepared is None or logits.ndim != 2:
+            return None
+        index, before = prepared
+        cols = logits.t()
+        if not cols.is_contiguous():  # transpose by a product with the identity: a third of a copy's time
+            cols = torch.mm(self._eye(logits), cols)
+        loss = F.cross_entropy(cols[None], y[None], reduction="sum").double()
+        if not math.isfinite(loss.item()):  # CPU: no synchronisation cost
+            return None
+        top = cols.amax(0)
+        label = cols.view(-1).take(index)
+        first = (cols + before).amax(0)  # largest logit among the classes before the label
+        correct = ((label == top) & (first < top)).sum().double()
+        return loss, correct
+
+
+class ClassMajorHead:
+    """Overrides the forward of the output ``nn.Linear`` of ``module`` (whose result is the
+    model's output on ``x``) to produce class-major logits.
+
+    A fixed rule, not a timing, so that results never depend on machine load: on the
+    development CPU (MKL, AVX2) ``W @ x^T + b`` took 85 us against 253 us for ``F.linear``
+    on 1,797 x 64 inputs and 10 classes, and it spares :class:`ClassMetrics` a transpose."""
+
+    def __init__(self, module: nn.Module, x: torch.Tensor):
+        self.layer: str | None = None
+        self._restore: tuple[nn.Module, Callable] | None = None
+        found = _output_linear(module, x)
+        if found is None:
+            return
+        name, layer = found
+        own = layer.forward
+        layer.forward = lambda inp: _class_major(layer, inp) if inp.ndim == 2 else own(inp)
+        self._restore, self.layer = (layer, own), name
+
+    def remove(self) -> None:
+        if self._restore is not None:
+            layer, own = self._restore
+            layer.forward = own
+            self._restore = None
+
+
+def _class_major(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` for 2-D ``x`` computed as ``W @ x^T (+ b)``: a (N, C) view with strides (1, N)."""
+    if layer.bias is None:
+        return torch.mm(layer.weight, x.t()).t()
+    return torch.addmm(layer.bias[:, None], layer.weight, x.t()).t()
+
+
+def _output_linear(module: nn.Module, x: torch.Tensor) -> tuple[str, nn.Linear] | None:
+    """(name, layer) of the plain ``nn.Linear`` whose output is the model's output."""
+    calls: list[tuple[str, nn.Linear, torch.Tensor, torch.Tensor]] = []
+
+    def hook(name: str) -> Callable:
+        def record(layer: nn.Module, args: tuple, out: torch.Tensor) -> None:
+            calls.append((name, layer, args[0], out))
+        return record
+
+    linears = [(n, m) for n, m in module.named_modules() if type(m) is nn.Linear
+               and not m._forward_hooks and not m._forward_pre_hooks and "forward" not in vars(m)
+               and not hasattr(m, "parametrizations")]
+    handles = [m.register_forward_hook(hook(n)) for n, m in linears]
+    try:
+        with torch.no_grad():
+            out = module(x)
+    finally:
+        for h in handles:
+            h.remove()
+    found = [(name, layer) for name, layer, inp, o in calls if o is out and inp.ndim == 2]
+    return found[0] if len(found) == 1 else None

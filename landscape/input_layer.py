@@ -1,0 +1,177 @@
+"""Exact shortcut for the layer that reads the data: its output is affine in the weights.
+
+A point of a path or plane is ``origin + sum_k c_k d_k``. A ``Linear`` or ``Conv`` layer that
+is applied to the input batch itself (or a reshaped view of it, e.g. after ``Flatten``) gives
+
+    layer(x; W_o + sum_k c_k W_k, b_o + sum_k c_k b_k) = layer(x; W_o, b_o) + sum_k c_k layer(x; W_k, b_k)
+
+so its ``k + 1`` outputs per batch are computed once per point set and a point costs ``k``
+scaled additions over the layer's output instead of its matrix product or convolution (the
+same value to float rounding). For an MLP on flattened images the first layer is the bulk of
+the work; for a 2-D plane (``k = 2``) the shortcut pays off when the layer reads many inputs
+per output (``fan_in >= MIN_FAN_IN_PER_TERM * (k + 1)``, so on a 3-channel 3x3 convolution
+it is not used) and the ``k + 1`` outputs fit the memory budget.
+
+Safety: a layer qualifies only if it is an exact ``nn.Linear``/``nn.ConvNd`` (no subclass,
+hooks or parametrisation), called once per forward pass, on a tensor that shares the memory
+of the batch (so a later call with the same address, shape, strides and dtype can only be
+that batch). Any other call falls back to the layer's own forward at the point's weights,
+which the flat module always holds.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from .params import ParameterSpace
+
+#: A layer is expanded when ``fan_in >= MIN_FAN_IN_PER_TERM * (directions + 1)``: each term
+#: of the expansion reads and writes the layer output once, a multiply-add per element.
+MIN_FAN_IN_PER_TERM = 16
+LAYER_TYPES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
+class InputLayerShortcut:
+    """Replaces the forward of the qualifying input layers of ``module`` (the evaluator's
+    private flat-view copy) by the expansion for the points ``origin + coeffs @ directions``;
+    ``set(coeffs)`` selects the point before each forward pass."""
+
+    def __init__(self, module: nn.Module, space: ParameterSpace, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                 origin: torch.Tensor, directions: torch.Tensor, budget_bytes: int):
+        self._coeffs: list[float] | None = None
+        self._restore: list[tuple[nn.Module, Callable]] = []
+        self.layers: list[str] = []  # names of the expanded layers
+        k = directions.shape[0]
+        inputs = _record_inputs(module, batches, k)
+        needed = sum((k + 1) * _output_bytes(layer, xs) for layer, xs in inputs.items())
+        if needed > budget_bytes:
+            return
+        device, dtype = batches[0][0].device, batches[0][0].dtype
+        for name, layer in module.named_modules():
+            if layer not in inputs:
+                continue
+            weights = [_layer_weights(space, name, layer, v.to(device, dtype)) for v in (origin, *directions)]
+            table = {_signature(x): [_apply(layer, x, *w) for w in weights] for x in inputs[layer]}
+            self._install(layer, table)
+            self.layers.append(name)
+
+    @property
+    def active(self) -> bool:
+        return bool(self._restore)
+
+    def set(self, coeffs: Sequence[float] | None) -> None:
+        """Coefficients of the point the next forward passes evaluate (None: no shortcut)."""
+        self._coeffs = None if coeffs is None else list(coeffs)
+
+    def remove(self) -> None:
+        """Give the layers their own forward back."""
+        for layer, forward in self._restore:
+            layer.forward = forward
+        self._restore.clear()
+
+    def _install(self, layer: nn.Module, table: dict[tuple, list[torch.Tensor]]) -> None:
+        own = layer.forward
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            outputs = table.get(_signature(x))
+            if outputs is None or self._coeffs is None:
+                return own(x)
+            terms = [(c, y) for c, y in zip(self._coeffs, outputs[1:]) if c]
+            if not terms:
+                return outputs[0].clone()
+            out = torch.add(outputs[0], terms[0][1], alpha=terms[0][0])
+            for c, y in terms[1:]:
+                out.add_(y, alpha=c)
+            return out
+
+        layer.forward = forward
+        self._restore.append((layer, own))
+
+
+def _record_inputs(module: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                   k: int) -> dict[nn.Module, list[torch.Tensor]]:
+    """Qualifying layers and their inputs, one per batch: a probe on two samples finds the
+    layers that read the data, then one forward pass per batch records their inputs."""
+    candidates = [m for m in module.modules() if type(m) in LAYER_TYPES and _plain(m)
+                  and _fan_in(m) >= MIN_FAN_IN_PER_TERM * (k + 1)]
+    if candidates:
+        candidates = list(_reading(module, candidates, [batches[0][0][:2]]))
+    return _reading(module, candidates, [x for x, _ in batches]) if candidates else {}
+
+
+def _reading(module: nn.Module, candidates: list[nn.Module], inputs: list[torch.Tensor]
+             ) -> dict[nn.Module, list[torch.Tensor]]:
+    """Those of ``candidates`` called exactly once per forward pass on a tensor sharing the
+    memory of the input, for every input; with the tensor they were called on."""
+    calls: dict[nn.Module, list[torch.Tensor]] = {}
+
+    def hook(layer: nn.Module, args: tuple) -> None:
+        calls.setdefault(layer, []).append(args[0])
+
+    qualified: dict[nn.Module, list[torch.Tensor]] = {m: [] for m in candidates}
+    handles = [m.register_forward_pre_hook(hook) for m in candidates]
+    try:
+        with torch.no_grad():
+            for x in inputs:
+                calls.clear()
+                module(x)
+                for m in list(qualified):
+                    seen = calls.get(m, [])
+                    if len(seen) == 1 and _shares_memory(seen[0], x):
+                        qualified[m].append(seen[0])
+                    else:
+                        del qualified[m]
+    finally:
+        for h in handles:
+            h.remove()
+    return qualified
+
+
+def _plain(layer: nn.Module) -> bool:
+    """No hooks, parametrisations or extra parameters: the forward is the textbook one."""
+    return (set(layer._parameters) <= {"weight", "bias"} and not layer._forward_hooks
+            and not layer._forward_pre_hooks and not hasattr(layer, "parametrizations")
+            and "forward" not in vars(layer))
+
+
+def _fan_in(layer: nn.Module) -> int:
+    w = layer.weight
+    return int(math.prod(w.shape[1:]))
+
+
+def _shares_memory(t: torch.Tensor, x: torch.Tensor) -> bool:
+    return (t.dtype == x.dtype and t.device == x.device and t.numel() == x.numel()
+            and t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+            and t.data_ptr() == x.data_ptr())
+
+
+def _signature(x: torch.Tensor) -> tuple:
+    return x.data_ptr(), tuple(x.shape), x.stride(), x.dtype
+
+
+def _layer_weights(space: ParameterSpace, name: str, layer: nn.Module, vec: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(weight, bias) of ``layer`` in the flat vector ``vec``."""
+    def part(attr: str) -> torch.Tensor | None:
+        if layer._parameters.get(attr) is None:
+            return None
+        key = f"{name}.{attr}" if name else attr
+        entry = space._by_name[space.aliases.get(key, key)]
+        return vec[entry.offset:entry.offset + entry.numel].view(entry.shape)
+
+    return part("weight"), part("bias")
+
+
+def _apply(layer: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if isinstance(layer, nn.Linear):
+        return nn.functional.linear(x, weight, bias)
+    return layer._conv_forward(x, weight, bias)
+
+
+def _output_bytes(layer: nn.Module, inputs: list[torch.Tensor]) -> int:
+    """Bytes of the layer's outputs on ``inputs`` (from a one-sample call each)."""
+    with torch.no_grad():
+        return sum(layer(x[:1]).numel() * x.shape[0] * x.element_size() for x in inputs)

@@ -1,0 +1,175 @@
+"""The loop's CPU shortcuts against independent computations: the input-layer expansion
+(``landscape.input_layer``) and class-major logits and metrics (``landscape.class_major``).
+Each test also checks that the shortcut was actually taken (or refused), so it can fail."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from conftest import make_mlp, seeded_init_
+from landscape import Evaluator, interpolate, plane
+from landscape.class_major import ClassMetrics
+from landscape.params import ParameterSpace
+
+
+def reference_metrics(template: nn.Module, vecs: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Mean cross-entropy and argmax accuracy of each flat vector, via load_state_dict."""
+    space = ParameterSpace(template)
+    model = copy.deepcopy(template).eval()
+    loss, acc = [], []
+    with torch.no_grad():
+        for v in vecs:
+            model.load_state_dict(space.state_dict(v.float()))
+            out = model(x)
+            loss.append(F.cross_entropy(out, y).item())
+            acc.append((out.argmax(-1) == y).double().mean().item())
+    return np.array(loss), np.array(acc)
+
+
+def plane_vectors(result) -> torch.Tensor:
+    origin, u, v = (torch.from_numpy(t) for t in (result.origin, result.u, result.v))
+    gx, gy = np.meshgrid(result.x, result.y)
+    return torch.stack([origin + a * u + b * v for a, b in zip(gx.ravel(), gy.ravel())])
+
+
+class ConvFirst(nn.Module):
+    """A 5x5 convolution on 3-channel inputs (fan-in 75) first, then a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 5, padding=2)
+        self.head = nn.Linear(4 * 8 * 8, 10)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.conv(x)).flatten(1))
+
+
+class Rescaled(nn.Module):
+    """The first linear layer reads ``2 x``, not the data: no shortcut may be taken."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(64, 16)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.first(2 * x)))
+
+
+class Reused(nn.Module):
+    """One linear layer applied twice: its second input is not the data."""
+
+    def __init__(self):
+        super().__init__()
+        self.square = nn.Linear(64, 64)
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.square(torch.relu(self.square(x)))))
+
+
+def _three(make) -> list[nn.Module]:
+    return [seeded_init_(make(), seed) for seed in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("batch_size", [None, 64])
+def test_plane_with_input_expansion_equals_load_state_dict(digits, batch_size):
+    x, y = digits
+    models = [make_mlp(s, hidden=32) for s in (1, 2, 3)]
+    ev = Evaluator(models[0], (x, y), batch_size=batch_size, progress=False)
+    result = plane(*models, ev, resolution=5)
+    assert ev.shortcut_layers == ["1"] and ev.class_major_head == "3"
+    loss, acc = reference_metrics(models[0], plane_vectors(result), x, y)
+    np.testing.assert_allclose(result.loss.ravel(), loss, rtol=2e-6)
+    np.testing.assert_array_equal(result.accuracy.ravel(), acc)
+
+
+def test_convolution_first_is_expanded_and_matches(digits):
+    x, y = digits
+    images = x.reshape(-1, 1, 8, 8).repeat(1, 3, 1, 1) * torch.tensor([1.0, 0.5, -0.5])[:, None, None]
+    models = _three(ConvFirst)
+    ev = Evaluator(models[0], (images, y), batch_size=100, progress=False)
+    result = plane(*models, ev, resolution=4)
+    assert ev.shortcut_layers == ["conv"]
+    loss, acc = reference_metrics(models[0], plane_vectors(result), images, y)
+    np.testing.assert_allclose(result.loss.ravel(), loss, rtol=2e-6)
+    np.testing.assert_array_equal(result.accuracy.ravel(), acc)
+
+
+@pytest.mark.parametrize("make", [Rescaled, Reused])
+def test_layers_not_reading_the_data_are_not_expanded(digits, make):
+    x, y = digits
+    models = _three(make)
+    ev = Evaluator(models[0], (x, y), progress=False)
+    result = plane(*models, ev, resolution=4)
+    assert ev.shortcut_layers == []
+    loss, acc = reference_metrics(models[0], plane_vectors(result), x, y)
+    np.testing.assert_allclose(result.loss.ravel(), loss, rtol=2e-6)
+    np.testing.assert_array_equal(result.accuracy.ravel(), acc)
+
+
+def test_expansion_respects_the_memory_budget_and_can_be_disabled(digits):
+    x, y = digits
+    a, b = make_mlp(1, hidden=32), make_mlp(2, hidden=32)
+    on = Evaluator(a, (x, y), progress=False)
+    first = interpolate(a, b, on, alphas=21)
+    assert on.shortcut_layers == ["1"]
+    tight = Evaluator(a, (x, y), progress=False, memory_budget=4 * 2 * len(x) * 32 * 4 - 4)  # a quarter: < 2 outputs
+    off = Evaluator(a, (x, y), progress=False, input_shortcut=False)
+    for ev in (tight, off):
+        curve = interpolate(a, b, ev, alphas=21)
+        assert ev.shortcut_layers == []
+        np.testing.assert_allclose(curve.loss, first.loss, rtol=2e-6)
+    # the user's module is never modified: its layers keep their own forward
+    assert all("forward" not in vars(m) for m in a.modules())
+
+
+def test_class_metrics_match_cross_entropy_and_argmax_with_ties_and_minus_infinity():
+    gen = torch.Generator().manual_seed(0)
+    n, c = 500, 7
+    y = torch.randint(0, c, (n,), generator=gen)
+    logits = torch.randint(-2, 3, (n, c), generator=gen).float()  # many ties
+    logits[:50] = 0.0  # all classes tied: argmax is class 0
+    logits[50:100, 0] = float("-inf")
+    logits[50:100] = torch.where(torch.arange(c) == y[50:100, None], 1.0, logits[50:100])  # label finite
+    metrics = ClassMetrics(c)
+    metrics.prepare([y])
+    finite = logits.clone()
+    finite[50:100, 0] = -5.0
+    cases = [(finite, finite), (finite.t().contiguous().t(), finite), (logits.t().contiguous().t(), logits)]
+    for layout, values in cases:  # row-major, class-major, class-major with -inf logits
+        loss, correct = metrics(layout, y)
+        assert loss.item() == pytest.approx(F.cross_entropy(values, y, reduction="sum").item(), rel=1e-6)
+        assert correct.item() == (values.argmax(-1) == y).sum().item()
+    assert metrics(logits, y) is None  # row-major -inf: the transposing product gives NaN, caller decides
+    assert metrics(logits, y.clone()) is None  # targets it was not prepared for
+    for bad in (float("nan"), float("inf")):
+        broken = logits.clone()
+        broken[3, 1] = bad
+        assert metrics(broken, y) is None  # the caller's row-major path decides
+
+
+def test_evaluator_accuracy_of_a_tied_model_follows_argmax(digits):
+    x, y = digits
+    zero = make_mlp(0)
+    with torch.no_grad():
+        for p in zero.parameters():
+            p.zero_()
+    ev = Evaluator(zero, (x, y), progress=False)
+    metrics = ev.evaluate([zero, make_mlp(1)])
+    assert metrics.accuracy[0] == pytest.approx((y == 0).double().mean().item())
+    assert metrics.loss[0] == pytest.approx(np.log(10), rel=1e-6)
+    nan_model = make_mlp(1)
+    with torch.no_grad():
+        nan_model[3].bias[2] = float("nan")
+    nan_ev = Evaluator(make_mlp(1), (x, y), progress=False)
+    nan_metrics = nan_ev.evaluate(torch.stack([nan_ev.space.flatten(nan_model.state_dict(), check_finite=False)]))
+    out = nan_model(x)
+    assert np.isnan(nan_metrics.loss[0])
+    assert nan_metrics.accuracy[0] == pytest.approx((out.argmax(-1) == y).double().mean().item())
