@@ -14,7 +14,7 @@ Two pieces, both exact to float rounding, used by the evaluator's loop on CPU:
   A prediction is correct when the label's logit is the row maximum and no earlier class
   reaches it (``argmax`` returns the first maximal index). A batch whose loss is not
   finite returns None and is scored by the usual row-major code, NaN semantics included.
-* :class:`ClassMajorHead`: computes the model's output ``nn.Linear`` as
+* :func:`install_class_major_head`: computes the model's output ``nn.Linear`` as
   ``(W @ x^T + b)`` and returns its transposed view, so the logits arrive class-major with
   no copy (and MKL's ``(N, F) @ (F, C)`` product with small ``C`` is slow on this CPU).
 """
@@ -71,30 +71,21 @@ class ClassMetrics:
         return loss, correct
 
 
-class ClassMajorHead:
-    """Overrides the forward of the output ``nn.Linear`` of ``module`` (whose result is the
-    model's output on ``x``) to produce class-major logits.
+def install_class_major_head(module: nn.Module, x: torch.Tensor) -> str | None:
+    """Make the output ``nn.Linear`` of ``module`` (the layer whose result is the model's
+    output on ``x``) return class-major logits; its name, or None when there is none.
 
     A fixed rule, not a timing, so that results never depend on machine load: on the
     development CPU (MKL, AVX2) ``W @ x^T + b`` took 85 us against 253 us for ``F.linear``
-    on 1,797 x 64 inputs and 10 classes, and it spares :class:`ClassMetrics` a transpose."""
-
-    def __init__(self, module: nn.Module, x: torch.Tensor):
-        self.layer: str | None = None
-        self._restore: tuple[nn.Module, Callable] | None = None
-        found = _output_linear(module, x)
-        if found is None:
-            return
-        name, layer = found
-        own = layer.forward
-        layer.forward = lambda inp: _class_major(layer, inp) if inp.ndim == 2 else own(inp)
-        self._restore, self.layer = (layer, own), name
-
-    def remove(self) -> None:
-        if self._restore is not None:
-            layer, own = self._restore
-            layer.forward = own
-            self._restore = None
+    on 1,797 x 64 inputs and 10 classes, and it spares :class:`ClassMetrics` a transpose.
+    Meant for a private copy of the model: the override stays for the copy's lifetime."""
+    found = _output_linear(module, x)
+    if found is None:
+        return None
+    name, layer = found
+    own = layer.forward
+    layer.forward = lambda inp: _class_major(layer, inp) if inp.ndim == 2 else own(inp)
+    return name
 
 
 def _class_major(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:

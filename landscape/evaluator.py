@@ -10,6 +10,13 @@ points at once). The loop runs a second private copy of the template whose param
 buffers are views into one flat tensor: a point is set with a single ``copy_`` and the
 module is called directly, so its per-point cost is essentially that of plain forward
 passes (``functional_call`` per batch cost about 2x that for a small MLP on CPU).
+Two exact CPU shortcuts of the loop (same values to float rounding; tested against
+``load_state_dict`` references): a ``Linear``/``Conv`` layer that reads the data directly
+is expanded over the point set's directions (:mod:`landscape.input_layer`; a plane point
+then costs two scaled additions over its output instead of its product; ``input_shortcut=
+False`` turns it off, ``shortcut_layers`` names the expanded layers), and for cross-entropy
+the output ``Linear`` produces class-major logits scored along the samples
+(:mod:`landscape.class_major`; ``class_major_head`` names it).
 ``auto`` uses the loop on CPU (vmap is measured 2.5-5x slower there) and elsewhere times
 both per point on the first points of the first chunk that fit vmap's memory; the choice
 is recorded in ``strategy`` and ``strategy_reason``.
@@ -47,7 +54,7 @@ from torch.func import functional_call, vmap
 from .cache import Cache, make_key
 from .data import DeviceData, check_targets, prepare_data
 from .errors import ConfigError, DataError
-from .class_major import ClassMajorHead, ClassMetrics
+from .class_major import ClassMetrics, install_class_major_head
 from .input_layer import InputLayerShortcut
 from .params import ModelLike, ParameterSpace, vector_digest
 from .points import PointSet
@@ -410,7 +417,7 @@ class Evaluator:
                 else:
                     sub._buffers[attr] = tensor
             if self._class_metrics is not None:  # CPU, cross-entropy, eager
-                self.class_major_head = ClassMajorHead(module, self.batches[0][0][:2]).layer
+                self.class_major_head = install_class_major_head(module, self.batches[0][0][:2])
 
             def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
                 return torch.stack(self._batch_metrics(module(x), y, class_major=self.compile is False))

@@ -42,7 +42,7 @@ class InputLayerShortcut:
     def __init__(self, module: nn.Module, space: ParameterSpace, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
                  origin: torch.Tensor, directions: torch.Tensor, budget_bytes: int):
         self._coeffs: list[float] | None = None
-        self._restore: list[tuple[nn.Module, Callable]] = []
+        self._restore: list[nn.Module] = []
         self.layers: list[str] = []  # names of the expanded layers
         k = directions.shape[0]
         inputs = _record_inputs(module, batches, k)
@@ -68,8 +68,8 @@ class InputLayerShortcut:
 
     def remove(self) -> None:
         """Give the layers their own forward back."""
-        for layer, forward in self._restore:
-            layer.forward = forward
+        for layer in self._restore:
+            del layer.forward  # the class's forward again (plain layers have no instance forward)
         self._restore.clear()
 
     def _install(self, layer: nn.Module, table: dict[tuple, list[torch.Tensor]]) -> None:
@@ -88,7 +88,7 @@ class InputLayerShortcut:
             return out
 
         layer.forward = forward
-        self._restore.append((layer, own))
+        self._restore.append(layer)
 
 
 def _record_inputs(module: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],

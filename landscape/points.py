@@ -41,7 +41,7 @@ class PointSet:
         """Flat vectors of points ``start:stop`` on ``device``."""
         c = self.coeffs[start:stop].to(device, dtype)
         dirs = self.directions.to(device, dtype)
-        return self.origin.to(device, dtype).unsqueeze(0) + c @ dirs
+        return torch.addmm(self.origin.to(device, dtype).unsqueeze(0), c, dirs)
 
     def digest(self) -> str:
         h = hashlib.sha256()
