@@ -5,9 +5,10 @@ is applied to the input batch itself (or a reshaped view of it, e.g. after ``Fla
 
     layer(x; W_o + sum_k c_k W_k, b_o + sum_k c_k b_k) = layer(x; W_o, b_o) + sum_k c_k layer(x; W_k, b_k)
 
-so its ``k + 1`` outputs per batch are computed once per point set and a point costs ``k``
-scaled additions over the layer's output instead of its matrix product or convolution (the
-same value to float rounding). For an MLP on flattened images the first layer is the bulk of
+so its ``k + 1`` outputs per batch are computed once per point set and a point costs at most
+``k`` scaled additions over the layer's output instead of its matrix product or convolution
+(the same value to float rounding); the sum over all but the first direction is kept while
+it stays the same, so along a plane's rows a point costs one addition. For an MLP on flattened images the first layer is the bulk of
 the work; for a 2-D plane (``k = 2``) the shortcut pays off when the layer reads many inputs
 per output (``fan_in >= MIN_FAN_IN_PER_TERM * (k + 1)``, so on a 3-channel 3x3 convolution
 it is not used) and the ``k + 1`` outputs fit the memory budget.
@@ -74,21 +75,31 @@ class InputLayerShortcut:
 
     def _install(self, layer: nn.Module, table: dict[tuple, list[torch.Tensor]]) -> None:
         own = layer.forward
+        partial: dict[tuple, tuple[list[float], torch.Tensor]] = {}
 
         def forward(x: torch.Tensor) -> torch.Tensor:
-            outputs = table.get(_signature(x))
+            key = _signature(x)
+            outputs = table.get(key)
             if outputs is None or self._coeffs is None:
                 return own(x)
-            terms = [(c, y) for c, y in zip(self._coeffs, outputs[1:]) if c]
-            if not terms:
-                return outputs[0].clone()
-            out = torch.add(outputs[0], terms[0][1], alpha=terms[0][0])
-            for c, y in terms[1:]:
-                out.add_(y, alpha=c)
-            return out
+            first, rest = self._coeffs[0], self._coeffs[1:]
+            cached = partial.get(key)
+            if cached is None or cached[0] != rest:  # a plane's row shares all but the first
+                cached = partial[key] = (rest, _combine(outputs[0], rest, outputs[2:]))
+            base = cached[1]
+            return torch.add(base, outputs[1], alpha=first) if first else base.clone()
 
         layer.forward = forward
         self._restore.append(layer)
+
+
+def _combine(base: torch.Tensor, coeffs: Sequence[float], terms: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``base + sum_k coeffs[k] terms[k]`` as a new tensor."""
+    out = base.clone()
+    for c, t in zip(coeffs, terms):
+        if c:
+            out.add_(t, alpha=c)
+    return out
 
 
 def _record_inputs(module: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
