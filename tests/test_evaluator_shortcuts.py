@@ -123,7 +123,7 @@ def test_expansion_respects_the_memory_budget_and_can_be_disabled(digits):
     again = interpolate(b, a, on, alphas=21)  # the same evaluator expands its layer again
     assert on.shortcut_layers == ["1"]
     np.testing.assert_allclose(again.loss[::-1], first.loss, rtol=2e-6)
-    tight = Evaluator(a, (x, y), progress=False, memory_budget=4 * 2 * len(x) * 32 * 4 - 4)  # a quarter: < 2 outputs
+    tight = Evaluator(a, (x, y), progress=False, memory_budget=4 * 3 * len(x) * 32 * 4 - 4)  # a quarter: < 3 outputs
     off = Evaluator(a, (x, y), progress=False, input_shortcut=False)
     for ev in (tight, off):
         curve = interpolate(a, b, ev, alphas=21)
