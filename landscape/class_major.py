@@ -10,7 +10,8 @@ the same reductions run along the samples: the "K-dimensional" form of
 
 Two pieces, both exact to float rounding, used by the evaluator's loop on CPU:
 
-* :class:`ClassMetrics`: summed cross-entropy and argmax-correct count of one batch.
+* :class:`ClassMetrics`: summed cross-entropy and argmax-correct count of one batch, or of
+  a stack of points' class-major logits at once (fewer, larger calls).
   A prediction is correct when the label's logit is the row maximum and no earlier class
   reaches it (``argmax`` returns the first maximal index). A batch whose loss is not
   finite returns None and is scored by the usual row-major code, NaN semantics included.
@@ -52,23 +53,29 @@ class ClassMetrics:
         return self._identity
 
     def __call__(self, logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(summed loss as float64, correct count as float64), or None when ``y`` was not
-        prepared or the loss is not finite (then the caller's row-major path decides)."""
-        prepared = self._prepared.get((y.data_ptr(), y.shape[0]))
-        if prepared is None or logits.ndim != 2:
+        """(summed loss as float64, correct count as float64) of ``(N, C)`` logits, or None
+        when ``y`` was not prepared or the loss is not finite (then the caller's row-major
+        path decides)."""
+        if (y.data_ptr(), y.shape[0]) not in self._prepared or logits.ndim != 2:
             return None
-        index, before = prepared
         cols = logits.t()
         if not cols.is_contiguous():  # transpose by a product with the identity: a third of a copy's time
             cols = torch.mm(self._eye(logits), cols)
-        loss = F.cross_entropy(cols[None], y[None], reduction="sum").double()
-        if not math.isfinite(loss.item()):  # CPU: no synchronisation cost
-            return None
-        top = cols.amax(0)
-        label = cols.view(-1).take(index)
-        first = (cols + before).amax(0)  # largest logit among the classes before the label
-        correct = ((label == top) & (first < top)).sum().double()
-        return loss, correct
+        loss, correct = self.scores(cols[None], y)[0]
+        return (loss, correct) if math.isfinite(loss.item()) else None  # CPU: no synchronisation cost
+
+    def scores(self, cols: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``(M, 2)`` float64 (summed loss, correct count) of ``M`` points' class-major
+        logits ``cols`` ``(M, C, N)`` for prepared targets ``y``; a point whose logits are
+        not all finite may get a non-finite or wrong row (check the loss column)."""
+        index, before = self._prepared[(y.data_ptr(), y.shape[0])]
+        m = cols.shape[0]
+        loss = F.cross_entropy(cols, y.expand(m, -1), reduction="none").sum(1, dtype=torch.float64)
+        top = cols.amax(1)
+        label = cols.reshape(m, -1).index_select(1, index)
+        first = (cols + before).amax(1)  # largest logit among the classes before the label
+        correct = ((label == top) & (first < top)).sum(1)
+        return torch.stack([loss, correct.double()], 1)
 
 
 def install_class_major_head(module: nn.Module, x: torch.Tensor) -> str | None:

@@ -449,18 +449,46 @@ class Evaluator:
         concatenated and scored at once when they are small (``CONCAT_OUTPUT_BYTES``; eager
         only), else batch by batch. No host synchronisation."""
         module, flat, step = self._flat_module()
+        if self.class_major_head is not None and (self._targets is not None or len(self.batches) == 1):
+            return self._sums_class_major(module, flat, vecs, coeffs)
         concat = self._targets is not None and self.compile is False
         sums: list[torch.Tensor] = []
         for vec, c in zip(vecs, coeffs):
-            flat.copy_(vec)
-            if self._shortcut is not None:
-                self._shortcut.set(c)
+            self._set_point(flat, vec, c)
             if concat:
                 sums.append(torch.stack(self._batch_metrics(self._concat_outputs(module), self._targets,
                                                             class_major=True)))
             else:
                 sums.extend(step(x, y) for x, y in self.batches)
         return torch.stack(sums).view(len(vecs), -1, 2).sum(1)
+
+    def _set_point(self, flat: torch.Tensor, vec: torch.Tensor, coeffs: list[float]) -> None:
+        flat.copy_(vec)
+        if self._shortcut is not None:
+            self._shortcut.set(coeffs)
+
+    def _sums_class_major(self, module: nn.Module, flat: torch.Tensor, vecs: torch.Tensor,
+                          coeffs: list[list[float]]) -> torch.Tensor:
+        """The loop with a class-major output layer: the ``(C, N)`` logits of up to
+        ``CONCAT_OUTPUT_BYTES`` worth of points are stacked and scored by one
+        :meth:`ClassMetrics.scores` call; points with non-finite losses are rescored
+        row-major (the usual NaN and infinity semantics)."""
+        y = self._targets if self._targets is not None else self.batches[0][1]
+        per_point = self._class_metrics.num_classes * y.shape[0] * torch.finfo(self.dtype).bits // 8
+        group = max(1, CONCAT_OUTPUT_BYTES // per_point)
+        parts: list[torch.Tensor] = []
+        for start in range(0, len(vecs), group):
+            cols = []
+            for vec, c in zip(vecs[start:start + group], coeffs[start:start + group]):
+                self._set_point(flat, vec, c)
+                outs = [module(x).t() for x, _ in self.batches]  # (C, n) views, contiguous from the head
+                cols.append(outs[0] if len(outs) == 1 else torch.cat(outs, 1))
+            stacked = torch.stack(cols).to(self.dtype)
+            scores = self._class_metrics.scores(stacked, y)
+            for j in torch.nonzero(~torch.isfinite(scores[:, 0])).flatten().tolist():
+                scores[j] = torch.stack(self._batch_metrics(stacked[j].t(), y))
+            parts.append(scores)
+        return torch.cat(parts)
 
     def _concat_outputs(self, module: nn.Module) -> torch.Tensor:
         """Outputs of every batch as one tensor, class-major when :class:`ClassMetrics` scores them."""
