@@ -172,3 +172,17 @@ def test_custom_module_model(tmp_path):
     fl.load_run(tmp_path, module=net).module().load_state_dict(run.global_state())
     with pytest.raises(ConfigError, match="model_digest"):
         fl.run("fedavg", model=make(1), out=tmp_path, **dict(TINY, rounds=1))
+
+
+def test_a_round_of_empty_clients_keeps_the_global_model(tmp_path):
+    """min_size=0 partitions can give a round whose participants hold no samples: FedAvg's
+    weights are then all zero, the round carries no information and the model is kept."""
+    run = fl.run("fedavg", clients=3, rounds=3, participation=0.34, partition="iid", seed=0,
+                 out=tmp_path, device="cpu", model="mlp",
+                 partition_options={"client_sizes": [0, 0, 500], "min_size": 0})
+    participants = [m["clients"] for m in run.metrics[1:]]
+    assert participants == [[1], [2], [1]]  # seed 0: empty, with data, empty
+    states = [run.global_state(r) for r in range(4)]
+    for before, after, changed in ((0, 1, False), (1, 2, True), (2, 3, False)):
+        same = all(torch.equal(states[before][k], states[after][k]) for k in states[before])
+        assert same != changed, (before, after)

@@ -231,10 +231,7 @@ class Algorithm:
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate],
                   server_state: State, round: int) -> tuple[State, State]:
         """FedAvg: ``w = sum_k n_k / sum_j n_j * w_k`` over the whole state_dict."""
-        ids = sorted(updates)
-        new = weighted_average([updates[k].state for k in ids],
-                               [updates[k].num_samples for k in ids], like=global_state)
-        return new, server_state
+        return sample_weighted_average(global_state, updates), server_state
 
     def local_metrics(self, ctx: EvalContext) -> dict[str, float]:
         """Personalised metrics, e.g. ``{"local_accuracy": ..., "local_loss": ...}``."""
@@ -242,6 +239,17 @@ class Algorithm:
 
 
 # ------------------------------------------------------------------ state helpers
+def sample_weighted_average(global_state: State, updates: Mapping[int, ClientUpdate]) -> State:
+    """FedAvg's mean of the participants' states weighted by their sample counts. A round
+    whose participants hold no samples at all (possible with ``min_size=0`` partitions)
+    carries no information: the global state is kept."""
+    ids = sorted(updates)
+    counts = [updates[k].num_samples for k in ids]
+    if ids and sum(counts) == 0:
+        return {k: v.clone() for k, v in global_state.items()}
+    return weighted_average([updates[k].state for k in ids], counts, like=global_state)
+
+
 def weighted_average(states: Sequence[Mapping[str, Tensor]], weights: Sequence[float],
                      like: Mapping[str, Tensor] | None = None) -> State:
     """``sum_i (w_i / sum_j w_j) * state_i`` for every entry (FedAvg, IMA Eq. 5 window mean).

@@ -55,7 +55,7 @@ from torch import Tensor, nn
 from landscape.errors import ConfigError
 
 from .base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext, State,
-                   local_sgd, make_generator, weighted_average)
+                   local_sgd, make_generator, sample_weighted_average)
 from .simplex import (SUBREGION_SAMPLERS, project_to_simplex, sample_subregion, sample_uniform_simplex,
                       simplex_centre)
 
@@ -269,9 +269,7 @@ class Floco(Algorithm):
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate], server_state: State,
                   round: int) -> tuple[State, State]:
         """Eq. 11 with participant-normalised weights; the global point stays the centre."""
-        ids = sorted(updates)
-        new = weighted_average([updates[k].state for k in ids], [updates[k].num_samples for k in ids],
-                               like=global_state)
+        new = sample_weighted_average(global_state, updates)
         alpha_key = f"{self.classifier}.alpha"
         new[alpha_key] = global_state[alpha_key].clone()
         endpoints = new[f"{self.classifier}.endpoints"].detach().clone()
