@@ -199,7 +199,8 @@ class Evaluator:
                          if len(self.batches) > 1 and 0 < per_point <= CONCAT_OUTPUT_BYTES else None)
         self._class_metrics = None
         if (self.device.type == "cpu" and self.loss_name == "cross_entropy" and out.ndim == 2
-                and not torch.is_floating_point(yb) and self.compile is False):
+                and not torch.is_floating_point(yb) and self.compile is False
+                and per_point <= CONCAT_OUTPUT_BYTES):  # bounds its (C, N) label masks too
             self._class_metrics = ClassMetrics(out.shape[1])
             self._class_metrics.prepare([yb for _, yb in self.batches]
                                         + ([self._targets] if self._targets is not None else []))
