@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 
@@ -43,27 +44,20 @@ def main(argv: list[str] | None = None) -> int:
             counts = {"plane": [0, 0], "fl": [0, 0]}  # kills, campaigns
             if args.plane_kills > 0:
                 _, reference = tf.plane_job(None)
-                while counts["plane"][0] < args.plane_kills:
-                    cache = root / f"plane-{counts['plane'][1]}" / "plane.h5"
+
+                def plane(i: int, want: int) -> int:
+                    cache = root / f"plane-{i}" / "plane.h5"
                     cache.parent.mkdir()
-                    want = min(args.per_campaign, args.plane_kills - counts["plane"][0])
-                    kills, _ = tf.plane_campaign(zygote, cache, reference, rng, want)
-                    if kills == 0:
-                        raise RuntimeError("a campaign ended before its first kill: the job is too fast")
-                    counts["plane"][0] += kills
-                    counts["plane"][1] += 1
-                    print(f"plane campaign {counts['plane'][1]}: {kills} kills survived", flush=True)
+                    return tf.plane_campaign(zygote, cache, reference, rng, want)[0]
+
+                _campaigns("plane", plane, args.plane_kills, args.per_campaign, counts["plane"])
             if args.fl_kills > 0:
-                reference = tf.fl_job(str(root / "fl-reference"))
-                while counts["fl"][0] < args.fl_kills:
-                    out = root / f"fl-{counts['fl'][1]}"
-                    want = min(args.per_campaign, args.fl_kills - counts["fl"][0])
-                    kills, _ = tf.fl_campaign(zygote, out, reference, rng, want)
-                    if kills == 0:
-                        raise RuntimeError("a campaign ended before its first kill: the job is too fast")
-                    counts["fl"][0] += kills
-                    counts["fl"][1] += 1
-                    print(f"FL campaign {counts['fl'][1]}: {kills} kills survived", flush=True)
+                fl_reference = tf.fl_job(str(root / "fl-reference"))
+
+                def fl_run(i: int, want: int) -> int:
+                    return tf.fl_campaign(zygote, root / f"fl-{i}", fl_reference, rng, want)[0]
+
+                _campaigns("FL", fl_run, args.fl_kills, args.per_campaign, counts["fl"])
         finally:
             zygote.close()
     total = counts["plane"][0] + counts["fl"][0]
@@ -72,6 +66,19 @@ def main(argv: list[str] | None = None) -> int:
           f"nothing flushed was lost, every result equals the uninterrupted run "
           f"({time.perf_counter() - start:.0f} s)")
     return 0
+
+
+def _campaigns(label: str, campaign: Callable[[int, int], int], total: int, per_campaign: int,
+               count: list[int]) -> None:
+    """Run ``campaign(index, kills wanted)`` (returns the kills survived) until ``total``
+    kills; ``count`` is updated in place as ``[kills, campaigns]``."""
+    while count[0] < total:
+        kills = campaign(count[1], min(per_campaign, total - count[0]))
+        if kills == 0:
+            raise RuntimeError("a campaign ended before its first kill: the job is too fast")
+        count[0] += kills
+        count[1] += 1
+        print(f"{label} campaign {count[1]}: {kills} kills survived", flush=True)
 
 
 if __name__ == "__main__":
