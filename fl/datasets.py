@@ -1,6 +1,8 @@
 """Datasets for the FL engine, loaded once into memory as normalised float tensors.
 
-``"digits"`` is embedded (scikit-learn's 8x8 handwritten digits, no download). MNIST,
+``"digits"`` is embedded (scikit-learn's 8x8 handwritten digits, no download).
+``"mnist1d"`` is generated locally by the ``mnist1d`` package (Greydanus and Kobak, ICML
+2024; see :mod:`fl.mnist1d`), no download either. MNIST,
 Fashion-MNIST, CIFAR-10, CIFAR-100 and SVHN are read from a local ``root`` through the real
 torchvision dataset classes; they are downloaded only when ``download=True``.
 
@@ -19,9 +21,9 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from landscape.errors import ConfigError, DataError
+from landscape.infra.errors import ConfigError, DataError
 
-DATASETS = ("digits", "mnist", "fashionmnist", "cifar10", "cifar100", "svhn")
+DATASETS = ("digits", "mnist1d", "mnist", "fashionmnist", "cifar10", "cifar100", "svhn")
 
 #: Per-channel (mean, std) of the training images in [0, 1], used to standardise.
 NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
@@ -41,7 +43,8 @@ _DEFAULT_ROOT_ENV = "LANDSCAPE_DATA"
 
 @dataclass(frozen=True)
 class DataBundle:
-    """A dataset held in memory: images ``(N, C, H, W)`` float32, labels ``(N,)`` int64."""
+    """A dataset held in memory: inputs float32 (images ``(N, C, H, W)``, MNIST-1D signals
+    ``(N, 1, L)``), labels ``(N,)`` int64."""
 
     name: str
     train_x: torch.Tensor
@@ -52,7 +55,7 @@ class DataBundle:
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        """Shape of one input, ``(C, H, W)``."""
+        """Shape of one input, ``(C, H, W)`` (``(1, L)`` for MNIST-1D)."""
         return tuple(self.train_x.shape[1:])
 
     def train_dataset(self, indices: np.ndarray | None = None) -> TensorDataset:
@@ -74,11 +77,12 @@ def load_dataset(name: str = "digits", *, root: str | os.PathLike | None = None,
                  download: bool = False, normalize: str = "mean_std") -> DataBundle:
     """Load ``name`` (one of ``DATASETS``) with its standard train/test split.
 
-    ``root`` is the folder holding the torchvision files (default: ``$LANDSCAPE_DATA`` or
-    ``~/.cache/landscape-fl/data``); it is ignored for ``"digits"``. ``normalize`` applies
-    to the torchvision datasets: ``"mean_std"`` (per-channel ``NORMALIZATION``),
+    ``root`` is the folder holding the torchvision files and the MNIST-1D cache (default:
+    :func:`default_root`); it is ignored for ``"digits"``. ``normalize`` applies to the
+    torchvision datasets: ``"mean_std"`` (per-channel ``NORMALIZATION``),
     ``"half"`` (``(x - 0.5) / 0.5``, FedGuCci's CIFAR code) or ``"none"`` (``x`` in [0, 1]);
-    digits are always in [0, 1]. Raises ``DataError`` for an unknown name or when the
+    digits are always in [0, 1] and MNIST-1D signals are standardised by its generator.
+    Raises ``DataError`` for an unknown name or when the
     files are missing and ``download`` is False.
     """
     key = canonical_name(name)
@@ -86,13 +90,33 @@ def load_dataset(name: str = "digits", *, root: str | os.PathLike | None = None,
         raise ConfigError(f"normalize must be one of {', '.join(NORMALIZE_MODES)}, got {normalize!r}.")
     if key == "digits":
         return _load_digits()
-    if key not in _READERS:
+    if key not in _READERS and key != "mnist1d":
         raise DataError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}.")
-    if root is None:
-        root = os.environ.get(_DEFAULT_ROOT_ENV, Path.home() / ".cache" / "landscape-fl" / "data")
-    (train_x, train_y), (test_x, test_y), num_classes = _READERS[key](key, Path(root).expanduser(), download)
+    root = default_root() if root is None else Path(root).expanduser()
+    if key == "mnist1d":
+        from .mnist1d import load_mnist1d
+
+        arrays = load_mnist1d(root)
+        return DataBundle("mnist1d", *(torch.from_numpy(arrays[k]) for k in ("x", "y", "x_test", "y_test")),
+                          num_classes=10)
+    (train_x, train_y), (test_x, test_y), num_classes = _READERS[key](key, root, download)
     return DataBundle(key, _scale(train_x, key, normalize), train_y, _scale(test_x, key, normalize),
                       test_y, num_classes)
+
+
+def default_root() -> Path:
+    """Folder of downloaded and generated data sets: ``$LANDSCAPE_DATA`` when set, else
+    ``$XDG_CACHE_HOME/landscape-fl/data`` (``~/.cache/landscape-fl/data`` without it).
+
+    Returns
+    -------
+    Path
+        The folder (not created here).
+    """
+    if os.environ.get(_DEFAULT_ROOT_ENV):
+        return Path(os.environ[_DEFAULT_ROOT_ENV]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache).expanduser() / "landscape-fl" / "data"
 
 
 def _load_digits() -> DataBundle:

@@ -9,21 +9,22 @@ so the layers themselves stay as in the papers. Flatten sizes come from a dummy 
 from __future__ import annotations
 
 import copy
+import re
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .datasets import canonical_name
 
-MODELS: tuple[str, ...] = ("mlp", "fedgucci_cnn", "floco_cnn", "ima_cnn", "ima_digit_cnn",
+MODELS: tuple[str, ...] = ("mlp", "mnist1d_mlp", "mnist1d_cnn", "fedgucci_cnn", "floco_cnn", "ima_cnn", "ima_digit_cnn",
                            "resnet20_bn", "resnet20_gn", "resnet18_gn")
 TORCHVISION_PREFIX = "tv:"
 
-_DEFAULT_MODEL = {"digits": "mlp", "mnist": "ima_cnn", "fashionmnist": "ima_cnn",
+_DEFAULT_MODEL = {"digits": "mlp", "mnist1d": "mnist1d_cnn", "mnist": "ima_cnn", "fashionmnist": "ima_cnn",
                   "cifar10": "fedgucci_cnn", "cifar100": "fedgucci_cnn", "svhn": "fedgucci_cnn"}
 
 
@@ -42,6 +43,49 @@ class MLP(nn.Module):
             in_features = width
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Linear(in_features, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+class Mnist1dMLP(nn.Module):
+    """The MNIST-1D paper's MLP (Greydanus and Kobak 2024, models of its benchmark code):
+    ``h1 = relu(W1 x)``, ``h2 = h1 + relu(W2 h1)`` (a residual second layer), logits
+    ``W3 h2``; ``width`` hidden units (100 in the paper). Parameters: ``w^2 + (d + C + 2) w + C``
+    for ``d`` inputs and ``C`` classes."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, width: int = 100):
+        super().__init__()
+        in_features = 1
+        for d in input_shape:
+            in_features *= d
+        self.flatten = nn.Flatten()
+        self.linear1 = nn.Linear(in_features, width)
+        self.linear2 = nn.Linear(width, width)
+        self.classifier = nn.Linear(width, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.linear1(self.flatten(x)))
+        return self.classifier(h + F.relu(self.linear2(h)))
+
+
+class Mnist1dCNN(nn.Module):
+    """The MNIST-1D paper's 1-D CNN: three ``Conv1d`` + ReLU layers with ``width`` channels
+    (25 in the paper; kernel 5 stride 2 pad 1, then kernel 3 stride 2 pad 1 twice), flatten,
+    linear classifier. On length-40 signals the lengths are 19, 10, 5, so the classifier
+    reads ``5 * width`` features; parameters ``6 w^2 + (6 + 5C) w + C`` for one input channel."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, width: int = 25):
+        super().__init__()
+        if len(input_shape) != 2:
+            raise ConfigError(f"mnist1d_cnn needs signals shaped (C, L), got {input_shape}.")
+        self.features = nn.Sequential(
+            nn.Conv1d(input_shape[0], width, 5, stride=2, padding=1), nn.ReLU(),
+            nn.Conv1d(width, width, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv1d(width, width, 3, stride=2, padding=1), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            flat = self.features(torch.zeros(1, *input_shape)).shape[1]
+        self.classifier = nn.Linear(flat, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))
@@ -233,6 +277,8 @@ def resnet18_gn(input_shape: tuple[int, ...], num_classes: int, groups: int = 2)
 
 _ZOO: dict[str, Callable[[tuple[int, ...], int], nn.Module]] = {
     "mlp": lambda shape, k: MLP(shape, k),
+    "mnist1d_mlp": Mnist1dMLP,
+    "mnist1d_cnn": Mnist1dCNN,
     "fedgucci_cnn": fedgucci_cnn,
     "floco_cnn": floco_cnn,
     "ima_cnn": ima_cnn,
@@ -247,7 +293,8 @@ def build_model(name: str | nn.Module | Callable[[], nn.Module], *, num_classes:
                 input_shape: tuple[int, ...], seed: int = 0) -> nn.Module:
     """Build a model with deterministic initialisation for ``seed``.
 
-    ``name`` is a zoo name (``MODELS``), ``"tv:<torchvision model>"`` (weights=None,
+    ``name`` is a zoo name (``MODELS``; the models with a width option also accept
+    ``"<name>_w<width>"``, e.g. ``"mnist1d_mlp_w256"``), ``"tv:<torchvision model>"`` (weights=None,
     ``num_classes`` set, nothing else adapted; 3-channel inputs), an ``nn.Module``
     (returned as a deep copy), or a zero-argument callable returning a module. The
     global torch RNG is left exactly as it was.
@@ -266,10 +313,26 @@ def build_model(name: str | nn.Module | Callable[[], nn.Module], *, num_classes:
             return model
         if name.startswith(TORCHVISION_PREFIX):
             return _torchvision_model(name[len(TORCHVISION_PREFIX):], num_classes, input_shape)
-        if name not in _ZOO:
+        base, width = _split_width(name)
+        if base not in _ZOO:
             raise ConfigError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}, "
                               f"'{TORCHVISION_PREFIX}<torchvision model name>', an nn.Module or a factory.")
-        return _ZOO[name](input_shape, num_classes)
+        return _ZOO[base](input_shape, num_classes) if width is None else _ZOO[base](input_shape, num_classes,
+                                                                                     width=width)
+
+
+def _split_width(name: str) -> tuple[str, int | None]:
+    """``"mnist1d_mlp_w256"`` -> ``("mnist1d_mlp", 256)``; other names unchanged with None."""
+    match = re.fullmatch(r"(.+)_w(\d+)", name)
+    if match is None or match.group(1) not in _WIDTH_MODELS:
+        return name, None
+    width = int(match.group(2))
+    if width < 1:
+        raise ConfigError(f"model width must be >= 1, got {name!r}.")
+    return match.group(1), width
+
+
+_WIDTH_MODELS = ("mnist1d_mlp", "mnist1d_cnn")
 
 
 def _torchvision_model(name: str, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
@@ -286,7 +349,8 @@ def _torchvision_model(name: str, num_classes: int, input_shape: tuple[int, ...]
 
 
 def default_model(dataset: str) -> str:
-    """Default zoo model for a dataset: the MLP for digits, IMA's CNN for (Fashion-)MNIST,
+    """Default zoo model for a dataset: the MLP for digits, the MNIST-1D paper's CNN for
+    MNIST-1D, IMA's CNN for (Fashion-)MNIST,
     FedGuCci's CNN for CIFAR-10/100 and SVHN."""
     key = canonical_name(dataset)
     if key not in _DEFAULT_MODEL:

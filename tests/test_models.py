@@ -6,10 +6,12 @@ import torch
 from torch import nn
 
 from fl.models import MODELS, build_model, classifier_name, default_model
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 DIGITS, CIFAR, MNIST = (1, 8, 8), (3, 32, 32), (1, 28, 28)
-SMALL = [m for m in MODELS if m not in ("resnet18_gn", "ima_digit_cnn")]  # the two 11M+ models
+SMALL = [m for m in MODELS if m not in ("resnet18_gn", "ima_digit_cnn",  # the two 11M+ models
+                                        "mnist1d_cnn")]  # 1-D signals only (tested below)
+SIGNAL = (1, 40)
 
 
 def _count(model: nn.Module) -> int:
@@ -150,3 +152,31 @@ def test_errors_and_defaults():
         assert build_model(name, num_classes=10, input_shape=shape)(torch.zeros(1, *shape)).shape == (1, 10)
     with pytest.raises(ConfigError, match="no default model"):
         default_model("imagenet")
+
+
+@pytest.mark.parametrize("width", [100, 7])
+def test_mnist1d_mlp_parameter_count_and_residual(width):
+    name = "mnist1d_mlp" if width == 100 else f"mnist1d_mlp_w{width}"
+    model = build_model(name, num_classes=10, input_shape=SIGNAL, seed=3)
+    # W1 (40w + w), W2 (w^2 + w), classifier (10w + 10): w^2 + 52w + 10; 15,210 for the paper's w = 100
+    assert _count(model) == width ** 2 + 52 * width + 10
+    assert model.linear2.in_features == model.linear2.out_features == width
+    x = torch.randn(5, *SIGNAL, generator=torch.Generator().manual_seed(1))
+    h1 = torch.relu(x.flatten(1) @ model.linear1.weight.T + model.linear1.bias)
+    h2 = h1 + torch.relu(h1 @ model.linear2.weight.T + model.linear2.bias)
+    torch.testing.assert_close(model(x), h2 @ model.classifier.weight.T + model.classifier.bias)
+
+
+@pytest.mark.parametrize("width", [25, 4])
+def test_mnist1d_cnn_shapes_and_parameter_count(width):
+    name = "mnist1d_cnn" if width == 25 else f"mnist1d_cnn_w{width}"
+    model = build_model(name, num_classes=10, input_shape=SIGNAL)
+    # conv5 (5w + w), two conv3 (3w^2 + w each), classifier (5w * 10 + 10) on lengths 40 -> 19 -> 10 -> 5
+    assert _count(model) == 6 * width ** 2 + 58 * width + 10  # 5,210 for the paper's 25 channels
+    assert model.classifier.in_features == 5 * width and classifier_name(model) == "classifier"
+    assert model(torch.zeros(3, *SIGNAL)).shape == (3, 10)
+    assert default_model("mnist1d") == "mnist1d_cnn" and default_model("MNIST-1D") == "mnist1d_cnn"
+    with pytest.raises(ConfigError, match="signals shaped"):
+        build_model("mnist1d_cnn", num_classes=10, input_shape=DIGITS)
+    with pytest.raises(ConfigError, match="unknown model"):
+        build_model("mlp_w5", num_classes=10, input_shape=SIGNAL)  # the digits MLP has no width option

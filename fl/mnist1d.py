@@ -1,0 +1,161 @@
+"""MNIST-1D (Greydanus and Kobak, ICML 2024), generated locally and cached as ``.npz``.
+
+The arrays come from the ``mnist1d`` package's own ``make_dataset`` with its default
+arguments (``get_dataset_args()``: 5000 signals, 80/20 split, length 40, seed 42), so
+the data are the paper's standard 4000 training and 1000 test signals. The package's
+download path and its pickle cache are never used. The generated arrays are cached as
+``<root>/mnist1d-<package version>.npz`` together with a SHA-256 digest of their bytes;
+a cache file that cannot be read or whose digest does not match is regenerated, never
+trusted. Writes go to a fresh temporary file in the same folder and are renamed into
+place, so a reader never sees a partial file and no existing file or link is written
+through.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import tempfile
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from landscape import DataError
+
+#: Keys of the cached arrays, in digest order.
+KEYS = ("x", "y", "x_test", "y_test")
+SIGNAL_LENGTH = 40
+
+
+def load_mnist1d(root: Path) -> dict[str, np.ndarray]:
+    """The MNIST-1D arrays, from the cache in ``root`` or freshly generated (and cached).
+
+    Parameters
+    ----------
+    root : Path
+        Cache folder (created when missing).
+
+    Returns
+    -------
+    dict
+        ``x`` (4000, 1, 40) and ``x_test`` (1000, 1, 40) float32 signals, ``y`` and
+        ``y_test`` int64 labels in 0..9.
+    """
+    path = cache_path(root)
+    arrays = _read_cache(path)
+    if arrays is None:
+        arrays = generate()
+        _write_cache(path, arrays)
+    return arrays
+
+
+def cache_path(root: Path) -> Path:
+    """Cache file of the installed ``mnist1d`` version under ``root``.
+
+    Parameters
+    ----------
+    root : Path
+        Cache folder.
+
+    Returns
+    -------
+    Path
+        ``root / "mnist1d-<version>.npz"``.
+    """
+    return Path(root) / f"mnist1d-{_package_version()}.npz"
+
+
+def generate() -> dict[str, np.ndarray]:
+    """Run ``mnist1d.data.make_dataset`` with the package's default arguments.
+
+    The generator seeds Python's and NumPy's global random state; both are restored
+    afterwards so the caller's random streams are unchanged.
+
+    Returns
+    -------
+    dict
+        The arrays described in :func:`load_mnist1d`.
+    """
+    try:
+        from mnist1d.data import get_dataset_args, make_dataset
+    except ImportError as err:
+        raise DataError("MNIST-1D needs the 'mnist1d' package: pip install mnist1d") from err
+    np_state, py_state = np.random.get_state(), random.getstate()
+    try:
+        data = make_dataset(get_dataset_args())
+    finally:
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+    return {"x": data["x"].astype(np.float32)[:, None, :], "y": data["y"].astype(np.int64),
+            "x_test": data["x_test"].astype(np.float32)[:, None, :],
+            "y_test": data["y_test"].astype(np.int64)}
+
+
+def digest(arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 over the keys, dtypes, shapes and bytes of ``arrays`` (in :data:`KEYS` order).
+
+    Parameters
+    ----------
+    arrays : dict
+        The four MNIST-1D arrays.
+
+    Returns
+    -------
+    str
+        Hex digest.
+    """
+    h = hashlib.sha256()
+    for key in KEYS:
+        a = np.ascontiguousarray(arrays[key])
+        h.update(f"{key}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _read_cache(path: Path) -> dict[str, np.ndarray] | None:
+    """The cached arrays, or None when the file is missing, unreadable or fails its digest."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in KEYS}
+            stored = str(npz["digest"])
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+    if stored != digest(arrays) or not _well_formed(arrays):
+        return None
+    return arrays
+
+
+def _well_formed(arrays: dict[str, np.ndarray]) -> bool:
+    return (arrays["x"].ndim == 3 and arrays["x"].shape[1:] == (1, SIGNAL_LENGTH)
+            and arrays["x_test"].shape[1:] == (1, SIGNAL_LENGTH)
+            and arrays["y"].shape == arrays["x"].shape[:1] and arrays["y_test"].shape == arrays["x_test"].shape[:1])
+
+
+def _write_cache(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write atomically: a new temporary file in the folder, then ``os.replace``.
+
+    An unwritable cache folder is not an error (the arrays are already in memory)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, digest=np.array(digest(arrays)), **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("mnist1d")
+    except metadata.PackageNotFoundError as err:
+        raise DataError("MNIST-1D needs the 'mnist1d' package: pip install mnist1d") from err
