@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from landscape.infra.errors import ConfigError, DataError
+from landscape import ConfigError, DataError
 
 DATASETS = ("digits", "mnist1d", "mnist", "fashionmnist", "cifar10", "cifar100", "svhn")
 

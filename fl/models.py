@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from landscape.infra.errors import ConfigError
+from landscape import ConfigError
 
 from .datasets import canonical_name
 

@@ -21,7 +21,7 @@ import torchvision.datasets.cifar
 import torchvision.datasets.svhn
 
 from fl.datasets import DATASETS, NORMALIZATION, canonical_name, load_dataset
-from landscape.errors import ConfigError, DataError
+from landscape import ConfigError, DataError
 
 RNG = np.random.default_rng(1234)
 

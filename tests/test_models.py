@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from fl.models import MODELS, build_model, classifier_name, default_model
-from landscape.infra.errors import ConfigError
+from landscape import ConfigError
 
 DIGITS, CIFAR, MNIST = (1, 8, 8), (3, 32, 32), (1, 28, 28)
 SMALL = [m for m in MODELS if m not in ("resnet18_gn", "ima_digit_cnn",  # the two 11M+ models
