@@ -24,7 +24,7 @@ from torch import nn
 
 from _workloads import digits, small_cnn
 from landscape import Evaluator, random_plane
-from landscape.distributed import evaluate_points_distributed
+from landscape.evaluation.sharded import evaluate_points_distributed
 
 
 def timed_plane(model: nn.Module, data, resolution: int, backend: str | None, n_jobs: int, repeats: int

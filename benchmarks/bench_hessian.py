@@ -33,8 +33,8 @@ from torch import nn
 from _timing import format_table, machine_load, side_by_side
 from _workloads import digits, small_cnn
 from landscape import Evaluator
-from landscape.curvature import hessian_eigen, hessian_trace
-from landscape.hvp import HessianOperator
+from landscape.curvature.functions import hessian_eigen, hessian_trace
+from landscape.curvature.operators import HessianOperator
 
 
 def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int) -> nn.Module:

@@ -48,7 +48,7 @@ from bench_distributed import digits, small_cnn  # noqa: E402
 
 from fl.models import build_model  # noqa: E402
 from landscape import Evaluator, plane  # noqa: E402
-from landscape.evaluator import resolve_device  # noqa: E402
+from landscape.evaluation.evaluator import resolve_device  # noqa: E402
 
 
 def cifar_like(samples: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,7 +72,7 @@ def case(name: str, samples: int) -> tuple[list[nn.Module], tuple[torch.Tensor, 
 def state_dict_loop(template: nn.Module, result: Any, batches: list, limit: int,
                     device: torch.device) -> np.ndarray:
     """The hand-written per-point loop on the first ``limit`` grid points of ``result``."""
-    from landscape.params import ParameterSpace
+    from landscape.space.params import ParameterSpace
 
     space = ParameterSpace(template)
     model = copy.deepcopy(template).to(device).eval()

@@ -165,7 +165,7 @@ def connecting_level(loss: np.ndarray, cells: np.ndarray) -> float:
     of the sublevel set ``{loss <= c}`` (4-neighbours): the minimax loss of a grid path joining
     them. ``c`` minus the highest loss at the cells is a barrier measured along the best
     path in the plane, not only the straight line."""
-    from landscape.basin import sublevel_components
+    from landscape.geometry.basin import sublevel_components
 
     values = np.unique(loss[np.isfinite(loss)])
     cells = [tuple(int(i) for i in c) for c in np.asarray(cells)]

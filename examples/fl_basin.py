@@ -31,7 +31,7 @@ import numpy as np
 import landscape
 from figures import (fl_curves_figure, fl_curves_plotly, path_figure, path_plotly, plane_figure,
                      plane_plotly)
-from landscape.basin import basin
+from landscape.geometry.basin import basin
 
 from _common import Example, average, run_fl, test_evaluator
 

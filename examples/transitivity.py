@@ -37,7 +37,7 @@ from fl.algorithms.base import LocalContext, State, derive_seed, local_sgd, make
 from fl.algorithms.fedgucci import connectivity_loss
 from fl.datasets import load_dataset
 from fl.models import build_model
-from landscape.basin import basin
+from landscape.geometry.basin import basin
 
 from _common import Example, average, connecting_level, mean_std
 

@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from matplotlib.figure import Figure
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .style import color, finite, fmt, masked_note, new_figure, style_context, style_plotly
 

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .style import color, fmt, new_figure, style_context, style_plotly
 

@@ -14,7 +14,7 @@ import plotly.io as pio
 import plotly.offline
 from matplotlib.figure import Figure
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .style import style_context
 

@@ -14,8 +14,8 @@ import plotly.graph_objects as go
 from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 
-from landscape.errors import ConfigError
-from landscape.results import PathResult
+from landscape.infra.errors import ConfigError
+from landscape.results.base import PathResult
 
 from .style import bn_note, color, finite, fmt, masked_note, new_figure, style_context, style_plotly
 

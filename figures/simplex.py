@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from matplotlib.figure import Figure
 from matplotlib.tri import Triangulation
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .style import (PLOTLY_SEQUENTIAL, ROLES, SEQUENTIAL_CMAP, finite, fmt, masked_note, new_figure, style_context,
                     style_plotly)

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable under all common colour-vision deficiencies.
 OKABE_ITO: tuple[str, ...] = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7",

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from landscape.errors import CheckpointError, ConfigError, DataError
+from landscape.infra.errors import CheckpointError, ConfigError, DataError
 
 from . import algorithms
 from .algorithms.base import Algorithm, derive_seed

@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any, Sequence
 
-from landscape.errors import LandscapeError
+from landscape.infra.errors import LandscapeError
 
 
 def _parse_option(text: str) -> tuple[str, Any]:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .algorithms.base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext,
                               State, derive_seed, make_generator)
@@ -184,7 +184,7 @@ class Engine:
         if self.backend == "vectorized" and len(ids) > 1:
             return train_clients(self.alg, [self._context(r, k, tag, sent, server_state) for k in ids])
         if self.backend in PARALLEL_BACKENDS and len(ids) > 1:
-            from landscape.distributed import map_calls, to_device
+            from landscape.evaluation.sharded import map_calls, to_device
 
             contexts = [(self._context(r, k, tag, sent, server_state),) for k in ids]
             updates = map_calls(self.alg.client_update, contexts, self.backend,

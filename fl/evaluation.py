@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from landscape.errors import ConfigError, DataError
+from landscape.infra.errors import ConfigError, DataError
 
 
 def resolve_device(device: str | torch.device) -> torch.device:

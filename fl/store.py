@@ -33,8 +33,8 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
-from landscape.checkpoints import discard, load_state_dict, save_state_dict, write_atomic, write_error
-from landscape.errors import CheckpointError, ConfigError
+from landscape.space.checkpoints import discard, load_state_dict, save_state_dict, write_atomic, write_error
+from landscape.infra.errors import CheckpointError, ConfigError
 
 State = dict[str, torch.Tensor]
 #: Keys every config.json holds (written by ``fl.api.build_config``).

@@ -1,40 +1,82 @@
 """Loss-landscape and mode-connectivity analysis.
 
-Public API (see API.md): :class:`Evaluator`, :func:`interpolate`, :func:`group_barrier`,
-:func:`barrier_matrix`, :func:`plane`, :func:`random_plane`, :func:`pca_plane`, the Hessian
-functions and :func:`decompose`, the result classes and :class:`Cache`.
+The public names (see ``docs/api.md``) are loaded lazily (PEP 562): ``import landscape`` costs
+almost nothing, and ``landscape.interpolate`` imports the geometry modules on first use. This lets
+``fl`` and ``figures`` import the infrastructure layer (``landscape.infra``) and the parameter
+utilities (``landscape.space``) without loading the analysis core.
+
+Layout (one subpackage per concept):
+
+* ``infra`` -- errors, atomic and link-safe file writes, parallel back ends, digests, devices.
+* ``space`` -- parameter spaces (models as flat vectors), point sets, checkpoint loading.
+* ``evaluation`` -- the :class:`Evaluator`: options, losses, BatchNorm modes, loop/vmap strategies,
+  exact CPU shortcuts, sharded evaluation.
+* ``geometry`` -- barriers, linear paths, planes, groups of models, basins.
+* ``curvature`` -- Hessian operators, eigen-solvers, trace estimators, spectral densities.
+* ``decomposition`` -- the IMA bias-variance-covariance decomposition and representation similarity.
+* ``claims`` -- verdicts on the papers' claims.
+* ``results`` -- frozen result classes, grouped by domain.
+* ``cache`` -- the HDF5 result cache.
 """
-from . import claims
-from .basin import BasinResult, basin
-from .cache import Cache
-from .checkpoints import load_state_dict, save_state_dict
-from .errors import (ArchitectureMismatchError, CacheError, CheckpointError, ConfigError, DataError,
-                     LandscapeError, NonFiniteWeightsError)
-from .evaluator import Evaluator
-from .groups import GroupSizeResult, group_barrier, group_barrier_by_size
-from .params import ParameterSpace
-from .paths import barrier_matrix, interpolate
-from .planes import pca_plane, plane, random_plane
-from .claims import Verdict
-from .results import BarrierMatrix, GroupResult, Metrics, PathResult, PlaneResult
+from __future__ import annotations
 
-__all__ = [
-    "ArchitectureMismatchError", "BarrierMatrix", "BasinResult", "Verdict", "basin", "claims", "Cache", "CacheError", "CheckpointError", "ConfigError",
-    "DataError", "Evaluator", "GroupResult", "GroupSizeResult", "LandscapeError", "Metrics",
-    "NonFiniteWeightsError", "ParameterSpace", "PathResult", "PlaneResult", "barrier_matrix",
-    "group_barrier", "group_barrier_by_size", "interpolate", "load_state_dict", "pca_plane", "plane",
-    "random_plane", "save_state_dict",
-]
+import importlib
+from typing import Any
 
-from .curvature import (curvature_along_path, curvature_plane, hessian_density, hessian_eigen,
-                        hessian_eigenvalues, hessian_trace)
-from .curvature_results import (AveragingCurve, CKAMatrix, CurvaturePlane, CurvatureProfile, Decomposition,
-                                HessianEigen, SpectralDensity, TraceEstimate)
-from .decomposition import averaging_curve, cka_matrix, decompose, decompose_run, linear_cka
+#: public name -> module (relative to this package) that defines it
+_EXPORTS: dict[str, str] = {
+    # infrastructure
+    "LandscapeError": "infra.errors", "ArchitectureMismatchError": "infra.errors",
+    "CacheError": "infra.errors", "CheckpointError": "infra.errors", "ConfigError": "infra.errors",
+    "DataError": "infra.errors", "NonFiniteWeightsError": "infra.errors",
+    # parameter spaces and checkpoints
+    "ParameterSpace": "space.params", "load_state_dict": "space.checkpoints",
+    "save_state_dict": "space.checkpoints",
+    # evaluation
+    "Evaluator": "evaluation.evaluator",
+    # geometry
+    "interpolate": "geometry.paths", "barrier_matrix": "geometry.paths",
+    "plane": "geometry.planes", "random_plane": "geometry.planes", "pca_plane": "geometry.planes",
+    "group_barrier": "geometry.groups", "group_barrier_by_size": "geometry.groups",
+    "GroupSizeResult": "geometry.groups", "basin": "geometry.basin", "BasinResult": "geometry.basin",
+    # curvature
+    "hessian_eigen": "curvature.functions", "hessian_eigenvalues": "curvature.functions",
+    "hessian_trace": "curvature.functions", "hessian_density": "curvature.functions",
+    "curvature_along_path": "curvature.functions", "curvature_plane": "curvature.functions",
+    # decomposition
+    "decompose": "decomposition.ima", "decompose_run": "decomposition.ima",
+    "averaging_curve": "decomposition.ima", "cka_matrix": "decomposition.ima",
+    "linear_cka": "decomposition.ima",
+    # claims and results
+    "Verdict": "claims.verdicts",
+    "Metrics": "results.base", "PathResult": "results.base", "GroupResult": "results.base",
+    "BarrierMatrix": "results.base", "PlaneResult": "results.base",
+    "HessianEigen": "results.curvature", "TraceEstimate": "results.curvature",
+    "SpectralDensity": "results.curvature", "CurvatureProfile": "results.curvature",
+    "CurvaturePlane": "results.curvature", "Decomposition": "results.curvature",
+    "AveragingCurve": "results.curvature", "CKAMatrix": "results.curvature",
+    # cache
+    "Cache": "cache.store",
+}
 
-__all__ += [
-    "AveragingCurve", "CKAMatrix", "CurvaturePlane", "CurvatureProfile", "Decomposition", "HessianEigen",
-    "SpectralDensity", "TraceEstimate", "averaging_curve", "cka_matrix", "curvature_along_path",
-    "curvature_plane", "decompose", "decompose_run", "hessian_density", "hessian_eigen",
-    "hessian_eigenvalues", "hessian_trace", "linear_cka",
-]
+#: subpackages reachable as attributes (``landscape.claims.transitivity``)
+_SUBPACKAGES = ("infra", "space", "evaluation", "geometry", "curvature", "decomposition", "claims",
+                "results", "cache")
+
+__all__ = sorted(_EXPORTS) + ["claims"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name (or a subpackage) on first access (PEP 562)."""
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'landscape' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """Public names, for tab completion."""
+    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBPACKAGES))

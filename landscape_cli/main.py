@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from landscape.errors import ConfigError, LandscapeError
+from landscape.infra.errors import ConfigError, LandscapeError
 
 EPILOG_INPUTS = ("models: --run DIR [--round R] [--models SEL ...] with SEL = global | client:K | clients "
                  "(optionally @ROUND), or --module SPEC --checkpoints FILE ... --data digits|NAME|FILE.pt|FILE.npz")
@@ -262,7 +262,7 @@ class Context:
 
     @property
     def evaluator(self):
-        from landscape.evaluator import Evaluator
+        from landscape.evaluation.evaluator import Evaluator
 
         if self._evaluator is None:
             a = self.args
@@ -350,7 +350,7 @@ def emit(ctx: Context, numbers: Mapping[str, Any], results: Mapping[str, Any],
     target.write_text(json.dumps(record, indent=2) + "\n")
     written = [target]
     if ctx.evaluator.cache is not None:
-        from landscape.cache import make_key
+        from landscape.cache.store import make_key
 
         for label, result in results.items():
             ctx.evaluator.cache.save_result(make_key({"command": name, "label": label, "models": list(ctx.models),
@@ -396,8 +396,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_path(args: argparse.Namespace) -> int:
-    from landscape.basin import basin
-    from landscape.paths import interpolate
+    from landscape.geometry.basin import basin
+    from landscape.geometry.paths import interpolate
 
     ctx = Context(args)
     lo, hi = args.alpha_range
@@ -424,8 +424,8 @@ def cmd_path(args: argparse.Namespace) -> int:
 
 
 def cmd_plane(args: argparse.Namespace) -> int:
-    from landscape.basin import basin
-    from landscape.planes import pca_plane, plane, random_plane
+    from landscape.geometry.basin import basin
+    from landscape.geometry.planes import pca_plane, plane, random_plane
 
     ctx = Context(args)
     labels = list(ctx.models)
@@ -475,8 +475,8 @@ def _inside(grid: Any, xy: Sequence[float]) -> bool:
 
 
 def cmd_group(args: argparse.Namespace) -> int:
-    from landscape.groups import group_barrier, group_barrier_by_size
-    from landscape.paths import barrier_matrix
+    from landscape.geometry.groups import group_barrier, group_barrier_by_size
+    from landscape.geometry.paths import barrier_matrix
 
     ctx = Context(args)
     models = list(ctx.models.values())
@@ -518,7 +518,7 @@ def cmd_group(args: argparse.Namespace) -> int:
 
 
 def cmd_hessian(args: argparse.Namespace) -> int:
-    from landscape.curvature import hessian_density, hessian_eigen, hessian_trace
+    from landscape.curvature.functions import hessian_density, hessian_eigen, hessian_trace
 
     ctx = Context(args)
     numbers: dict[str, Any] = {}
@@ -553,7 +553,7 @@ def cmd_decompose(args: argparse.Namespace) -> int:
     from landscape_cli import modelspec
 
     try:
-        from landscape.decomposition import decompose
+        from landscape.decomposition.ima import decompose
     except ImportError as exc:
         raise ConfigError(f"the decomposition is not available in this installation: {exc}") from None
     ctx = Context(args)
@@ -615,7 +615,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _flat_results(results: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    from landscape.results import Result
+    from landscape.results.base import Result
 
     out: dict[str, Any] = {}
     for key, value in results.items():
@@ -633,8 +633,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from figures.report import Report
 
     from landscape import claims
-    from landscape.groups import group_barrier
-    from landscape.paths import interpolate
+    from landscape.geometry.groups import group_barrier
+    from landscape.geometry.paths import interpolate
 
     if not args.run:
         raise ConfigError("report needs --run DIR (an FL run directory)")

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from landscape.errors import CheckpointError, ConfigError, DataError
+from landscape.infra.errors import CheckpointError, ConfigError, DataError
 
 TensorPair = tuple[torch.Tensor, torch.Tensor]
 _INPUT_KEYS = ("inputs", "x", "data", "images", "features")

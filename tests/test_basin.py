@@ -4,10 +4,10 @@ from collections import deque
 import numpy as np
 import pytest
 
-from landscape.basin import BasinResult, basin, sublevel_components
-from landscape.cache import Cache
-from landscape.errors import ConfigError
-from landscape.results import PathResult, PlaneResult
+from landscape.geometry.basin import BasinResult, basin, sublevel_components
+from landscape.cache.store import Cache
+from landscape.infra.errors import ConfigError
+from landscape.results.base import PathResult, PlaneResult
 
 
 def synthetic_plane(fn, models, n=41, lim=2.0):

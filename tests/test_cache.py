@@ -15,12 +15,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import landscape.curvature_results  # noqa: F401  (registers the curvature result types)
-import landscape.groups  # noqa: F401  (registers GroupSizeResult)
+import landscape.results.curvature  # noqa: F401  (registers the curvature result types)
+import landscape.geometry.groups  # noqa: F401  (registers GroupSizeResult)
 from conftest import make_mlp
 from landscape import Cache, CacheError, Evaluator, interpolate
-from landscape.cache import make_key
-from landscape.results import RESULT_TYPES
+from landscape.cache.store import make_key
+from landscape.results.base import RESULT_TYPES
 
 TESTS = Path(__file__).parent
 N_POINTS = 9
@@ -230,7 +230,7 @@ def test_cache_key_is_stable_and_independent_of_dict_order(spec, seed):
 
 
 def test_scattered_cached_points_are_read_and_only_the_gaps_computed(tmp_path, digits):
-    from landscape.points import PointSet
+    from landscape.space.points import PointSet
 
     x, y = digits
     cache = Cache(tmp_path / "c.h5", flush_interval=0.0)

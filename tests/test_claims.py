@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from landscape import Evaluator, interpolate
-from landscape.claims import Verdict, flatter, group_connectivity, shared_basin, transitivity
+from landscape.claims.verdicts import Verdict, flatter, group_connectivity, shared_basin, transitivity
 
 S = 6.0  # weight scale of the ReLU construction (large: confident, near-zero loss endpoints)
 

@@ -12,7 +12,7 @@ import torch
 
 from landscape import Evaluator, group_barrier, interpolate
 from landscape_cli.main import build_parser, main
-from landscape.claims import transitivity
+from landscape.claims.verdicts import transitivity
 
 SUBCOMMANDS = [["train"], ["path"], ["plane"], ["group"], ["hessian"], ["decompose"], ["check"], ["report"],
                ["check", "transitivity"], ["check", "group"], ["check", "shared-basin"], ["check", "flatter"]]
@@ -103,7 +103,7 @@ def test_path_json_equals_python_api(ckpts, capsys, tmp_path):
     assert nums["accuracy_barrier"] == pytest.approx(api.accuracy_barrier, rel=1e-12, abs=1e-15)
     # figures and the HDF5 cache are written next to the JSON
     assert (tmp_path / "path.png").stat().st_size > 0 and (tmp_path / "path.html").stat().st_size > 0
-    from landscape.cache import Cache
+    from landscape.cache.store import Cache
 
     assert Cache(tmp_path / "landscape_cache.h5").keys()["results"]
     # a rerun reads every point from the cache and prints the same numbers as a table

@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch import nn
 
-from landscape.curvature_results import Decomposition
-from landscape.cache import Cache
-from landscape.decomposition import (averaging_curve, cka_matrix, decompose, decompose_run, linear_cka,
+from landscape.results.curvature import Decomposition
+from landscape.cache.store import Cache
+from landscape.decomposition.ima import (averaging_curve, cka_matrix, decompose, decompose_run, linear_cka,
                                      round_clients)
-from landscape.errors import ConfigError, DataError
-from landscape.evaluator import Evaluator
+from landscape.infra.errors import ConfigError, DataError
+from landscape.evaluation.evaluator import Evaluator
 
 C, F = 4, 3  # classes, features
 

@@ -14,10 +14,10 @@ import torch
 from torch import nn
 
 from landscape import Cache, Evaluator, interpolate, plane
-from landscape.distributed import (Backend, EvaluatorSpec, ShardError, evaluate_points_distributed,
+from landscape.evaluation.sharded import (Backend, EvaluatorSpec, ShardError, evaluate_points_distributed,
                                    evaluate_shard, iter_shards, map_calls, map_models, run_shards,
                                    shard_ranges, to_device, worker_device)
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 from conftest import make_bn_cnn, make_mlp
 
@@ -160,7 +160,7 @@ def test_bn_keep_path_through_processes_uses_the_reference_buffers(digits_images
 
 @pytest.mark.parametrize("how", ["raise", "die"])
 def test_a_shard_that_fails_once_is_retried_with_identical_results(setup, tmp_path, monkeypatch, how):
-    import landscape.distributed as distributed
+    import landscape.evaluation.sharded as distributed
 
     x, y, models, reference = setup
     monkeypatch.setattr(distributed, "evaluate_shard",
@@ -173,7 +173,7 @@ def test_a_shard_that_fails_once_is_retried_with_identical_results(setup, tmp_pa
 
 
 def test_cache_is_written_by_the_caller_and_resumes_after_a_failed_shard(setup, tmp_path, monkeypatch):
-    import landscape.distributed as distributed
+    import landscape.evaluation.sharded as distributed
 
     x, y, models, reference = setup
     path = tmp_path / "cache.h5"
@@ -198,7 +198,7 @@ def test_cache_is_written_by_the_caller_and_resumes_after_a_failed_shard(setup, 
 
 
 def test_a_shard_failing_every_time_raises_with_the_cause(setup, monkeypatch):
-    import landscape.distributed as distributed
+    import landscape.evaluation.sharded as distributed
 
     x, y, models, _ = setup
     monkeypatch.setattr(distributed, "evaluate_shard", functools.partial(_fail_at, 0))
@@ -208,7 +208,7 @@ def test_a_shard_failing_every_time_raises_with_the_cause(setup, monkeypatch):
 
 
 def test_curvature_at_several_models_in_worker_processes_equals_sequential(setup):
-    from landscape.curvature import hessian_eigenvalues
+    from landscape.curvature.functions import hessian_eigenvalues
 
     x, y, models, _ = setup
     ev = Evaluator(make_mlp(), (x, y), batch_size=128, progress=False)
@@ -228,7 +228,7 @@ def test_plane_through_ray_equals_single_process(setup, ray_cluster):
 
 
 def test_a_ray_worker_that_dies_is_replaced_and_its_shard_retried(setup, ray_cluster, tmp_path, monkeypatch):
-    import landscape.distributed as distributed
+    import landscape.evaluation.sharded as distributed
 
     x, y, models, reference = setup
     monkeypatch.setattr(distributed, "evaluate_shard", functools.partial(_fail_once, str(tmp_path / "died"), "die"))

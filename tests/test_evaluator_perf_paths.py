@@ -11,9 +11,9 @@ from torch.func import functional_call
 
 from conftest import make_bn_cnn, make_mlp, seeded_init_
 from landscape import Evaluator
-from landscape import evaluator as evaluator_module
-from landscape.params import ParameterSpace
-from landscape.points import PointSet
+from landscape.evaluation import evaluator as evaluator_module
+from landscape.space.params import ParameterSpace
+from landscape.space.points import PointSet
 
 
 class Tied(nn.Module):

@@ -13,8 +13,8 @@ from torch.nn import functional as F
 
 from conftest import make_mlp, seeded_init_
 from landscape import Evaluator, interpolate, plane
-from landscape.class_major import ClassMetrics
-from landscape.params import ParameterSpace
+from landscape.evaluation.class_major import ClassMetrics
+from landscape.space.params import ParameterSpace
 
 
 def reference_metrics(template: nn.Module, vecs: torch.Tensor, x: torch.Tensor, y: torch.Tensor

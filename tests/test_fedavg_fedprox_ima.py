@@ -14,7 +14,7 @@ from fl.algorithms.base import (ClientUpdate, LocalContext, local_sgd, make_gene
                                 weighted_average)
 from fl.algorithms.fedprox import FedProx
 from fl.algorithms.ima import IMA
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 TINY = dict(dataset="digits", clients=4, rounds=2, batch_size=64, lr=0.1, progress=False)
 

@@ -11,7 +11,7 @@ import fl
 from fl.algorithms.base import split_state
 from fl.algorithms.fedgucci import (anchor_pool, calibrated_cross_entropy, connectivity_loss,
                                     interpolate, sam_step)
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 RUN = dict(dataset="digits", clients=4, rounds=3, local_epochs=2, lr=0.1, seed=0, progress=False,
            save_clients="none")

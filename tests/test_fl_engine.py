@@ -11,7 +11,7 @@ import torch
 import fl
 from fl.cli import main
 from fl.engine import sample_clients
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 TINY = dict(dataset="digits", clients=4, rounds=3, batch_size=64, lr=0.1, progress=False)
 

@@ -10,8 +10,8 @@ import torch
 
 import fl
 from fl.store import RunStore
-from landscape.checkpoints import load_state_dict
-from landscape.errors import CheckpointError, ConfigError
+from landscape.space.checkpoints import load_state_dict
+from landscape.infra.errors import CheckpointError, ConfigError
 
 TINY = dict(dataset="digits", clients=4, rounds=2, batch_size=64, lr=0.1, progress=False)
 

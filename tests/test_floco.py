@@ -11,7 +11,7 @@ import fl
 from fl.algorithms.floco import SimplexLinear, assign_points, pca_scores, riesz_energy
 from fl.algorithms.simplex import (project_to_simplex, sample_subregion, sample_uniform_simplex,
                                    simplex_centre)
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 
 # ----------------------------------------------------------------------------- simplex geometry

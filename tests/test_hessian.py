@@ -11,16 +11,16 @@ import torch
 from torch import nn
 from torch.func import functional_call, hessian
 
-from landscape.cache import Cache
-from landscape.curvature import (broadened_density, curvature_along_path, curvature_plane, hessian_eigen,
+from landscape.cache.store import Cache
+from landscape.curvature.functions import (broadened_density, curvature_along_path, curvature_plane, hessian_eigen,
                                  hessian_eigenvalues, hessian_density, hessian_trace)
-from landscape.curvature_results import HessianEigen, SpectralDensity, TraceEstimate
-from landscape.errors import ConfigError
-from landscape.evaluator import Evaluator
-from landscape.hvp import HessianOperator
-from landscape.lanczos import lanczos_top, power_iteration, slq
-from landscape.results import PlaneResult
-from landscape.trace_estimators import hutchinson, hutchpp
+from landscape.results.curvature import HessianEigen, SpectralDensity, TraceEstimate
+from landscape.infra.errors import ConfigError
+from landscape.evaluation.evaluator import Evaluator
+from landscape.curvature.operators import HessianOperator
+from landscape.curvature.lanczos import lanczos_top, power_iteration, slq
+from landscape.results.base import PlaneResult
+from landscape.curvature.trace import hutchinson, hutchpp
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -78,7 +78,7 @@ def test_slq_with_full_krylov_space_reproduces_moments_exactly():
     np.testing.assert_allclose(np.sort(nodes[0]), np.sort(eigs), atol=1e-8)
     # quadrature with a unit Rademacher probe z: sum w theta^p = z^T A^p z
     g = gen(7)
-    from landscape.lanczos import rademacher_vector
+    from landscape.curvature.lanczos import rademacher_vector
     z = rademacher_vector(40, g, dtype=torch.float64)
     z = z / z.norm()
     for p in (1, 2, 3):
@@ -259,7 +259,7 @@ def test_results_round_trip_and_cache_avoids_recomputation(tmp_path, monkeypatch
     ev = Evaluator(model, (x, y), dtype=torch.float64, device="cpu", cache=str(tmp_path / "c.h5"))
     first = [hessian_eigen(model, ev, k=2), hessian_trace(model, ev, max_iter=20),
              hessian_density(model, ev, iterations=10, runs=2)]
-    import landscape.curvature as curvature
+    import landscape.curvature.functions as curvature
 
     def boom(*args, **kwargs):
         raise AssertionError("recomputed although cached")

@@ -8,7 +8,7 @@ import torch
 
 import fl
 from fl.algorithms.lss import client_pools, distance, simplex_volume_sq
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 RUN = dict(dataset="digits", clients=4, rounds=3, local_epochs=2, lr=0.1, seed=0, progress=False)
 ONE = {**RUN, "rounds": 1, "save_clients": "none"}

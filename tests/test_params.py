@@ -9,7 +9,7 @@ from torch import nn
 
 from conftest import make_bn_cnn, make_mlp
 from landscape import ArchitectureMismatchError, ConfigError, NonFiniteWeightsError, ParameterSpace
-from landscape.params import vector_digest
+from landscape.space.params import vector_digest
 
 
 def _net(hidden: int, bn: bool, seed: int) -> nn.Module:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fl.partition import METHODS, PartitionError, partition, partition_report, train_val_split
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 
 def _labels(n_per_class: int = 100, num_classes: int = 10, seed: int = 0) -> np.ndarray:

@@ -8,7 +8,7 @@ import torch
 
 from conftest import make_bn_cnn, make_mlp
 from landscape import ConfigError, Evaluator, ParameterSpace, pca_plane, plane, random_plane
-from landscape.planes import random_direction
+from landscape.geometry.planes import random_direction
 
 
 def _flat_params(model: torch.nn.Module) -> torch.Tensor:

@@ -15,12 +15,12 @@ from torch import nn
 
 from fl.partition import METHODS, PartitionError, partition, partition_report, train_val_split
 from landscape import Cache, ParameterSpace
-from landscape.barriers import (accuracy_barrier_curve, barrier_from_curve, group_accuracy_barrier,
+from landscape.geometry.barriers import (accuracy_barrier_curve, barrier_from_curve, group_accuracy_barrier,
                                 group_loss_barrier, loss_barrier_curve, normalise_weights)
-from landscape.cache import make_key
-from landscape.checkpoints import save_state_dict
-from landscape.points import PointSet
-from landscape.results import GroupResult, Metrics, PathResult
+from landscape.cache.store import make_key
+from landscape.space.checkpoints import save_state_dict
+from landscape.space.points import PointSet
+from landscape.results.base import GroupResult, Metrics, PathResult
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

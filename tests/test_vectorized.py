@@ -11,7 +11,7 @@ import fl
 from fl.algorithms.base import LocalContext, make_generator
 from fl.api import build_config
 from fl.vectorized import train_clients, unsupported_reason
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 
 def _mlp(seed: int = 0) -> nn.Module:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .base import Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext
 

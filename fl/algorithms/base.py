@@ -62,7 +62,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 State = dict[str, Tensor]
 ExtraLoss = Callable[[State, Tensor, Tensor, Tensor], "Tensor | None"]

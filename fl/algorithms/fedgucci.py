@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .base import (Algorithm, ClientUpdate, LocalContext, LossFn, RoundContext, State, forward,
                    make_generator, minibatches, split_state)

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .base import Algorithm, LocalContext, State
 

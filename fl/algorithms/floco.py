@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext, State,
                    local_sgd, make_generator, sample_weighted_average)

@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 import torch
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext, State,
                    weighted_average)

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .base import (Algorithm, ClientUpdate, LocalContext, State, forward, make_generator, minibatches,
                    split_state, weighted_average)

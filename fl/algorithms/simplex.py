@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from landscape.errors import ConfigError
+from landscape.infra.errors import ConfigError
 
 SUBREGION_SAMPLERS = ("exact", "reference")
 

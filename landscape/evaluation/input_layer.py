@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from .params import ParameterSpace
+from ..space.params import ParameterSpace
 
 #: A layer is expanded when ``fan_in >= MIN_FAN_IN_PER_TERM * (directions + 1)``: each term
 #: of the expansion reads and writes the layer output once, a multiply-add per element.

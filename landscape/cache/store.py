@@ -34,9 +34,9 @@ from typing import Any, BinaryIO, Iterator, Mapping
 
 import numpy as np
 
-from .checkpoints import discard, write_failure_reason
-from .errors import CacheError, LandscapeError
-from .results import RESULT_TYPES, Result
+from ..space.checkpoints import discard, write_failure_reason
+from ..infra.errors import CacheError, LandscapeError
+from ..results.base import RESULT_TYPES, Result
 
 FORMAT_VERSION = "1"
 USERBLOCK = 512

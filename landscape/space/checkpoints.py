@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from .errors import CheckpointError
+from ..infra.errors import CheckpointError
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "weights", "net")
 PREFIXES = ("module.", "_orig_mod.")

@@ -16,7 +16,7 @@ from typing import Iterable, Mapping, Sequence, Union
 import torch
 from torch import nn
 
-from .errors import ArchitectureMismatchError, ConfigError, NonFiniteWeightsError
+from ..infra.errors import ArchitectureMismatchError, ConfigError, NonFiniteWeightsError
 
 ModelLike = Union[nn.Module, Mapping[str, torch.Tensor], str, "os.PathLike[str]"]
 

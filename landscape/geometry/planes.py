@@ -17,11 +17,11 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from .errors import ConfigError
-from .evaluator import Evaluator
-from .params import ModelLike, ParameterSpace
-from .points import PointSet
-from .results import PlaneResult
+from ..infra.errors import ConfigError
+from ..evaluation.evaluator import Evaluator
+from ..space.params import ModelLike, ParameterSpace
+from ..space.points import PointSet
+from ..results.base import PlaneResult
 
 NORMALIZATIONS = ("filter", "layer", "none")
 

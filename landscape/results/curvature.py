@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .results import Result, register
+from .base import Result, register
 
 
 @register

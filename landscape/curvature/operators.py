@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch.func import grad, jvp, vjp
 
-from .errors import ConfigError
-from .params import ModelLike
+from ..infra.errors import ConfigError
+from ..space.params import ModelLike
 
 HVP_MODES = ("auto", "forward-over-reverse", "reverse-over-reverse", "retained")
 RETAINED_BUDGET = 512 << 20  # bytes of autograd graphs "auto" may keep alive

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from .barriers import (accuracy_barrier_curve, barrier_from_curve, group_accuracy_barrier,
+from ..geometry.barriers import (accuracy_barrier_curve, barrier_from_curve, group_accuracy_barrier,
                        group_loss_barrier, loss_barrier_curve)
 
 RESULT_TYPES: dict[str, type] = {}
@@ -149,7 +149,7 @@ class PathResult(Result):
     @property
     def accuracy_barrier_code(self) -> float:
         """The FedGuCci code's variant: gap d = line - A at its argmax, divided by the line there."""
-        from .barriers import code_accuracy_barrier
+        from ..geometry.barriers import code_accuracy_barrier
 
         return code_accuracy_barrier(self.alphas, self.accuracy)
 
@@ -256,7 +256,7 @@ class PlaneResult(Result):
         if isinstance(model, torch.nn.Module):
             model = model.state_dict()
         if not isinstance(model, Mapping):
-            from .checkpoints import load_state_dict
+            from ..space.checkpoints import load_state_dict
 
             model = load_state_dict(model, template_keys=[n for n, _, _ in self.layout])
         parts = []

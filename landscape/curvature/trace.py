@@ -17,8 +17,8 @@ import math
 import numpy as np
 import torch
 
-from .curvature_results import TraceEstimate
-from .errors import ConfigError
+from ..results.curvature import TraceEstimate
+from ..infra.errors import ConfigError
 from .lanczos import MatVec, rademacher_vector
 
 TRACE_METHODS = ("hutchinson", "hutch++")

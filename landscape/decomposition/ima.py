@@ -30,10 +30,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from .curvature_results import AveragingCurve, CKAMatrix, Decomposition
-from .data import prepare_data
-from .errors import ConfigError, DataError
-from .params import ModelLike
+from ..results.curvature import AveragingCurve, CKAMatrix, Decomposition
+from ..evaluation.data import prepare_data
+from ..infra.errors import ConfigError, DataError
+from ..space.params import ModelLike
 
 CHUNK = 2048  # samples per forward pass
 
@@ -268,7 +268,7 @@ def decompose_run(run: Any, round: int = -1, evaluator: Any = None, *,
     Without an evaluator one is built from ``run.module()`` and ``run.test_dataset()``.
     """
     if evaluator is None:
-        from .evaluator import Evaluator
+        from ..evaluation.evaluator import Evaluator
 
         evaluator = Evaluator(run.module(), run.test_dataset())
     _, states, datasets = round_clients(run, round)

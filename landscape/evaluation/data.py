@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from .errors import DataError
+from ..infra.errors import DataError
 
 DEFAULT_BATCH_SIZE = 1024
 

@@ -24,15 +24,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from .cache import make_key
-from .curvature_results import (CurvaturePlane, CurvatureProfile, HessianEigen, SpectralDensity,
+from ..cache.store import make_key
+from ..results.curvature import (CurvaturePlane, CurvatureProfile, HessianEigen, SpectralDensity,
                                 TraceEstimate)
-from .errors import ConfigError
-from .hvp import HessianOperator
+from ..infra.errors import ConfigError
+from .operators import HessianOperator
 from .lanczos import lanczos_top, power_iteration, slq
-from .params import ModelLike, vector_digest
-from .results import PlaneResult, Result
-from .trace_estimators import TRACE_METHODS, hutchinson, hutchpp
+from ..space.params import ModelLike, vector_digest
+from ..results.base import PlaneResult, Result
+from .trace import TRACE_METHODS, hutchinson, hutchpp
 
 ALGORITHM_VERSION = "curvature-1"
 EIGEN_METHODS = ("lanczos", "power")

@@ -51,9 +51,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from .errors import ConfigError, LandscapeError
+from ..infra.errors import ConfigError, LandscapeError
 from .evaluator import Evaluator, _contiguous_run
-from .points import PointSet
+from ..space.points import PointSet
 
 PROCESS_ALIASES = {"processes": "loky", "local": "sequential"}
 BUILTIN_LOSSES = ("cross_entropy", "mse", "nll")

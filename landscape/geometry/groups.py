@@ -8,11 +8,11 @@ import numpy as np
 import torch
 
 from .barriers import group_accuracy_barrier, group_loss_barrier, normalise_weights
-from .errors import ConfigError
-from .evaluator import Evaluator
-from .params import ModelLike
-from .points import PointSet
-from .results import GroupResult, Result, register
+from ..infra.errors import ConfigError
+from ..evaluation.evaluator import Evaluator
+from ..space.params import ModelLike
+from ..space.points import PointSet
+from ..results.base import GroupResult, Result, register
 
 
 def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,

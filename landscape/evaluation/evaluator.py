@@ -51,14 +51,14 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from .cache import Cache, make_key
+from ..cache.store import Cache, make_key
 from .data import DeviceData, check_targets, prepare_data
-from .errors import ConfigError, DataError
+from ..infra.errors import ConfigError, DataError
 from .class_major import ClassMetrics, install_class_major_head
 from .input_layer import InputLayerShortcut
-from .params import ModelLike, ParameterSpace, vector_digest
-from .points import PointSet
-from .results import Metrics
+from ..space.params import ModelLike, ParameterSpace, vector_digest
+from ..space.points import PointSet
+from ..results.base import Metrics
 
 ALGORITHM_VERSION = "evaluator-1"
 BN_MODES = ("interpolate", "keep", "recompute")
@@ -241,7 +241,7 @@ class Evaluator:
         over workers by :mod:`landscape.distributed`; this process stays the only cache writer.
         """
         if self.backend is not None:
-            from .distributed import evaluate_points_distributed
+            from .sharded import evaluate_points_distributed
 
             return evaluate_points_distributed(self, points, reference=reference, label=label,
                                                backend=self.backend, n_jobs=self.n_jobs)

@@ -26,8 +26,8 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 from scipy import ndimage
 
-from .errors import ConfigError
-from .results import PathResult, PlaneResult, Result, register
+from ..infra.errors import ConfigError
+from ..results.base import PathResult, PlaneResult, Result, register
 
 ALGORITHM_VERSION = "basin-1"
 

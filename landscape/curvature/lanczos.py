@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from scipy.linalg import eigh_tridiagonal
 
-from .errors import ConfigError
+from ..infra.errors import ConfigError
 
 MatVec = Callable[[torch.Tensor], torch.Tensor]
 

@@ -26,15 +26,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from .basin import basin
-from .curvature import hessian_density, hessian_eigen
-from .errors import ConfigError
-from .evaluator import Evaluator
-from .groups import group_barrier, group_barrier_by_size
-from .params import ModelLike
-from .paths import interpolate
-from .planes import pca_plane, plane
-from .results import PathResult, Result, _jsonable
+from ..geometry.basin import basin
+from ..curvature.functions import hessian_density, hessian_eigen
+from ..infra.errors import ConfigError
+from ..evaluation.evaluator import Evaluator
+from ..geometry.groups import group_barrier, group_barrier_by_size
+from ..space.params import ModelLike
+from ..geometry.paths import interpolate
+from ..geometry.planes import pca_plane, plane
+from ..results.base import PathResult, Result, _jsonable
 
 #: Default barrier threshold: a relative accuracy drop of 5% (Eq. 4/10), or 0.05 nats of loss.
 DEFAULT_THRESHOLD = 0.05

@@ -10,11 +10,11 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .errors import ConfigError
-from .evaluator import Evaluator
-from .params import ModelLike
-from .points import PointSet
-from .results import BarrierMatrix, PathResult
+from ..infra.errors import ConfigError
+from ..evaluation.evaluator import Evaluator
+from ..space.params import ModelLike
+from ..space.points import PointSet
+from ..results.base import BarrierMatrix, PathResult
 
 
 def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:

@@ -1,0 +1,1 @@
+"""The evaluation engine: losses and accuracies of many weight vectors on one data set."""

@@ -1,0 +1,1 @@
+"""Geometry of the loss surface: barriers, linear paths, planes, groups of models and basins."""

@@ -1,0 +1,1 @@
+"""Frozen result classes (numpy arrays plus the spec that produced them), grouped by domain."""

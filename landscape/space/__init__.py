@@ -1,0 +1,1 @@
+"""Parameter spaces: models as flat vectors (:class:`ParameterSpace`), point sets, and checkpoint loading."""
