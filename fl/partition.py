@@ -10,9 +10,9 @@ from typing import Sequence
 
 import numpy as np
 
-from landscape.infra.errors import ConfigError
+from landscape import ConfigError
 
-METHODS = ("iid", "dirichlet", "inner_dirichlet", "shards", "mcmahan_shards")
+METHODS = ("iid", "dirichlet", "inner_dirichlet", "shards", "mcmahan_shards", "fold")
 
 
 class PartitionError(ConfigError):
@@ -22,7 +22,8 @@ class PartitionError(ConfigError):
 def partition(labels: np.ndarray, num_clients: int, method: str = "dirichlet", *,
               alpha: float = 0.5, classes_per_client: int = 2, min_size: int = 1,
               max_redraws: int = 100, balance: bool = False,
-              client_sizes: Sequence[int] | None = None, seed: int = 0) -> list[np.ndarray]:
+              client_sizes: Sequence[int] | None = None, folds: int = 5,
+              primary_fraction: float = 0.8, seed: int = 0) -> list[np.ndarray]:
     """Split sample indices ``0..len(labels)-1`` over ``num_clients`` clients.
 
     Methods:
@@ -51,6 +52,13 @@ def partition(labels: np.ndarray, num_clients: int, method: str = "dirichlet", *
     - ``"mcmahan_shards"``: McMahan et al. (2017) literally, as FedLab ``shards`` (IMA's
       ``#C=2``): sort by label, cut into ``K * classes_per_client`` equal shards, deal
       ``classes_per_client`` random shards per client. A client may get fewer classes.
+    - ``"fold"``: FLOCO's 5-Fold split (Sec. 4.1, after Huang et al. 2021): the classes are
+      cut into ``folds`` consecutive groups (``array_split`` of the sorted class ids), client
+      ``i`` belongs to group ``i mod folds``, and each client draws ``round(q * n_k)`` samples
+      evenly from its group's "primary" classes and the rest evenly from all other classes,
+      without replacement (``q = primary_fraction``, 0.8 in the paper). Client sizes are
+      ``client_sizes`` or, by default, equal and as large as the class counts allow (about
+      ``N/K`` for balanced classes).
 
     Returns one sorted int64 index array per client; no index appears twice.
     """
@@ -64,8 +72,8 @@ def partition(labels: np.ndarray, num_clients: int, method: str = "dirichlet", *
     if num_clients * min_size > len(labels):
         raise PartitionError(f"{num_clients} clients x min_size {min_size} needs more than the "
                              f"{len(labels)} samples available; lower num_clients or min_size.")
-    if client_sizes is not None and method not in ("iid", "inner_dirichlet"):
-        raise PartitionError(f"client_sizes is only used by 'iid' and 'inner_dirichlet', not {method!r}.")
+    if client_sizes is not None and method not in ("iid", "inner_dirichlet", "fold"):
+        raise PartitionError(f"client_sizes is only used by 'iid', 'inner_dirichlet' and 'fold', not {method!r}.")
     if balance and method != "dirichlet":
         raise PartitionError(f"balance=True only applies to method 'dirichlet', not {method!r}.")
     if method in ("dirichlet", "inner_dirichlet") and not alpha > 0:
@@ -77,6 +85,8 @@ def partition(labels: np.ndarray, num_clients: int, method: str = "dirichlet", *
         parts = _dirichlet(labels, num_clients, alpha, min_size, max_redraws, balance, rng)
     elif method == "inner_dirichlet":
         parts = _inner_dirichlet(labels, _sizes(len(labels), num_clients, client_sizes), alpha, rng)
+    elif method == "fold":
+        parts = _fold(labels, num_clients, folds, primary_fraction, client_sizes, rng)
     elif method == "shards":
         parts = _class_shards(labels, num_clients, classes_per_client, rng)
     else:
@@ -249,3 +259,54 @@ def _mcmahan_shards(labels: np.ndarray, k: int, per_client: int,
     shards = order[:num_shards * size].reshape(num_shards, size)
     dealt = rng.permutation(num_shards).reshape(k, per_client)
     return [shards[row].ravel() for row in dealt]
+
+
+def _fold(labels: np.ndarray, k: int, folds: int, q: float, client_sizes: Sequence[int] | None,
+          rng: np.random.Generator) -> list[np.ndarray]:
+    """FLOCO's 5-Fold split; see :func:`partition`."""
+    classes = np.unique(labels)
+    if not (isinstance(folds, (int, np.integer)) and 1 <= folds <= len(classes)):
+        raise PartitionError(f"folds must be an integer between 1 and the {len(classes)} classes, got {folds!r}.")
+    if not 0.0 <= q <= 1.0:
+        raise PartitionError(f"primary_fraction must be in [0, 1], got {q}.")
+    groups = np.array_split(np.arange(len(classes)), folds)
+    supply = np.array([np.sum(labels == c) for c in classes], dtype=np.int64)
+    if client_sizes is None:
+        size = len(labels) // k
+        while size > 0 and (_fold_quotas(np.full(k, size), groups, len(classes), q).sum(axis=0) > supply).any():
+            size -= 1
+        sizes = np.full(k, size, dtype=np.int64)
+    else:
+        sizes = _sizes(len(labels), k, client_sizes)
+    quotas = _fold_quotas(sizes, groups, len(classes), q)
+    short = np.flatnonzero(quotas.sum(axis=0) > supply)
+    if len(short):
+        raise PartitionError(f"the fold split needs {quotas.sum(axis=0)[short[0]]} samples of class "
+                             f"{classes[short[0]]} but only {supply[short[0]]} exist; use smaller client_sizes.")
+    parts: list[list[np.ndarray]] = [[] for _ in range(k)]
+    for j, c in enumerate(classes):
+        pool = rng.permutation(np.flatnonzero(labels == c))
+        for client, chunk in enumerate(np.split(pool[:quotas[:, j].sum()], np.cumsum(quotas[:, j])[:-1])):
+            parts[client].append(chunk)
+    return [np.concatenate(p) for p in parts]
+
+
+def _fold_quotas(sizes: np.ndarray, groups: list[np.ndarray], num_classes: int, q: float) -> np.ndarray:
+    """Samples per (client, class index): ``round(q n)`` spread evenly over the client's primary
+    classes, the rest evenly over the others. All primary shares are set first; a share's
+    remainder goes to the classes drawn least so far (ties: lowest index), so the totals
+    per class stay as even as possible."""
+    quotas = np.zeros((len(sizes), num_classes), dtype=np.int64)
+    for primary_pass in (True, False):
+        for i, n in enumerate(sizes):
+            primary = groups[i % len(groups)]
+            others = np.setdiff1d(np.arange(num_classes), primary)
+            n_primary = int(round(q * n)) if len(others) else int(n)
+            members, total = (primary, n_primary) if primary_pass else (others, int(n) - n_primary)
+            if len(members) == 0:
+                continue
+            share = np.full(len(members), total // len(members))
+            least_drawn = np.argsort(quotas[:, members].sum(axis=0), kind="stable")
+            share[least_drawn[: total % len(members)]] += 1
+            quotas[i, members] = share
+    return quotas

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fl.partition import METHODS, PartitionError, partition, partition_report, train_val_split
-from landscape.infra.errors import ConfigError
+from landscape import ConfigError
 
 
 def _labels(n_per_class: int = 100, num_classes: int = 10, seed: int = 0) -> np.ndarray:
@@ -211,7 +211,7 @@ def test_train_val_split():
 
 @settings(max_examples=40, deadline=None)
 @given(labels=st.lists(st.integers(0, 5), min_size=1, max_size=300),
-       k=st.integers(1, 12), method=st.sampled_from(METHODS), alpha=st.floats(0.05, 100.0),
+       k=st.integers(1, 12), method=st.sampled_from([m for m in METHODS if m != "fold"]), alpha=st.floats(0.05, 100.0),
        c=st.integers(1, 3), balance=st.booleans(), seed=st.integers(0, 2**31))
 def test_property_disjoint_and_counts(labels, k, method, alpha, c, balance, seed):
     labels = np.asarray(labels, dtype=np.int64)
@@ -255,3 +255,53 @@ def test_property_inner_dirichlet_respects_sizes(sizes, alpha, seed):
     _check_disjoint(parts, len(labels))
     ref = _inner_dirichlet_one_at_a_time(labels, np.array(sizes, dtype=np.int64), alpha, seed)
     assert all(np.array_equal(a, b) for a, b in zip(parts, ref))
+
+
+def test_fold_split_matches_floco_definition():
+    labels = _labels(n_per_class=100)  # 1000 samples, 10 balanced classes
+    parts = partition(labels, 10, "fold", seed=4)
+    _check_disjoint(parts, len(labels))
+    report = partition_report(labels, parts, 10)
+    n = len(parts[0])
+    assert [len(p) for p in parts] == [n] * 10 and 95 <= n <= 100  # about N/K, the largest size that fits
+    with pytest.raises(PartitionError, match="only 100 exist"):
+        partition(labels, 10, "fold", client_sizes=[n + 1] * 10)
+    assert (report.sum(axis=0) <= np.bincount(labels)).all()
+    for i, row in enumerate(report):
+        primary = [2 * (i % 5), 2 * (i % 5) + 1]  # array_split of 10 classes into 5 folds
+        assert row[primary].sum() == round(0.8 * n) and abs(row[primary[0]] - row[primary[1]]) <= 1
+        rest = [row[c] for c in range(10) if c not in primary]
+        assert sum(rest) == n - round(0.8 * n) and max(rest) - min(rest) <= 1
+
+
+def test_fold_split_unbalanced_classes_options_and_errors():
+    labels = np.concatenate([np.repeat(np.arange(10), 50), np.zeros(30, np.int64)])  # class 0 has 80
+    parts = partition(labels, 6, "fold", folds=2, primary_fraction=0.5, seed=1)
+    report = partition_report(labels, parts, 10)
+    sizes = {len(p) for p in parts}
+    assert len(sizes) == 1 and (report.sum(axis=0) <= np.bincount(labels)).all()
+    n = sizes.pop()
+    # the largest equal size whose quotas fit: classes 1..9 hold 50 each
+    assert all(row[:5].sum() == round(0.5 * n) for row in report[0::2])
+    assert all(row[5:].sum() == round(0.5 * n) for row in report[1::2])
+    with pytest.raises(PartitionError, match="only 50 exist"):
+        partition(labels, 6, "fold", folds=2, primary_fraction=0.5, client_sizes=[n + 1] * 6)
+    with pytest.raises(PartitionError, match="folds must be"):
+        partition(labels, 6, "fold", folds=11)
+    with pytest.raises(PartitionError, match="primary_fraction"):
+        partition(labels, 6, "fold", primary_fraction=1.5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(k=st.integers(1, 15), folds=st.integers(1, 6), q=st.floats(0.0, 1.0), seed=st.integers(0, 1000))
+def test_property_fold_quotas(k, folds, q, seed):
+    labels = _labels(n_per_class=30, num_classes=6, seed=seed)
+    parts = partition(labels, k, "fold", folds=folds, primary_fraction=q, min_size=0, seed=seed)
+    _check_disjoint(parts, len(labels))
+    report = partition_report(labels, parts, 6)
+    groups = np.array_split(np.arange(6), folds)
+    for i, row in enumerate(report):
+        primary = groups[i % folds]
+        n = row.sum()
+        assert row[primary].sum() == (round(q * n) if folds > 1 else n)
+        assert row[primary].max() - row[primary].min() <= 1  # spread evenly
