@@ -1,0 +1,44 @@
+"""fl.recipes: every recipe is a valid fl.run configuration whose every value has a source."""
+from __future__ import annotations
+
+import pytest
+
+import fl
+from fl.recipes import RECIPES, Recipe, scaled_decay
+
+PAPERS = ("FedGuCci", "FLOCO", "IMA", "LSS")
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+def test_one_scaled_recipe_per_paper_and_sources_cover_settings():
+    for paper in PAPERS:
+        mine = [r for r in RECIPES.values() if r.paper.startswith(paper)]
+        assert any(r.settings["dataset"] == "mnist1d" for r in mine), paper
+        assert any(r.settings["dataset"] != "mnist1d" for r in mine), paper
+    for name, recipe in RECIPES.items():
+        assert isinstance(recipe, Recipe) and recipe.name == name and recipe.notes
+        assert set(recipe.sources) == set(recipe.settings) - {"algorithm"}, name
+        with pytest.raises(AttributeError):
+            recipe.name = "other"  # frozen
+
+
+def test_scaled_decay_keeps_the_total_decay():
+    g = scaled_decay(0.01, 400, 40)
+    assert abs((1 - g) ** 40 - 0.99 ** 400) < 1e-3 * 0.99 ** 400 * 40
+    assert scaled_decay(0.01, 150, 150) == 0.01
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_recipe_is_a_valid_run_configuration(name, data_root, tmp_path, monkeypatch):
+    """fl.run accepts every setting (option names and values are checked); round 0 only.
+    Recipes on data sets that are not embedded are checked on MNIST-1D with its MLP."""
+    monkeypatch.setenv("LANDSCAPE_DATA", str(data_root))
+    settings = dict(RECIPES[name].settings)
+    settings.update(dataset="mnist1d", model="mnist1d_mlp", rounds=0)
+    run = fl.run(**settings, out=tmp_path / "run", device="cpu")
+    for key in ("clients", "local_epochs", "batch_size", "lr", "partition", "participation"):
+        assert run.config[key] == RECIPES[name].settings[key], key
