@@ -33,7 +33,8 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
-from landscape.space.checkpoints import discard, load_state_dict, save_state_dict, write_atomic, write_error
+from landscape.infra.files import discard, write_atomic, write_error
+from landscape.space.checkpoints import load_state_dict, save_state_dict
 from landscape.infra.errors import CheckpointError, ConfigError
 
 State = dict[str, torch.Tensor]

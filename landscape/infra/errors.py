@@ -51,7 +51,16 @@ class DataError(LandscapeError):
 
 
 class CacheError(LandscapeError):
-    """The HDF5 cache file is unreadable, locked by another writer, or not writable."""
+    """The HDF5 cache is unreadable, locked by another writer, or of a format that cannot be extended."""
+
+
+class FileWriteError(LandscapeError):
+    """A file cannot be written: full disk, read-only location, or a link where a file or folder belongs."""
+
+    def __init__(self, path: object, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
 
 
 class ConfigError(LandscapeError):

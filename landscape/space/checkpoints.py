@@ -13,8 +13,6 @@ load (files from elsewhere have none: safetensors itself stores no checksum).
 """
 from __future__ import annotations
 
-import contextlib
-import errno
 import hashlib
 import io
 import os
@@ -26,6 +24,7 @@ from typing import Mapping, Sequence
 import torch
 
 from ..infra.errors import CheckpointError
+from ..infra.files import write_atomic
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "weights", "net")
 PREFIXES = ("module.", "_orig_mod.")
@@ -149,8 +148,9 @@ def save_state_dict(state: Mapping[str, torch.Tensor], path: str | os.PathLike) 
 
     The format follows the suffix: ``.safetensors`` (default for the FL engine; with the
     SHA-256 of the tensors in its metadata) or ``.pt``/``.pth``. Tied tensors are stored as
-    separate copies. The file is serialised in memory first, so that a full disk gives a
-    clear :class:`CheckpointError` (see :func:`write_error`), and the old file stays.
+    separate copies. The file is serialised in memory first and written with
+    :func:`landscape.infra.files.write_atomic`: never through a link, and a full disk or a
+    read-only location gives a clear :class:`FileWriteError` while the old file stays.
     """
     path = Path(path)
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
@@ -164,43 +164,3 @@ def save_state_dict(state: Mapping[str, torch.Tensor], path: str | os.PathLike) 
         data = buffer.getbuffer()
     write_atomic(path, data)
     return path
-
-
-def write_atomic(path: Path, data: bytes | memoryview) -> None:
-    """Write ``data`` to ``path`` through a temporary file, fsync and rename: never half-written."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        discard(tmp)
-        raise write_error(path, exc) from None
-    except BaseException:
-        discard(tmp)
-        raise
-
-
-def discard(path: Path) -> None:
-    """Remove a temporary file if possible (not on a read-only disk, where none was written)."""
-    with contextlib.suppress(OSError):
-        path.unlink()
-
-
-def write_failure_reason(exc: OSError) -> str:
-    """Why a write failed, in words (full disk, read-only location, ...)."""
-    reasons = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
-               errno.EROFS: "the location is not writable (read-only file system)",
-               errno.EACCES: "the location is not writable (permission denied)",
-               errno.EPERM: "the location is not writable (operation not permitted)"}
-    return reasons.get(exc.errno, exc.strerror or str(exc))
-
-
-def write_error(path: str | os.PathLike, exc: OSError) -> CheckpointError:
-    """The error for a failed write of ``path``: why, and that nothing was replaced."""
-    return CheckpointError(path, f"cannot write: {write_failure_reason(exc)}. Nothing was replaced (an "
-                                 "earlier version of the file, if any, is intact); free space or choose "
-                                 "another location")
