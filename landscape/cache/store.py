@@ -34,7 +34,7 @@ from typing import Any, BinaryIO, Iterator, Mapping
 
 import numpy as np
 
-from ..space.checkpoints import discard, write_failure_reason
+from ..infra.files import discard, write_failure_reason
 from ..infra.errors import CacheError, LandscapeError
 from ..results.base import RESULT_TYPES, Result
 
