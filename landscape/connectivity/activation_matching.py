@@ -1,0 +1,86 @@
+"""Activation matching: pair B's units with A's by the correlation of their activations.
+
+Git Re-Basin (Ainsworth et al. 2023), section 3.1: for each group, the permutation maximising
+``sum_i corr(Z^A_i, Z^B_{perm[i]})``, where ``Z`` are the units' activations on the same data
+(every sample and spatial position is an observation), is a linear assignment problem. The
+activation of a group is read at its probe node (:class:`~.graph.Group.probe`, the last
+nonlinearity its units pass through), by running the traced ATen graph.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from landscape import ConfigError
+
+from .graph import PermutationSpec, trace, unique_state
+from .permute import unit_view
+from .weight_matching import assignment
+
+
+def probe_activations(module: nn.Module, spec: PermutationSpec, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Outputs of the probe nodes of every group on inputs ``x`` (no gradients)."""
+    graph, names = trace(module, x)
+    wanted = {g.probe[0] for g in spec.groups if g.probe is not None}
+    captured: dict[str, torch.Tensor] = {}
+
+    class Capture(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            out = super().run_node(n)
+            if n.name in wanted:
+                captured[n.name] = out.detach()
+            return out
+
+    state = unique_state(module)
+    with torch.no_grad():
+        Capture(graph).run([state[k] for k in names], x)
+    missing = wanted - set(captured)
+    if missing:
+        raise ConfigError(f"the traced graph at batch size {len(x)} lacks nodes {sorted(missing)[:3]}: the model's "
+                          "graph depends on the batch size; pass data with the example batch's size")
+    return captured
+
+
+def correlation(za: torch.Tensor, zb: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Pearson correlation matrix of the rows of ``za`` (n, obs) and ``zb`` (n, obs)."""
+    za = za.double() - za.double().mean(1, keepdim=True)
+    zb = zb.double() - zb.double().mean(1, keepdim=True)
+    za = za / (za.norm(dim=1, keepdim=True) + eps)
+    zb = zb / (zb.norm(dim=1, keepdim=True) + eps)
+    return za @ zb.T
+
+
+def activation_matching(spec: PermutationSpec, a: nn.Module, b: nn.Module, x: torch.Tensor
+                        ) -> tuple[list[torch.Tensor], dict]:
+    """Permutations of ``b``'s units that maximise the correlation of its activations with ``a``'s.
+
+    Parameters
+    ----------
+    spec : permutation groups of the architecture.
+    a, b : reference model and model to permute (evaluated in eval mode, not modified).
+    x : input batch on which activations are compared.
+
+    Returns
+    -------
+    (perms, info)
+        One permutation per group, and ``{"mean_correlation_before", "mean_correlation"}``:
+        the mean over groups of the matched units' mean correlation, before and after.
+    """
+    acts_a, acts_b = probe_activations(a, spec, x), probe_activations(b, spec, x)
+    perms, before, after = [], [], []
+    for group in spec.groups:
+        if group.probe is None:  # units that never carry data: nothing to correlate
+            perms.append(torch.arange(group.size))
+            continue
+        node, m = group.probe
+        za = unit_view(acts_a[node], m)[:, m.start:m.start + m.size].transpose(0, 1).reshape(m.size, -1)
+        zb = unit_view(acts_b[node], m)[:, m.start:m.start + m.size].transpose(0, 1).reshape(m.size, -1)
+        corr = correlation(za, zb)
+        perm = assignment(corr, group.block)
+        perms.append(perm)
+        before.append(float(corr.diagonal().mean()))
+        after.append(float(corr[torch.arange(group.size), perm].mean()))
+    mean = (lambda v: sum(v) / len(v) if v else float("nan"))
+    return perms, {"mean_correlation_before": mean(before), "mean_correlation": mean(after)}

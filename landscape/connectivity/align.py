@@ -1,0 +1,206 @@
+"""``landscape.align``: permute a model's hidden units to match a reference, and groups of models.
+
+Permutation groups come from the traced graph (:mod:`.graph`); the permutation from weight
+matching (:mod:`.weight_matching`, Git Re-Basin Alg. 1) or activation matching
+(:mod:`.activation_matching`, Git Re-Basin section 3.1). The aligned model computes the same
+function as the original (Entezari et al. 2022; Ainsworth et al. 2023, Eq. 1).
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from landscape import ConfigError, ParameterSpace
+
+from .activation_matching import activation_matching
+from .batches import first_inputs
+from .graph import PermutationSpec, discover
+from .permute import apply_permutation, permute_state
+from .weight_matching import weight_matching
+
+METHODS = ("weight", "activation")
+_GUESSED_SIDES = (32, 28, 16, 8, 64, 224)
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """The permutations that align a model to a reference, with what they were found from."""
+
+    spec: PermutationSpec
+    perms: tuple[torch.Tensor, ...]
+    method: str
+    info: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def moved_units(self) -> int:
+        """Units that the alignment moves (not mapped to themselves)."""
+        return int(sum(int((p != torch.arange(len(p))).sum()) for p in self.perms))
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        """A functionally identical copy of ``model`` with the permutations applied."""
+        return apply_permutation(model, self.spec, self.perms)
+
+    def __repr__(self) -> str:
+        units = sum(len(p) for p in self.perms)
+        return (f"Alignment({self.method} matching, {len(self.perms)} groups, {self.moved_units}/{units} units "
+                f"moved, {self.seconds:.2f} s)")
+
+
+def as_module(model: Any, template: nn.Module) -> nn.Module:
+    """An ``nn.Module`` of ``template``'s architecture holding ``model``'s weights (a copy)."""
+    if isinstance(model, nn.Module):
+        return model
+    space = ParameterSpace(template)
+    out = copy.deepcopy(template)
+    out.load_state_dict(space.state_dict(space.to_vector(model, dtype=torch.float64)))
+    return out
+
+
+def example_input(template: nn.Module, data: Any = None, input_shape: Sequence[int] | None = None
+                  ) -> torch.Tensor:
+    """A batch of two inputs to trace ``template`` with: from ``data``, ``input_shape``, or guessed
+    from its first Linear/Conv layer (a ConvNd gets the first of 32, 28, 16, 8, 64, 224 pixels per
+    side that the model accepts)."""
+    dtype = next((p.dtype for p in template.parameters()), torch.float32)
+    if data is not None:
+        return first_inputs(data, 2)
+    if input_shape is not None:
+        return torch.zeros(2, *input_shape, dtype=dtype)
+    first = next((m for m in template.modules() if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))),
+                 None)
+    if isinstance(first, nn.Linear):
+        candidates = [(first.in_features,)]
+    elif first is not None:
+        dims = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}[type(first)]
+        candidates = [(first.in_channels,) + (side,) * dims for side in _GUESSED_SIDES]
+    else:
+        candidates = []
+    for shape in candidates:
+        x = torch.zeros(2, *shape, dtype=dtype)
+        try:
+            with torch.no_grad():
+                copy.deepcopy(template).eval()(x)
+            return x
+        except Exception:  # noqa: BLE001 - a rejected guess: try the next size
+            continue
+    raise ConfigError(f"cannot guess the input shape of {type(template).__name__}: pass data= or input_shape=")
+
+
+def match(model: Any, *, to: Any, data: Any = None, method: str = "weight", seed: int = 0,
+          template: nn.Module | None = None, input_shape: Sequence[int] | None = None, strict: bool = True,
+          max_sweeps: int = 100, samples: int = 1024, spec: PermutationSpec | None = None) -> Alignment:
+    """The permutations of ``model``'s hidden units that align it to ``to``.
+
+    Parameters
+    ----------
+    model, to : model-likes (module, state_dict, checkpoint path) of one architecture.
+    data : inputs for activation matching (its first ``samples`` inputs) and for tracing.
+    method : ``"weight"`` (Git Re-Basin Alg. 1) or ``"activation"`` (section 3.1, needs data).
+    seed : order of the coordinate-descent sweeps (weight matching).
+    template : the architecture when neither ``model`` nor ``to`` is an ``nn.Module``.
+    input_shape : input shape (without the batch axis) for tracing when no data are given.
+    strict : refuse operations that cannot be permuted (else leave their units in place).
+    max_sweeps : bound on weight matching's sweeps.
+    spec : permutation groups found earlier for this architecture (skips the tracing).
+
+    Returns
+    -------
+    Alignment
+    """
+    if method not in METHODS:
+        raise ConfigError(f"method must be one of {METHODS}, got {method!r}")
+    if method == "activation" and data is None:
+        raise ConfigError("activation matching compares activations on data: pass data=")
+    template = template or next((m for m in (model, to) if isinstance(m, nn.Module)), None)
+    if template is None:
+        raise ConfigError("neither model nor to is an nn.Module: pass template= (the architecture)")
+    start = time.perf_counter()
+    mod_b, mod_a = as_module(model, template), as_module(to, template)
+    if spec is None:
+        spec = discover(template, example_input(template, data, input_shape), strict=strict)
+    if method == "weight":
+        params = {n for n, _ in template.named_parameters()}
+        sa = {k: v for k, v in mod_a.state_dict().items() if k in params}
+        sb = {k: v for k, v in mod_b.state_dict().items() if k in params}
+        perms, info = weight_matching(spec, sa, sb, max_sweeps=max_sweeps, seed=seed)
+    else:
+        perms, info = activation_matching(spec, mod_a.eval(), mod_b.eval(), first_inputs(data, samples))
+    return Alignment(spec, tuple(perms), method, info, time.perf_counter() - start)
+
+
+def align(model: Any, *, to: Any, data: Any = None, method: str = "weight", seed: int = 0, **options: Any
+          ) -> nn.Module:
+    """A functionally identical copy of ``model`` whose hidden units are permuted to match ``to``.
+
+    Parameters
+    ----------
+    model, to, data, method, seed, options : as :func:`match` (``template``, ``input_shape``,
+        ``strict``, ``max_sweeps``, ``samples``, ``spec``).
+
+    Returns
+    -------
+    nn.Module
+        Same outputs as ``model`` (to float rounding), weights closer to ``to``'s.
+    """
+    template = options.get("template") or next((m for m in (model, to) if isinstance(m, nn.Module)), None)
+    found = match(model, to=to, data=data, method=method, seed=seed, **options)
+    return found.apply(as_module(model, template))
+
+
+def align_group(models: Sequence[Any], *, to: Any = None, data: Any = None, method: str = "weight", seed: int = 0,
+                max_rounds: int = 20, **options: Any) -> list[nn.Module]:
+    """Align every model of a group to a reference, or to each other (MergeMany).
+
+    With ``to``, each model is aligned to ``to`` (clients to the global model). Without it,
+    MergeMany (Git Re-Basin, Algorithm 3 of the appendix): in rounds, each model in turn is
+    aligned to the average of the others (weight matching), until a round moves no unit or
+    ``max_rounds`` rounds.
+
+    Returns
+    -------
+    list[nn.Module]
+        The aligned models, each functionally identical to its original.
+    """
+    if len(models) < 2 and to is None:
+        raise ConfigError("aligning a group to itself needs at least two models")
+    template = options.pop("template", None) or next(
+        (m for m in [*models, to] if isinstance(m, nn.Module)), None)
+    if template is None:
+        raise ConfigError("no model is an nn.Module: pass template= (the architecture)")
+    mods = [as_module(m, template) for m in models]
+    spec = options.pop("spec", None) or discover(
+        template, example_input(template, data, options.pop("input_shape", None)),
+        strict=options.pop("strict", True))
+    if to is not None:
+        return [align(m, to=to, data=data, method=method, seed=seed, template=template, spec=spec, **options)
+                for m in mods]
+    if method != "weight":
+        raise ConfigError("MergeMany aligns models to the average of the others by weight matching: "
+                          "use method='weight' or give to=")
+    params = [n for n, _ in template.named_parameters()]
+    states = [{k: v.detach().double() for k, v in m.state_dict().items()} for m in mods]
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(max_rounds):
+        moved = False
+        for i in torch.randperm(len(states), generator=gen).tolist():
+            others = [s for j, s in enumerate(states) if j != i]
+            mean = {k: sum(s[k] for s in others) / len(others) for k in params}
+            perms, _info = weight_matching(spec, mean, {k: states[i][k] for k in params},
+                                           seed=int(torch.randint(2**31, (1,), generator=gen)), **options)
+            if any(not torch.equal(p, torch.arange(len(p))) for p in perms):
+                states[i] = permute_state(states[i], spec, perms)
+                moved = True
+        if not moved:
+            break
+    out = []
+    for m, s in zip(mods, states):
+        copy_ = copy.deepcopy(m)
+        copy_.load_state_dict(s)
+        out.append(copy_)
+    return out

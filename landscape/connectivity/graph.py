@@ -1,0 +1,238 @@
+"""Discover a model's permutation groups from its traced graph.
+
+The model is traced with ``torch.fx`` (``make_fx``, ATen level, fake tensors of the given
+input shape), so Python control flow on shapes is resolved and every operation is one of a
+finite vocabulary. Each axis of every value carries a :class:`~.units.Layout`: data inputs
+and model outputs are fixed, a contraction (``mm``/``addmm``/``convolution``) ties the
+contracted axes of both operands and its output axis is the weight's output axis, so the
+hidden units of a Linear/Conv layer are created by its weight and everything that meets them
+(biases, normalisation parameters and running statistics, the next layer's input axis,
+residual additions, flatten boundaries, channel padding and concatenation) is tied to them.
+What cannot commute with a permutation raises :class:`PermutationError` naming the
+operation (``strict=True``) or pins the units it touches (``strict=False``).
+
+Reference: Ainsworth, Hayase & Srinivasa (2023), Git Re-Basin, section 3 (permutation
+symmetry of hidden units) and Appendix A (permutation specifications).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.func import functional_call
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from landscape import ConfigError
+
+from .rules import RULES, Slot, Unsupported, pin
+from .units import find, fixed_layout, leaf_runs
+
+
+class PermutationError(ConfigError):
+    """The model contains an operation through which hidden units cannot be permuted safely."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """Where a group's units sit in one tensor: along ``axis`` viewed as (outer, units, inner),
+    positions ``start:start + size`` of the units dimension."""
+
+    name: str
+    axis: int
+    outer: int
+    units: int
+    start: int
+    size: int
+    inner: int
+
+
+@dataclass(frozen=True)
+class Group:
+    """Hidden units permuted together. ``block``: permutations stay within contiguous blocks
+    of that many units (GroupNorm groups); 0 means free. ``probe`` is the activation (graph
+    node and unit view) used by activation matching."""
+
+    size: int
+    block: int
+    members: tuple[Member, ...]
+    probe: tuple[str, Member] | None
+
+
+@dataclass(frozen=True)
+class PermutationSpec:
+    """The permutation groups of a model, and the units left fixed with the reasons."""
+
+    groups: tuple[Group, ...]
+    pinned: tuple[str, ...]
+    input_shape: tuple[int, ...]
+
+    def __repr__(self) -> str:
+        sizes = [g.size for g in self.groups]
+        return (f"PermutationSpec({len(self.groups)} groups, {sum(sizes)} units, "
+                f"sizes {sizes[:8]}{'...' if len(sizes) > 8 else ''}; {len(self.pinned)} pinned reasons)")
+
+
+def unique_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The module's state_dict without aliases of tied tensors (first name kept)."""
+    seen: set[int] = set()
+    out = {}
+    for name, tensor in module.state_dict(keep_vars=True).items():
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            out[name] = tensor.detach()
+    return out
+
+
+def trace(module: nn.Module, example: torch.Tensor) -> tuple[torch.fx.GraphModule, list[str]]:
+    """ATen graph of ``module`` (eval mode) as a function of (its unique state tensors, input).
+
+    Returns the graph module and the state names in placeholder order.
+    """
+    template = copy.deepcopy(module).eval()
+    state = unique_state(template)
+    names = list(state)
+
+    def forward(tensors: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return functional_call(template, dict(zip(names, tensors)), (x,), tie_weights=True)
+
+    try:
+        graph = make_fx(forward, tracing_mode="fake")(list(state.values()), example)
+    except Exception as exc:  # the user's model cannot be traced
+        raise PermutationError(f"cannot trace {type(module).__name__} on inputs of shape {tuple(example.shape)}: "
+                               f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    return graph, names
+
+
+def discover(module: nn.Module, example: torch.Tensor, *, strict: bool = True) -> PermutationSpec:
+    """Permutation groups of ``module`` traced on ``example`` inputs (a batch).
+
+    Parameters
+    ----------
+    module : the model (not modified).
+    example : an input batch (only its shape and dtype are used).
+    strict : raise :class:`PermutationError` at the first operation that does not commute with
+        a permutation of the units it touches; with ``False`` those units are left fixed and
+        the reasons listed in ``PermutationSpec.pinned``.
+
+    Returns
+    -------
+    PermutationSpec
+    """
+    graph, names = trace(module, example)
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    env: dict[Any, Any] = {}
+    members: list[tuple[str, int, Slot]] = []
+    reasons: list[str] = []
+    data_nodes: set[Any] = {placeholders[-1]}
+    for name, node in zip(names, placeholders):
+        slots = [Slot(None) for _ in node.meta["val"].shape]
+        members += [(name, axis, slot) for axis, slot in enumerate(slots)]
+        env[node] = slots
+    env[placeholders[-1]] = [Slot(fixed_layout(d, "the model input")) for d in placeholders[-1].meta["val"].shape]
+    probes: list[tuple[Any, str]] = []
+    for node in graph.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            for slots in _tensors(env, node.args):
+                pin(slots, "the model output")
+            continue
+        if node.op == "get_attr":
+            env[node] = _fixed_value(node.meta.get("val"), "a constant")
+            continue
+        env[node] = _apply(node, env, strict, reasons)
+        if any(a in data_nodes for a in node.all_input_nodes):
+            data_nodes.add(node)
+            probes.append((node, _op_name(node.target)))
+    return _collect(members, env, probes, reasons, tuple(example.shape[1:]))
+
+
+def _op_name(target: Any) -> str:
+    if target is __import__("operator").getitem:
+        return "getitem"
+    text = str(target)
+    return text.split(".")[1] if text.startswith("aten.") else text
+
+
+def _apply(node: Any, env: dict, strict: bool, reasons: list[str]) -> Any:
+    name = _op_name(node.target)
+    rule: Callable | None = RULES.get(name)
+    try:
+        if rule is None:
+            raise Unsupported(f"operation {node.target} (graph node {node.name}) has no permutation rule")
+        return rule(node, env)
+    except Unsupported as exc:
+        if strict:
+            raise PermutationError(f"cannot permute hidden units through {exc}; pass strict=False to leave "
+                                   "the units it touches unpermuted") from None
+        reasons.append(str(exc))
+        for slots in _tensors(env, node.args):
+            pin(slots, str(exc))
+        return _fixed_value(node.meta.get("val"), str(exc))
+
+
+def _tensors(env: dict, args: Any) -> list[list[Slot]]:
+    out: list[list[Slot]] = []
+    for a in args if isinstance(args, (list, tuple)) else [args]:
+        if isinstance(a, (list, tuple)):
+            out += _tensors(env, a)
+        elif a in env and isinstance(env[a], list):
+            out.append(env[a])
+        elif a in env and isinstance(env[a], tuple):
+            out += [v for v in env[a] if isinstance(v, list)]
+    return out
+
+
+def _fixed_value(val: Any, why: str) -> Any:
+    if isinstance(val, torch.Tensor):
+        return [Slot(fixed_layout(d, why)) for d in val.shape]
+    if isinstance(val, (list, tuple)):
+        return tuple(_fixed_value(v, why) for v in val)
+    return None
+
+
+_NONLINEAR = {"relu", "relu_", "leaky_relu", "leaky_relu_", "gelu", "silu", "silu_", "sigmoid", "tanh",
+              "hardtanh", "hardtanh_", "elu", "elu_", "hardswish", "mish", "softplus"}
+
+
+def _collect(members: list[tuple[str, int, Slot]], env: dict, probes: list[tuple[Any, str]],
+             reasons: list[str], input_shape: tuple[int, ...]) -> PermutationSpec:
+    by_root: dict[int, list[Member]] = {}
+    roots: dict[int, Any] = {}
+    for name, axis, slot in members:
+        if slot.layout is None:
+            continue
+        lay = slot.layout
+        for leaf, offset in leaf_runs(lay):
+            root = find(leaf)
+            if root.fixed:
+                continue
+            roots.setdefault(id(root), root)
+            by_root.setdefault(id(root), []).append(
+                Member(name, axis, lay.outer, lay.units, offset, root.size, lay.inner))
+    best: dict[int, tuple[int, str, Member]] = {}
+    for rank, (node, op) in enumerate(probes):
+        value = env.get(node)
+        if not isinstance(value, list):
+            continue
+        for axis, slot in enumerate(value):
+            if slot.layout is None:
+                continue
+            lay = slot.layout
+            for leaf, offset in leaf_runs(lay):
+                key = id(find(leaf))
+                if key in by_root:
+                    score = rank + (10 ** 9 if op in _NONLINEAR else 0)
+                    if key not in best or score >= best[key][0]:
+                        best[key] = (score, node.name, Member(node.name, axis, lay.outer, lay.units, offset,
+                                                              find(leaf).size, lay.inner))
+    groups = []
+    for key, mems in by_root.items():
+        root = roots[key]
+        probe = (best[key][1], best[key][2]) if key in best else None
+        groups.append(Group(root.size, root.block if 0 < root.block < root.size else 0, tuple(mems), probe))
+    pinned = tuple(dict.fromkeys(reasons))
+    return PermutationSpec(tuple(groups), pinned, input_shape)

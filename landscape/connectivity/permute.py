@@ -1,0 +1,111 @@
+"""Apply permutations of hidden units to a state_dict.
+
+A permutation of a group is a ``LongTensor`` ``perm`` of the group's size: unit ``i`` of the
+permuted model is unit ``perm[i]`` of the original, in every tensor that holds the group
+(Git Re-Basin, Eq. 1: ``W'_l = P_l W_l P_{l-1}^T``, biases and normalisation parameters
+permuted with their units).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Mapping, Sequence
+
+import torch
+from torch import nn
+
+from landscape import ConfigError
+
+from .graph import Group, Member, PermutationSpec
+
+Permutations = Sequence[torch.Tensor]
+
+
+def unit_view(tensor: torch.Tensor, m: Member) -> torch.Tensor:
+    """``tensor`` with the member's axis viewed as (outer, units, inner) and moved to the front:
+    shape (outer, units, inner, rest)."""
+    moved = tensor.movedim(m.axis, 0)
+    return moved.reshape(m.outer, m.units, m.inner, -1)
+
+
+def permute_member(tensor: torch.Tensor, m: Member, perm: torch.Tensor) -> torch.Tensor:
+    """A copy of ``tensor`` with the member's units reordered by ``perm``."""
+    moved = tensor.movedim(m.axis, 0)
+    view = moved.reshape(m.outer, m.units, m.inner, -1).clone()
+    view[:, m.start:m.start + m.size] = view[:, m.start:m.start + m.size][:, perm]
+    return view.reshape(moved.shape).movedim(0, m.axis)
+
+
+def members_by_tensor(spec: PermutationSpec) -> dict[str, list[tuple[int, Member]]]:
+    """For every tensor name, its (group index, member) pairs."""
+    out: dict[str, list[tuple[int, Member]]] = {}
+    for gi, group in enumerate(spec.groups):
+        for m in group.members:
+            out.setdefault(m.name, []).append((gi, m))
+    return out
+
+
+def check_permutations(spec: PermutationSpec, perms: Permutations) -> None:
+    if len(perms) != len(spec.groups):
+        raise ConfigError(f"{len(perms)} permutations for {len(spec.groups)} groups")
+    for i, (g, p) in enumerate(zip(spec.groups, perms)):
+        if p.shape != (g.size,) or not torch.equal(torch.sort(p).values, torch.arange(g.size)):
+            raise ConfigError(f"permutation {i} is not a permutation of {g.size} units")
+        if g.block and not torch.equal(p // g.block, torch.arange(g.size) // g.block):
+            raise ConfigError(f"permutation {i} moves units across GroupNorm blocks of {g.block}")
+
+
+def permute_state(state: Mapping[str, torch.Tensor], spec: PermutationSpec, perms: Permutations
+                  ) -> dict[str, torch.Tensor]:
+    """A new state_dict with every group's units reordered (tensors not in any group are copied)."""
+    check_permutations(spec, perms)
+    out = {k: v.detach().clone() for k, v in state.items()}
+    for name, mems in members_by_tensor(spec).items():
+        if name not in out:
+            raise ConfigError(f"the state_dict has no entry {name!r} of the permutation spec")
+        t = out[name]
+        for gi, m in mems:
+            t = permute_member(t, m, perms[gi].to(t.device))
+        out[name] = t
+    return out
+
+
+def apply_permutation(model: nn.Module, spec: PermutationSpec, perms: Permutations) -> nn.Module:
+    """A functionally identical copy of ``model`` with its hidden units permuted.
+
+    Parameters
+    ----------
+    model : the model (not modified).
+    spec : its permutation groups (:func:`~.graph.discover`).
+    perms : one permutation per group.
+
+    Returns
+    -------
+    nn.Module
+        A deep copy whose state is :func:`permute_state` of the model's.
+    """
+    state = model.state_dict()
+    permuted = permute_state(state, spec, perms)
+    out = copy.deepcopy(model)
+    out.load_state_dict(permuted)
+    return out
+
+
+def identity_permutations(spec: PermutationSpec) -> list[torch.Tensor]:
+    return [torch.arange(g.size) for g in spec.groups]
+
+
+def random_permutations(spec: PermutationSpec, seed: int = 0) -> list[torch.Tensor]:
+    """Uniformly random permutations of every group (within GroupNorm blocks), from ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    return [_random(g, gen) for g in spec.groups]
+
+
+def _random(group: Group, gen: torch.Generator) -> torch.Tensor:
+    block = group.block or group.size
+    parts = [torch.randperm(block, generator=gen) + start for start in range(0, group.size, block)]
+    return torch.cat(parts)
+
+
+def invert(perms: Permutations) -> list[torch.Tensor]:
+    """The inverse permutations: ``permute_state(permute_state(s, p), invert(p)) == s``."""
+    return [torch.argsort(p) for p in perms]

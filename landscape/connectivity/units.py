@@ -1,0 +1,162 @@
+"""Runs of hidden units and how they are laid out along a tensor axis.
+
+A :class:`Run` is a block of ``size`` hidden units that must be permuted together wherever
+they appear. Runs are merged (union-find) when an operation ties two of them (a residual
+addition, a contraction), split when one is tied to a concatenation of others (a channel
+padding or ``cat``), and *fixed* (never permuted) when they reach something that does not
+commute with a permutation (the model's inputs or outputs, an unsupported operation).
+GroupNorm adds a *block* constraint: units may only move within contiguous blocks of the
+normalisation groups.
+
+A :class:`Layout` says where runs sit along one tensor axis: the axis is viewed as
+``(outer, sum of run sizes, inner)`` in row-major order, so a flattened ``(C, H, W)``
+feature map is ``Layout(1, [(channels, C)], H * W)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+
+
+class Run:
+    """A block of hidden units (a union-find node)."""
+
+    __slots__ = ("size", "parent", "children", "fixed", "block", "why")
+
+    def __init__(self, size: int, fixed: bool = False, why: str = ""):
+        self.size = size
+        self.parent: Run | None = None
+        self.children: tuple[Run, ...] = ()
+        self.fixed = fixed
+        self.block = 0  # 0: no block constraint; b: permute only within contiguous blocks of b units
+        self.why = why
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Runs along an axis viewed as ``(outer, sum(sizes), inner)``."""
+
+    outer: int
+    runs: tuple[tuple[Run, int], ...]
+    inner: int
+
+    @property
+    def units(self) -> int:
+        return sum(n for _, n in self.runs)
+
+    @property
+    def length(self) -> int:
+        return self.outer * self.units * self.inner
+
+
+def find(run: Run) -> Run:
+    """Representative of ``run``'s class (with path halving)."""
+    while run.parent is not None:
+        if run.parent.parent is not None:
+            run.parent = run.parent.parent
+        run = run.parent
+    return run
+
+
+def leaves(run: Run) -> list[Run]:
+    """The unsplit representatives that make up ``run``, in order."""
+    root = find(run)
+    if not root.children:
+        return [root]
+    return [leaf for child in root.children for leaf in leaves(child)]
+
+
+def fixed_layout(length: int, why: str = "") -> Layout:
+    """An axis whose positions never move (data, spatial or batch axes)."""
+    return Layout(1, ((Run(length, fixed=True, why=why), length),), 1)
+
+
+def fresh_layout(length: int) -> Layout:
+    """An axis of ``length`` new free units (a layer's outputs)."""
+    return Layout(1, ((Run(length), length),), 1)
+
+
+def is_fixed(layout: Layout) -> bool:
+    return all(find(leaf).fixed for run, _ in layout.runs for leaf in leaves(run))
+
+
+def fix(layout: Layout, why: str) -> None:
+    """Pin every unit of ``layout``: it is never permuted."""
+    for run, _ in layout.runs:
+        for leaf in leaves(run):
+            if not leaf.fixed:
+                leaf.fixed, leaf.why = True, why
+
+
+def leaf_runs(layout: Layout) -> list[tuple[Run, int]]:
+    """``(leaf, offset in units)`` of every leaf along the axis."""
+    out, offset = [], 0
+    for run, _ in layout.runs:
+        for leaf in leaves(run):
+            out.append((leaf, offset))
+            offset += leaf.size
+    return out
+
+
+def _split(root: Run, at: int) -> None:
+    head, tail = Run(at, root.fixed, root.why), Run(root.size - at, root.fixed, root.why)
+    if root.block:
+        if at % root.block:
+            head.fixed = tail.fixed = True
+            head.why = tail.why = "a split inside a GroupNorm group"
+        else:
+            head.block = tail.block = root.block
+    root.children = (head, tail)
+
+
+def _union(a: Run, b: Run) -> None:
+    a, b = find(a), find(b)
+    if a is b:
+        return
+    b.parent = a
+    if b.fixed and not a.fixed:
+        a.fixed, a.why = True, b.why
+    if b.block:
+        a.block = gcd(a.block, b.block) if a.block else b.block
+
+
+def unify(x: Layout, y: Layout, why: str) -> None:
+    """Tie the units of two layouts of one axis position by position.
+
+    Runs are split where their boundaries differ. Layouts with different ``outer``/``inner``
+    views can only be tied when one of them is fixed (then both are fixed, with ``why``).
+    """
+    if is_fixed(x) or is_fixed(y) or (x.outer, x.inner) != (y.outer, y.inner) or x.units != y.units:
+        fix(x, why)
+        fix(y, why)
+        return
+    xs, ys = [leaf for r, _ in x.runs for leaf in leaves(r)], [leaf for r, _ in y.runs for leaf in leaves(r)]
+    i = j = 0
+    while i < len(xs) and j < len(ys):
+        a, b = find(xs[i]), find(ys[j])
+        if a.children or b.children:  # split meanwhile (the same run on both sides)
+            xs[i:i + 1], ys[j:j + 1] = leaves(a), leaves(b)
+            continue
+        if a.size > b.size:
+            _split(a, b.size)
+            xs[i:i + 1] = list(a.children)
+            continue
+        if b.size > a.size:
+            _split(b, a.size)
+            ys[j:j + 1] = list(b.children)
+            continue
+        _union(a, b)
+        i, j = i + 1, j + 1
+
+
+def constrain_blocks(layout: Layout, block: int, why: str) -> None:
+    """Units of ``layout`` may only move within contiguous blocks of ``block`` units (GroupNorm)."""
+    if layout.outer != 1 or layout.inner != 1:
+        fix(layout, why)
+        return
+    for leaf, offset in leaf_runs(layout):
+        root = find(leaf)
+        if offset % block or root.size % block:
+            fix(Layout(1, ((root, root.size),), 1), why)
+        else:
+            root.block = gcd(root.block, block) if root.block else block

@@ -1,0 +1,161 @@
+"""Permutation groups, functional identity after permutation, weight/activation matching, REPAIR."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+import landscape
+from fl.datasets import load_dataset
+from fl.models import MLP, build_model
+from landscape.connectivity.align import align, align_group, match
+from landscape.connectivity.graph import PermutationError, discover
+from landscape.connectivity.permute import apply_permutation, invert, permute_state, random_permutations
+
+ZOO = ["mlp", "fedgucci_cnn", "floco_cnn", "ima_cnn", "ima_digit_cnn", "resnet20_bn", "resnet20_gn", "resnet18_gn"]
+
+
+def _randomise_norms(model: nn.Module, seed: int) -> nn.Module:
+    """Non-trivial BatchNorm statistics and affine parameters, so that a wrong permutation shows."""
+    gen = torch.Generator().manual_seed(seed)
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.running_mean.copy_(torch.rand(m.running_mean.shape, generator=gen) - 0.5)
+            m.running_var.copy_(torch.rand(m.running_var.shape, generator=gen) + 0.5)
+        if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)) and m.weight is not None:
+            with torch.no_grad():
+                m.weight.copy_(torch.rand(m.weight.shape, generator=gen) + 0.5)
+                m.bias.copy_(torch.rand(m.bias.shape, generator=gen) - 0.5)
+    return model.eval()
+
+
+def _check_identity(model: nn.Module, x: torch.Tensor, strict: bool = True) -> None:
+    spec = discover(model, x[:2], strict=strict)
+    assert spec.groups, "no permutable units found"
+    perms = random_permutations(spec, seed=1)
+    permuted = apply_permutation(model, spec, perms)
+    moved = [k for k, v in model.state_dict().items() if not torch.equal(v, permuted.state_dict()[k])]
+    assert moved, "the permutation changed no tensor"
+    with torch.no_grad():
+        ref, out = model(x), permuted(x)
+    assert torch.allclose(out, ref, rtol=1e-4, atol=1e-5 * float(ref.abs().max())), float((out - ref).abs().max())
+    back = permute_state(permuted.state_dict(), spec, invert(perms))
+    assert all(torch.equal(back[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_permutation_keeps_outputs_zoo(name: str) -> None:
+    torch.manual_seed(0)
+    model = _randomise_norms(build_model(name, num_classes=5, input_shape=(1, 8, 8), seed=0), 0)
+    _check_identity(model, torch.randn(6, 1, 8, 8, generator=torch.Generator().manual_seed(2)))
+
+
+def test_permutation_keeps_outputs_torchvision_resnet18() -> None:
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = _randomise_norms(torchvision.models.resnet18(num_classes=4), 0)
+    spec = discover(model, torch.zeros(2, 3, 32, 32))
+    assert len(spec.groups) == 12  # 4 residual streams + 8 block-internal groups
+    _check_identity(model, torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(2)))
+
+
+def test_groups_of_resnet20_residual_streams_and_groupnorm_blocks() -> None:
+    bn = discover(build_model("resnet20_bn", num_classes=10, input_shape=(3, 32, 32)), torch.zeros(2, 3, 32, 32))
+    # 9 block-internal groups (16/32/64 x 3), the first stream (16), and the zero channels that the
+    # option-A shortcuts pad in front of and behind the stream (8 + 8, then 16 + 16)
+    assert sorted(g.size for g in bn.groups) == sorted([16] * 4 + [32] * 3 + [64] * 3 + [8, 8, 16, 16])
+    gn = discover(build_model("resnet18_gn", num_classes=10, input_shape=(3, 32, 32)), torch.zeros(2, 3, 32, 32))
+    assert {g.size: g.block for g in gn.groups if g.size in (64, 512)} == {64: 32, 512: 256}  # GroupNorm(2)
+
+
+class _SliceUnits(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x))[:, :3])
+
+
+class _Rolled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(8, 2)
+        self.head = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.fc2(torch.roll(torch.relu(self.fc1(x)), 1, dims=1)))
+
+
+def test_refuses_operations_that_do_not_commute_with_permutations() -> None:
+    with pytest.raises(PermutationError, match="slice of hidden units"):
+        discover(_SliceUnits(), torch.zeros(2, 4))
+    with pytest.raises(PermutationError, match="aten.roll"):
+        discover(_Rolled(), torch.zeros(2, 4))
+    assert issubclass(PermutationError, landscape.ConfigError)
+    spec = discover(_Rolled(), torch.zeros(2, 4), strict=False)
+    assert any("aten.roll" in r for r in spec.pinned)
+    assert [g.size for g in spec.groups] == [2]  # fc1's units are pinned, fc2's still permute
+    _check_identity(_Rolled().eval(), torch.randn(5, 4), strict=False)
+
+
+def _train_mlp(data, seed: int, width: int = 128, epochs: int = 20) -> nn.Module:
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = MLP((1, 8, 8), 10, hidden=(width, width))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for idx in torch.randperm(len(data.train_y), generator=gen).split(64):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(data.train_x[idx]), data.train_y[idx]).backward()
+            opt.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def trained_pair():
+    torch.set_num_threads(1)
+    data = load_dataset("digits")
+    return data, _train_mlp(data, 0), _train_mlp(data, 1)
+
+
+def test_aligning_a_permuted_copy_recovers_the_original() -> None:
+    for name in ("mlp", "resnet20_bn", "resnet20_gn"):
+        a = build_model(name, num_classes=10, input_shape=(1, 8, 8), seed=0)
+        spec = discover(a, torch.zeros(2, 1, 8, 8))
+        shuffled = apply_permutation(a, spec, random_permutations(spec, seed=5))
+        recovered = align(shuffled, to=a, spec=spec)
+        assert all(torch.equal(recovered.state_dict()[k], v) for k, v in a.state_dict().items()), name
+
+
+def test_alignment_lowers_the_barrier_of_independently_trained_mlps(trained_pair) -> None:
+    data, a, b = trained_pair
+    ev = landscape.Evaluator(a, (data.test_x, data.test_y), device="cpu")
+    before = landscape.interpolate(a, b, ev, alphas=11)
+    found = match(b, to=a)
+    weight = found.apply(b)
+    activation = align(b, to=a, data=(data.train_x, data.train_y), method="activation")
+    for aligned in (weight, activation):
+        with torch.no_grad():
+            assert torch.allclose(aligned(data.test_x), b(data.test_x), atol=1e-4)
+        after = landscape.interpolate(a, aligned, ev, alphas=11)
+        assert after.loss_barrier < 0.5 * before.loss_barrier, (before.loss_barrier, after.loss_barrier)
+    assert found.info["objective"] > found.info["objective_before"]
+
+
+def test_merge_many_brings_a_group_closer(trained_pair) -> None:
+    data, a, b = trained_pair
+    c = apply_permutation(a, discover(a, data.test_x[:2]), random_permutations(discover(a, data.test_x[:2]), 9))
+    group = [copy.deepcopy(a), b, c]
+    aligned = align_group(group)
+    dist = (lambda m, n: sum(float((m.state_dict()[k] - n.state_dict()[k]).norm() ** 2) for k in m.state_dict()))
+    # c is a permuted copy of a: MergeMany must undo the permutation between them
+    assert dist(aligned[0], aligned[2]) < 1e-8
+    assert dist(aligned[0], aligned[1]) < dist(a, b)
+    with torch.no_grad():
+        for orig, new in zip(group, aligned):
+            assert torch.allclose(orig(data.test_x), new(data.test_x), atol=1e-4)
