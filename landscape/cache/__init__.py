@@ -1,4 +1,4 @@
-"""The HDF5 result cache: content-addressed, resumable, one writer at a time."""
+"""The HDF5 result cache: a folder of sealed entry files; content-addressed, resumable, one writer at a time."""
 from .store import Cache, make_key
 
 __all__ = ["Cache", "make_key"]

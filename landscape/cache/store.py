@@ -1,171 +1,162 @@
-"""HDF5 result cache: content-addressed, resumable, crash-safe, one writer at a time.
+"""The HDF5 result cache: a folder of sealed entry files, resumable, crash-safe, one writer at a time.
 
-Layout of the file::
+Layout of a cache folder::
 
-    /points/<key>/loss, accuracy   float64, NaN until computed
-    /points/<key>/done             uint8, 1 where a point has been computed
-    /results/<key>/...             a result dataclass: arrays as datasets, the rest as JSON attrs
+    landscape-cache.json        format marker (written first)
+    points-<key>.h5             metric arrays of one point set (see :mod:`.records`)
+    result-<key>.h5             one finished result
+    .lock                       the writers' lock file
 
-Every write is copy-on-write: the file is copied to a temporary file beside it, changed,
-flushed, fsynced and renamed over the original while an exclusive lock on ``<file>.lock`` is
-held. A process killed at any moment therefore leaves either the old or the new file, both
-readable, and never a half-written one (its temporary file is removed by the next writer).
-Pending point values are flushed at most every ``flush_interval`` seconds, so an interrupted
-computation loses only the last moments of work and resumes from the rest. Nothing is ever
-pickled.
+Every entry is its own sealed HDF5 file (:mod:`.sealed`: SHA-256 of its content in the user
+block, checked on every read), built in memory and written with
+:func:`landscape.infra.files.write_atomic` (unique temporary name, fsync, rename, never
+through a link). The folder is the index: an entry appears, or changes, by one atomic rename.
+Reading or writing one entry therefore costs the same whatever the number of entries; a
+process killed at any moment leaves every entry either old or new, both readable, and at
+most a temporary file, which the next writer removes. Writers hold an exclusive lock on
+``.lock`` (a second writer waits up to ``lock_timeout`` seconds, then fails clearly);
+readers take no lock. Pending point values are flushed at most every ``flush_interval``
+seconds, so an interrupted computation loses only the last moments of work and resumes
+from the rest. Nothing is ever pickled.
 
-The file is sealed: its first ``USERBLOCK`` bytes (an HDF5 user block, ignored by HDF5)
-hold the SHA-256 of the rest, checked before HDF5 parses the file. A damaged or truncated
-file therefore gives :class:`CacheError`, never silently wrong numbers, nor the crash or
-endless loop that HDF5 itself can fall into on damaged metadata.
+A path that is a file is a cache of format 1 (one HDF5 file for all entries): it is read,
+not extended (:mod:`.legacy`).
 """
 from __future__ import annotations
 
-import fcntl
-import glob
-import hashlib
 import json
 import os
-import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from ..infra.files import discard, write_failure_reason
-from ..infra.errors import CacheError, LandscapeError
-from ..results.base import RESULT_TYPES, Result
+from ..infra.errors import CacheError
+from ..infra.files import discard, exclusive_lock, is_temporary, write_atomic, write_json
+from ..results.base import Result
+from .keys import entry_name, make_key, parse_entry_name
+from .legacy import LegacyCache
+from .records import Points, read_points, read_result, write_points, write_result
+from .sealed import build, parsed, read_bytes
 
-FORMAT_VERSION = "1"
-USERBLOCK = 512
-SEAL = b"landscape-cache sha256 "
+__all__ = ["Cache", "make_key"]
 
+FORMAT_VERSION = "2"
+MARKER = "landscape-cache.json"
+LOCK = ".lock"
 
-def make_key(spec: Mapping[str, Any]) -> str:
-    """Content address of a computation: SHA-256 of its canonical JSON spec."""
-    text = json.dumps(spec, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:40]
-
-
-def _content_digest(fh: BinaryIO) -> bytes:
-    """SHA-256 (hex) of an open file's bytes after the user block."""
-    h = hashlib.sha256()
-    fh.seek(USERBLOCK)
-    for chunk in iter(lambda: fh.read(1 << 20), b""):
-        h.update(chunk)
-    return h.hexdigest().encode()
-
-
-def _seal(path: Path) -> None:
-    """Write the content digest into the user block."""
-    with open(path, "r+b") as fh:
-        digest = _content_digest(fh)
-        fh.seek(0)
-        fh.write(SEAL + digest)
+#: queued points of one key: (indices, loss, accuracy, number of points, meta)
+Pending = tuple[np.ndarray, np.ndarray, np.ndarray, int, dict]
 
 
 class Cache:
-    """An HDF5 file holding point metrics and results, safe against kills and concurrent writers."""
+    """A folder of HDF5 entries holding point metrics and results, safe against kills and concurrent writers.
 
-    def __init__(self, path: str | os.PathLike, *, lock_timeout: float = 600.0,
-                 flush_interval: float = 1.0):
+    Parameters
+    ----------
+    path:
+        The cache folder (created on the first write), or a format-1 cache file (read only).
+    lock_timeout:
+        Seconds a writer waits for another writer to finish before failing.
+    flush_interval:
+        Queued points are written when this many seconds have passed since the last write.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, lock_timeout: float = 600.0, flush_interval: float = 1.0):
         self.path = Path(path)
         self.lock_timeout = lock_timeout
         self.flush_interval = flush_interval
-        self._pending: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, int, dict]]] = {}
+        self._pending: dict[str, list[Pending]] = {}
         self._last_flush = time.monotonic()
-        if self.path.exists():
-            self._check_readable()
+        self._swept = False  # temporary files of killed writers removed (once per instance)
+        #: the format-1 file at ``path``, if it is one
+        self.legacy: LegacyCache | None = LegacyCache(self.path) if self.path.is_file() else None
+        if self.path.is_dir():
+            self._check_folder()
+
+    @property
+    def lock_path(self) -> Path:
+        """The writers' lock file."""
+        return self.path / LOCK
 
     # ------------------------------------------------------------------ reading
-    def _check_readable(self) -> None:
-        with self._open_read() as f:
-            version = f.attrs.get("format_version")
-            if version is not None and str(version) != FORMAT_VERSION:
-                raise CacheError(f"{self.path}: cache format {version} is not supported "
-                                 f"(this version writes {FORMAT_VERSION}); use a new cache file")
+    def _check_folder(self) -> None:
+        marker = self.path / MARKER
+        try:
+            info = json.loads(marker.read_text())
+            version = str(info["version"])
+        except FileNotFoundError:
+            others = [p for p in os.listdir(self.path) if not p.startswith(".")]
+            if others:
+                raise CacheError(f"{self.path}: is a folder but not a landscape cache (no {MARKER}); pass "
+                                 "an empty or new folder as the cache") from None
+            return  # an empty folder: a new cache
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CacheError(f"{marker}: unreadable cache marker ({exc}); move the cache away to start "
+                             "a fresh one") from None
+        if version != FORMAT_VERSION:
+            raise CacheError(f"{self.path}: cache format {version} is not supported (this version writes "
+                             f"{FORMAT_VERSION}); use a new cache path")
 
     @contextmanager
-    def _open_read(self) -> Iterator[Any]:
-        import h5py
+    def _entry(self, kind: str, key: str) -> Iterator[Any]:
+        """The open root group of entry ``key`` (None if absent), after its seal is checked."""
+        path = self.path / entry_name(kind, key)
+        data = read_bytes(path)
+        if data is None:
+            yield None
+            return
+        with parsed(data, path) as f:
+            if str(f.attrs.get("kind")) != kind or str(f.attrs.get("key")) != key:
+                raise CacheError(f"{path}: holds entry {f.attrs.get('kind')}/{f.attrs.get('key')}, not "
+                                 f"{kind}/{key} (renamed by hand?); delete it to recompute")
+            yield f
 
-        # One open file for the seal check and for HDF5: a writer may rename a new version
-        # over the path at any moment, and both must see the same version.
-        try:
-            fh = open(self.path, "rb")
-        except OSError as exc:
-            raise self._corrupt(exc) from None
-        try:
-            head = fh.read(len(SEAL) + 64)
-            if head.startswith(SEAL) and head[len(SEAL):] != _content_digest(fh):
-                raise self._corrupt("its content does not match the SHA-256 sealed into it")
-            fh.seek(0)
-            try:
-                f = h5py.File(fh, "r", locking=False)
-            except OSError as exc:
-                raise self._corrupt(exc) from None
-            try:
-                yield f
-            except LandscapeError:
-                raise
-            except Exception as exc:  # h5py raises assorted errors on damaged metadata
-                raise self._corrupt(exc) from None
-            finally:
-                f.close()
-        finally:
-            fh.close()
-
-    def _corrupt(self, detail: object) -> CacheError:
-        return CacheError(f"{self.path}: not a readable HDF5 cache (corrupt or truncated?): {detail}. "
-                          "Move it away to start a fresh cache.")
+    def _stored_points(self, key: str, n: int) -> Points | None:
+        if self.legacy is not None:
+            return self.legacy.points(key, n)
+        with self._entry("points", key) as f:
+            return None if f is None else read_points(f, n, str(self.path / entry_name("points", key)))
 
     def points(self, key: str, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(loss, accuracy, done)`` for a point set; all NaN / False if unknown."""
-        loss = np.full(n, np.nan)
-        acc = np.full(n, np.nan)
-        done = np.zeros(n, dtype=bool)
-        if self.path.exists():
-            with self._open_read() as f:
-                grp = f.get(f"points/{key}")
-                if grp is not None:
-                    if grp["done"].shape != (n,):
-                        raise CacheError(f"{self.path}: entry {key} has {grp['done'].shape[0]} points, "
-                                         f"expected {n}; the cache is inconsistent, delete the entry or file")
-                    loss[:] = grp["loss"][...]
-                    acc[:] = grp["accuracy"][...]
-                    done[:] = grp["done"][...].astype(bool)
-        for idx, l, a, _, _ in self._pending.get(key, []):
-            loss[idx], acc[idx], done[idx] = l, a, True
-        return loss, acc, done
+        """``(loss, accuracy, done)`` of the point set ``key`` of ``n`` points; all NaN / False if unknown.
+
+        Points queued but not yet flushed are included.
+        """
+        stored = self._stored_points(key, n) or Points.empty(n)
+        for idx, loss, acc, _, _ in self._pending.get(key, []):
+            stored.update(idx, loss, acc)
+        return stored.loss, stored.accuracy, stored.done
 
     def load_result(self, key: str) -> Result | None:
-        """The stored result for ``key``, or None."""
-        if not self.path.exists():
-            return None
-        with self._open_read() as f:
-            grp = f.get(f"results/{key}")
-            if grp is None or not grp.attrs.get("complete", False):
-                return None
-            cls = RESULT_TYPES.get(str(grp.attrs["type"]))
-            if cls is None:
-                raise CacheError(f"{self.path}: result {key} has unknown type {grp.attrs['type']!r}")
-            arrays = {name: grp[name][...] for name in grp.keys()}
-            attrs = {k: str(v) for k, v in grp.attrs.items() if k not in ("type", "complete")}
-            return cls.from_record(arrays, attrs)
+        """The stored (complete) result for ``key``, or None."""
+        if self.legacy is not None:
+            return self.legacy.load_result(key)
+        with self._entry("result", key) as f:
+            return None if f is None else read_result(f, str(self.path / entry_name("result", key)))
 
     def keys(self) -> dict[str, list[str]]:
-        """Keys of stored point sets and results."""
-        if not self.path.exists():
-            return {"points": [], "results": []}
-        with self._open_read() as f:
-            return {g: sorted(f[g].keys()) if g in f else [] for g in ("points", "results")}
+        """Keys of stored point sets (``"points"``) and results (``"results"``)."""
+        if self.legacy is not None:
+            return self.legacy.keys()
+        found: dict[str, list[str]] = {"points": [], "result": []}
+        if self.path.is_dir():
+            for name in os.listdir(self.path):
+                parsed_name = parse_entry_name(name)
+                if parsed_name is not None:
+                    found[parsed_name[0]].append(parsed_name[1])
+        return {"points": sorted(found["points"]), "results": sorted(found["result"])}
 
     # ------------------------------------------------------------------ writing
     def add_points(self, key: str, n: int, idx: np.ndarray, loss: np.ndarray, acc: np.ndarray,
                    meta: Mapping[str, Any] | None = None, *, force: bool = False) -> None:
-        """Queue computed points; written when ``flush_interval`` has passed (or ``force``)."""
+        """Queue computed points of the set ``key`` (``n`` points in all).
+
+        They are written when ``flush_interval`` seconds have passed since the last write, or
+        at once with ``force``.
+        """
         self._pending.setdefault(key, []).append(
             (np.asarray(idx), np.asarray(loss, dtype=np.float64), np.asarray(acc, dtype=np.float64),
              n, dict(meta or {})))
@@ -173,29 +164,21 @@ class Cache:
             self.flush()
 
     def flush(self) -> None:
-        """Write all queued points."""
+        """Write all queued points: one entry file per point set, merged with what is stored.
+
+        On failure the queued points are kept for a later attempt.
+        """
         if not self._pending:
             return
         pending, self._pending = self._pending, {}
         try:
-            with self._writing() as f:
+            with self.writer_lock():
                 for key, items in pending.items():
-                    n = items[0][3]
-                    grp = f.get(f"points/{key}")
-                    if grp is None:
-                        grp = f.create_group(f"points/{key}")
-                        grp.create_dataset("loss", data=np.full(n, np.nan))
-                        grp.create_dataset("accuracy", data=np.full(n, np.nan))
-                        grp.create_dataset("done", data=np.zeros(n, dtype=np.uint8))
-                        grp.attrs["meta"] = json.dumps(items[0][4], sort_keys=True, default=str)
-                    for idx, l, a, _, _ in items:
-                        order = np.argsort(idx)
-                        idx, l, a = idx[order], l[order], a[order]
-                        loss, acc, done = grp["loss"][...], grp["accuracy"][...], grp["done"][...]
-                        loss[idx], acc[idx], done[idx] = l, a, 1
-                        grp["loss"][...] = loss
-                        grp["accuracy"][...] = acc
-                        grp["done"][...] = done
+                    n, meta = items[0][3], items[0][4]
+                    points = self._stored_points(key, n) or Points.empty(n, meta)
+                    for idx, loss, acc, _, _ in items:
+                        points.update(idx, loss, acc)
+                    self._write_entry("points", key, lambda f, p=points: write_points(f, p))
         except BaseException:
             for key, items in pending.items():  # keep them for a later attempt
                 self._pending.setdefault(key, [])[:0] = items
@@ -203,81 +186,47 @@ class Cache:
         self._last_flush = time.monotonic()
 
     def save_result(self, key: str, result: Result) -> None:
-        """Store a result (complete) under ``key``, replacing any earlier one."""
-        arrays, attrs = result.to_record()
-        with self._writing() as f:
-            if f"results/{key}" in f:
-                del f[f"results/{key}"]
-            grp = f.create_group(f"results/{key}")
-            for name, arr in arrays.items():
-                arr = np.asarray(arr)
-                kwargs = {"compression": "gzip"} if arr.size > 4096 else {}
-                grp.create_dataset(name, data=arr, **kwargs)
-            for name, value in attrs.items():
-                grp.attrs[name] = value
-            grp.attrs["type"] = type(result).__name__
-            grp.attrs["complete"] = True
+        """Store ``result`` (complete) under ``key``, replacing any earlier one."""
+        with self.writer_lock():
+            self._write_entry("result", key, lambda f: write_result(f, result))
+
+    def _write_entry(self, kind: str, key: str, fill: Callable[[Any], None]) -> None:
+        def content(f: Any) -> None:
+            f.attrs["format_version"] = FORMAT_VERSION
+            f.attrs["kind"] = kind
+            f.attrs["key"] = key
+            fill(f)
+
+        write_atomic(self.path / entry_name(kind, key), build(content))
 
     @contextmanager
-    def _writing(self) -> Iterator[Any]:
-        import h5py
+    def writer_lock(self) -> Iterator[None]:
+        """Hold the writers' lock (waiting up to ``lock_timeout`` seconds for another writer).
 
-        with self._lock():
-            for stale in self.path.parent.glob(f".{glob.escape(self.path.name)}.tmp-*"):  # of a killed writer
-                stale.unlink(missing_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-            try:
-                if self.path.exists():
-                    self._check_readable()
-                    shutil.copyfile(self.path, tmp)
-                new = {} if tmp.exists() else {"userblock_size": USERBLOCK}
-                f = h5py.File(tmp, "a", locking=False, **new)
-                try:
-                    sealed = f.userblock_size == USERBLOCK  # older files have no user block
-                    f.attrs["format_version"] = FORMAT_VERSION
-                    yield f
-                finally:
-                    f.close()
-                if sealed:
-                    _seal(tmp)
-                with open(tmp, "rb") as fh:
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self.path)
-            except OSError as exc:
-                discard(tmp)
-                raise CacheError(f"{self.path}: cannot write the cache: {write_failure_reason(exc)}. "
-                                 "Earlier cached results are intact.") from None
-            except LandscapeError:
-                discard(tmp)
-                raise
-            except Exception as exc:  # damaged metadata met while updating the copy
-                discard(tmp)
-                raise self._corrupt(exc) from None
-            except BaseException:
-                discard(tmp)
-                raise
+        On the first write the folder and its format marker are created and temporary files
+        left by killed writers are removed.
 
-    @contextmanager
-    def _lock(self) -> Iterator[None]:
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise CacheError(f"{self.path}: cannot create the lock file {lock_path}: {exc.strerror}. "
-                             "Is the location writable?") from None
-        try:
-            deadline = time.monotonic() + self.lock_timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise CacheError(f"{self.path}: another process has been writing this cache for "
-                                         f"more than {self.lock_timeout:.0f} s; wait for it to finish or "
-                                         "use another cache file") from None
-                    time.sleep(0.05)
+        Raises
+        ------
+        CacheError
+            The cache is a format-1 file, or another process held the lock for too long.
+        FileWriteError
+            The folder cannot be written (full disk, read-only location, a link).
+        """
+        if self.legacy is not None:
+            raise self.legacy.refuse_writes()
+
+        def busy() -> CacheError:
+            return CacheError(f"{self.path}: another process has been writing this cache for more than "
+                              f"{self.lock_timeout:.0f} s; wait for it to finish or use another cache folder")
+
+        with exclusive_lock(self.lock_path, timeout=self.lock_timeout, busy=busy):
+            if not self._swept:
+                for name in os.listdir(self.path):
+                    if is_temporary(name):  # only writers create them, and no other writer runs now
+                        discard(self.path / name)
+                if not (self.path / MARKER).exists():
+                    write_json(self.path / MARKER, {"format": "landscape-fl HDF5 cache", "version": FORMAT_VERSION,
+                                                    "layout": "one sealed HDF5 file per entry"})
+                self._swept = True
             yield
-        finally:
-            os.close(fd)  # closing releases the lock

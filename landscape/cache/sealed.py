@@ -1,0 +1,115 @@
+"""Sealed HDF5 files: built in memory, read from memory, verified by a SHA-256 in the user block.
+
+The first ``USERBLOCK`` bytes of a sealed file (an HDF5 user block, which HDF5 ignores) hold
+``SEAL`` and the SHA-256 (hex) of every byte after the user block. The digest is checked
+before HDF5 parses anything, so a damaged or truncated file gives :class:`CacheError`, never
+silently wrong numbers, nor the crash or endless loop HDF5 can fall into on damaged metadata.
+
+Files are built in a memory buffer and written by the caller in one piece: no h5py object
+ever holds a file on disk open for writing, so a full disk cannot leave one behind in a
+broken state (issue 15 saw a segmentation fault after a failed on-disk write).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from ..infra.errors import CacheError, LandscapeError
+
+USERBLOCK = 512
+SEAL = b"landscape-cache sha256 "
+
+
+def build(fill: Callable[[Any], None]) -> bytearray:
+    """The bytes of a new sealed HDF5 file whose content ``fill(root_group)`` writes.
+
+    Parameters
+    ----------
+    fill:
+        Called once with the open, empty root group of the file.
+
+    Returns
+    -------
+    bytearray
+        The complete file, seal included.
+    """
+    import h5py
+
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w", userblock_size=USERBLOCK, locking=False) as f:
+        fill(f)
+    data = bytearray(buffer.getbuffer())
+    digest = hashlib.sha256(memoryview(data)[USERBLOCK:]).hexdigest().encode()
+    data[:len(SEAL) + len(digest)] = SEAL + digest
+    return data
+
+
+def is_sealed(data: bytes) -> bool:
+    """True if ``data`` starts with a seal (whether or not the digest matches)."""
+    return data.startswith(SEAL)
+
+
+def seal_matches(data: bytes) -> bool:
+    """True if ``data`` is sealed and its content matches the sealed digest."""
+    head = data[len(SEAL):len(SEAL) + 64]
+    return is_sealed(data) and len(data) >= USERBLOCK and \
+        hashlib.sha256(memoryview(data)[USERBLOCK:]).hexdigest().encode() == head
+
+
+def corrupt(path: str | os.PathLike, detail: object) -> CacheError:
+    """The error for an unreadable cache file ``path``."""
+    return CacheError(f"{path}: not a readable HDF5 cache file (corrupt or truncated?): {detail}. "
+                      "Move it away to recompute what it held.")
+
+
+def read_bytes(path: Path) -> bytes | None:
+    """The whole content of ``path`` (one read of one version, even if it is replaced meanwhile), or None if absent."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise corrupt(path, exc.strerror or exc) from None
+
+
+@contextmanager
+def parsed(data: bytes, path: str | os.PathLike, *, require_seal: bool = True) -> Iterator[Any]:
+    """Open the HDF5 file held in ``data`` (read from ``path``) after checking its seal.
+
+    Parameters
+    ----------
+    data:
+        The file's bytes.
+    path:
+        Where they came from (named in errors).
+    require_seal:
+        If False, a file without a seal (written before seals existed) is parsed unchecked;
+        a seal that is present is always checked.
+
+    Yields
+    ------
+    h5py.File
+        Open for reading; errors HDF5 raises while the caller reads become :class:`CacheError`.
+    """
+    import h5py
+
+    if is_sealed(data) or require_seal:
+        if not seal_matches(data):
+            raise corrupt(path, "its content does not match the SHA-256 sealed into it")
+    try:
+        f = h5py.File(io.BytesIO(data), "r", locking=False)
+    except Exception as exc:  # h5py raises assorted errors on damaged files
+        raise corrupt(path, exc) from None
+    try:
+        yield f
+    except LandscapeError:
+        raise
+    except Exception as exc:  # damaged metadata met while reading
+        raise corrupt(path, exc) from None
+    finally:
+        f.close()
