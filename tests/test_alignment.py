@@ -14,6 +14,7 @@ from fl.models import MLP, build_model
 from landscape.connectivity.align import align, align_group, match
 from landscape.connectivity.graph import PermutationError, discover
 from landscape.connectivity.permute import apply_permutation, invert, permute_state, random_permutations
+from landscape.connectivity.repair import channel_stats, repair_model, repair_points, repaired_interpolate
 
 ZOO = ["mlp", "fedgucci_cnn", "floco_cnn", "ima_cnn", "ima_digit_cnn", "resnet20_bn", "resnet20_gn", "resnet18_gn"]
 
@@ -159,3 +160,46 @@ def test_merge_many_brings_a_group_closer(trained_pair) -> None:
     with torch.no_grad():
         for orig, new in zip(group, aligned):
             assert torch.allclose(orig(data.test_x), new(data.test_x), atol=1e-4)
+
+
+def test_repair_gives_the_midpoint_the_interpolated_statistics() -> None:
+    data = load_dataset("digits")
+    a, b = _train_mlp(data, 0, width=16), _train_mlp(data, 1, width=16)
+    b = align(b, to=a)
+    x = data.train_x[:512]
+    names = [n for n in repair_points(a) if n != "classifier"]
+    assert names == ["features.1", "features.3"]
+    ends = [channel_stats(m, names, x) for m in (a, b)]
+    mid = copy.deepcopy(a)
+    mid.load_state_dict({k: 0.5 * (v + b.state_dict()[k]) for k, v in a.state_dict().items()})
+    targets = {n: tuple(0.5 * (ends[0][n][k] + ends[1][n][k]) for k in range(2)) for n in names}
+    collapsed = channel_stats(mid, names, x)
+    repaired = channel_stats(repair_model(mid, targets, x), names, x)
+    for n in names:
+        assert torch.allclose(repaired[n][0], targets[n][0], atol=1e-4)
+        assert torch.allclose(repaired[n][1], targets[n][1], rtol=1e-3, atol=1e-4)
+    # variance collapse (Jordan et al. section 3): the plain midpoint's first layer is narrower
+    assert float(collapsed["features.1"][1].mean()) < float(targets["features.1"][1].mean())
+    ev = landscape.Evaluator(a, (data.test_x, data.test_y), device="cpu")
+    plain = landscape.interpolate(a, b, ev, alphas=11)
+    fixed = repaired_interpolate(a, b, ev, data=(data.train_x, data.train_y), alphas=11)
+    assert fixed.spec["repair"]["layers"] == names
+    assert fixed.loss_barrier < plain.loss_barrier
+
+
+def test_batchnorm_reset_sets_running_statistics_to_the_batch_moments() -> None:
+    model = _randomise_norms(build_model("resnet20_bn", num_classes=10, input_shape=(1, 8, 8), seed=0), 1)
+    x = torch.randn(64, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    reset = repair_model(model, {}, x)
+    seen = {}
+    hook = reset.bn1.register_forward_hook(lambda m, i, o: seen.setdefault("in", i[0]))
+    with torch.no_grad():
+        reset(x)
+    hook.remove()
+    z = seen["in"].transpose(0, 1).reshape(16, -1)
+    assert torch.allclose(reset.bn1.running_mean, z.mean(1), atol=1e-5)
+    assert torch.allclose(reset.bn1.running_var, z.var(1), rtol=1e-4)
+    assert not torch.allclose(model.bn1.running_mean, reset.bn1.running_mean)
+    with pytest.raises(landscape.ConfigError, match="bn='interpolate'"):
+        repaired_interpolate(model, model, landscape.Evaluator(model, (x, torch.zeros(64, dtype=torch.long)),
+                                                               device="cpu", bn="keep"), data=(x, x))
