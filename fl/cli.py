@@ -1,78 +1,195 @@
-"""``fl-run``: start (or resume) an FL run from the command line.
+"""``fl-run`` (and ``landscape train``): start or resume an FL run from the command line.
 
-Example: ``fl-run --algorithm fedprox --rounds 20 --option mu=0.01 --out runs/prox``.
-Every ``fl.run`` argument has a flag; algorithm and engine options go through
-``--option key=value`` (values are parsed as JSON when possible: ``ima={"window":3}``).
+Every flag is generated from the typed options: :class:`fl.config.RunConfig` gives the run
+flags, each algorithm's ``Options`` dataclass its own group (help, choices, default, range
+and source from the field metadata). ``--option KEY=VALUE`` (JSON values) reaches the same
+settings. Example::
+
+    fl-run --algorithm fedprox --rounds 20 --mu 0.01 --out runs/prox
+
 Errors print one line and exit with status 2; rerunning an interrupted command resumes it.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
-from typing import Any, Sequence
+import types
+import typing
+from typing import Any, Literal, Sequence, Union
 
-from landscape.infra.errors import LandscapeError
+from landscape import LandscapeError
+
+from .algorithms import registry
+from .config import RunConfig
+from .options import describe_range, field_default
+from .recipes import RECIPES
+
+#: Settings reached through flags outside the generated ones.
+EXTRA_DESTS = ("recipe", "out", "option", "no_progress")
 
 
-def _parse_option(text: str) -> tuple[str, Any]:
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line (``prog: error: ...``), exit 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        """Print ``prog: error: message`` and exit with status 2.
+
+        Parameters
+        ----------
+        message : str
+            The error.
+        """
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def parse_option(text: str) -> tuple[str, Any]:
+    """Parse ``KEY=VALUE`` (VALUE as JSON when it parses, else the string).
+
+    Parameters
+    ----------
+    text : str
+        The argument.
+
+    Returns
+    -------
+    tuple[str, Any]
+        Key and value.
+    """
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key, json_value(value)
+
+
+def json_value(text: str) -> Any:
+    """A JSON value, or the text itself when it is not JSON (``last`` -> ``"last"``).
+
+    Parameters
+    ----------
+    text : str
+        The command-line text.
+
+    Returns
+    -------
+    Any
+        The parsed value.
+    """
     try:
-        return key, json.loads(value)
+        return json.loads(text)
     except json.JSONDecodeError:
-        return key, value
+        return text
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the flags of ``fl.run`` to ``parser``, generated from the option dataclasses.
+
+    Only flags given on the command line reach the namespace (defaults are suppressed), so
+    :func:`run_from_args` knows which settings were explicit and a recipe's settings are
+    overridden only by those.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        The parser (``fl-run``'s, or ``landscape train``'s).
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The same parser.
+    """
+    algorithms = registry()
+    run = parser.add_argument_group("run settings (fl.config.RunConfig)")
+    for name, field in RunConfig.fields().items():
+        choices = list(algorithms) if name == "algorithm" else None
+        _add_field(run, name, RunConfig.types()[name], field, choices=choices)
+    run.add_argument("--recipe", default=argparse.SUPPRESS, choices=list(RECIPES) or None,
+                     help="a paper's settings (fl.RECIPES); explicit flags override them")
+    run.add_argument("--out", default=argparse.SUPPRESS, help="run folder (default ./runs/<name>-<digest>)")
+    run.add_argument("--option", "-o", action="append", type=parse_option, default=argparse.SUPPRESS,
+                     metavar="KEY=VALUE", help="any setting or algorithm option as KEY=JSON, repeatable")
+    run.add_argument("--no-progress", action="store_true", default=argparse.SUPPRESS, help="hide the progress bar")
+    seen = set(RunConfig.fields())
+    for alg_name, cls in algorithms.items():
+        new = {n: f for n, f in cls.Options.fields().items() if n not in seen}
+        if not new:
+            continue
+        group = parser.add_argument_group(f"{alg_name} options")
+        users = {n: [a for a, c in algorithms.items() if n in c.Options.fields()] for n in new}
+        types_ = cls.Options.types()
+        for name, field in new.items():
+            _add_field(group, name, types_[name], field, owners=users[name])
+        seen |= set(new)
+    return parser
+
+
+def run_from_args(args: argparse.Namespace) -> Any:
+    """Start or resume the run described by parsed :func:`add_run_arguments` flags.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed arguments (only the flags given are present).
+
+    Returns
+    -------
+    fl.Run
+        The stored run.
+    """
+    from .api import run
+
+    given = vars(args)
+    settings: dict[str, Any] = dict(given.get("option") or [])
+    settings.update({k: v for k, v in given.items() if k in _setting_names()})
+    if given.get("no_progress"):
+        settings["progress"] = False
+    return run(recipe=given.get("recipe"), out=given.get("out"), **settings)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fl-run", description=(
+    """The ``fl-run`` parser.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        A parser with the generated run flags plus ``--list-algorithms`` and ``--list-recipes``.
+    """
+    parser = OneLineParser(prog="fl-run", description=(
         "Train a federated-learning run and store its checkpoints and metrics "
         "(rerun the same command to resume an interrupted run)."))
-    p.add_argument("--algorithm", default="fedavg",
-                   help="fedavg | fedprox | ima | fedgucci | fedgucci+ | floco | floco+ | lss")
-    p.add_argument("--dataset", default="digits", help="digits (embedded) or a torchvision dataset")
-    p.add_argument("--model", default=None, help="zoo model name (default: the dataset's default)")
-    p.add_argument("--clients", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--participation", type=float, default=1.0)
-    p.add_argument("--local-epochs", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--partition", default="dirichlet")
-    p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="run directory (default ./runs/<name>)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--option", "-o", action="append", type=_parse_option, default=[],
-                   metavar="KEY=VALUE", help="algorithm or engine option, repeatable (e.g. mu=0.01)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--list-algorithms", action="store_true", help="print the available algorithms and exit")
-    return p
+    parser.add_argument("--list-algorithms", action="store_true", help="print the algorithms and their options")
+    parser.add_argument("--list-recipes", action="store_true", help="print the recipes and their papers")
+    return add_run_arguments(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``fl-run``.
+
+    Parameters
+    ----------
+    argv : Sequence[str], optional
+        Arguments (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 on success, 2 on an error (one line on stderr), 130 when interrupted.
+    """
     args = build_parser().parse_args(argv)
     try:
         if args.list_algorithms:
-            from .algorithms import registry
-
-            for name, cls in sorted(registry().items()):
-                opts = ", ".join(f"{k}={v!r}" for k, v in cls.options.items()) or "no options"
+            for name, cls in registry().items():
+                opts = ", ".join(f"{k}={v!r}" for k, v in cls.Options.defaults().items()) or "no options"
                 print(f"{name}: {opts}")
             return 0
-        from .api import run
-
-        options = dict(args.option)
-        if args.no_progress:
-            options["progress"] = False
-        result = run(args.algorithm, dataset=args.dataset, model=args.model, clients=args.clients,
-                     rounds=args.rounds, participation=args.participation,
-                     local_epochs=args.local_epochs, batch_size=args.batch_size, lr=args.lr,
-                     partition=args.partition, alpha=args.alpha, seed=args.seed, out=args.out,
-                     device=args.device, **options)
-    except (LandscapeError, OSError) as exc:
-        print(f"fl-run: error: {exc}", file=sys.stderr)
+        if args.list_recipes:
+            for name, recipe in RECIPES.items():
+                print(f"{name}: {recipe.paper}")
+            return 0
+        result = run_from_args(args)
+    except (LandscapeError, OSError, ValueError) as exc:
+        print(f"fl-run: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("fl-run: interrupted; rerun the same command to resume from the last complete round",
@@ -82,6 +199,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{result.path}: round {last['round']}, test accuracy {last['test_accuracy']:.4f}, "
           f"test loss {last['test_loss']:.4f}")
     return 0
+
+
+def _setting_names() -> set[str]:
+    """RunConfig fields and every algorithm's option names."""
+    names = set(RunConfig.fields())
+    for cls in registry().values():
+        names |= set(cls.Options.fields())
+    return names
+
+
+def _add_field(group: Any, name: str, tp: Any, field: dataclasses.Field, *, choices: list[str] | None = None,
+               owners: list[str] | None = None) -> None:
+    """One generated flag: ``--name-with-dashes`` with type, choices and help from the field."""
+    meta = field.metadata
+    default = field_default(field)
+    notes = [f"default {default!r}"] if default is not None else []
+    if describe_range(meta):
+        notes.append(describe_range(meta))
+    if meta.get("source"):
+        notes.append(meta["source"])
+    if owners and len(owners) > 1:
+        notes.append("for " + ", ".join(owners))
+    kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS,
+                              "help": f"{meta['help']} ({'; '.join(notes)})" if notes else meta["help"]}
+    base = _without_none(tp)
+    origin, args = typing.get_origin(base), typing.get_args(base)
+    if base is bool:
+        kwargs["action"] = argparse.BooleanOptionalAction
+    elif origin is Literal and all(isinstance(a, str) for a in args):
+        kwargs["choices"] = list(args)
+    elif base in (int, float, str):
+        kwargs["type"] = base
+        kwargs["choices"] = choices
+    else:
+        kwargs["type"] = json_value
+        kwargs["metavar"] = "JSON"
+    group.add_argument("--" + name.replace("_", "-"), **kwargs)
+
+
+def _without_none(tp: Any) -> Any:
+    """``X`` for ``X | None``; any other annotation unchanged."""
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        arms = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(arms) == 1:
+            return arms[0]
+    return tp
 
 
 if __name__ == "__main__":

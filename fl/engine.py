@@ -23,15 +23,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from landscape.infra.errors import ConfigError
+from landscape import ConfigError
 
 from .algorithms.base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext,
                               State, derive_seed, make_generator)
+from .config import BACKENDS
 from .evaluation import evaluate
-from .store import RunStore
+from .store import RunStore, check_round_finite
 from .vectorized import train_clients, unsupported_reason
 
-BACKENDS = ("sequential", "vectorized", "loky", "processes", "ray", "dask")
 PARALLEL_BACKENDS = ("loky", "processes", "ray", "dask")  # through landscape.distributed (joblib)
 
 
@@ -184,7 +184,7 @@ class Engine:
         if self.backend == "vectorized" and len(ids) > 1:
             return train_clients(self.alg, [self._context(r, k, tag, sent, server_state) for k in ids])
         if self.backend in PARALLEL_BACKENDS and len(ids) > 1:
-            from landscape.evaluation.sharded import map_calls, to_device
+            from landscape.infra.parallel import map_calls, to_device
 
             contexts = [(self._context(r, k, tag, sent, server_state),) for k in ids]
             updates = map_calls(self.alg.client_update, contexts, self.backend,
@@ -231,7 +231,9 @@ class Engine:
 
     def _write(self, r: int, clients: Mapping[int, State], client_states: Mapping[int, State],
                record: Mapping[str, Any]) -> None:
-        """Write every file of round r, then the metrics line, then the progress marker."""
+        """Write every file of round r, then the metrics line, then the progress marker
+        (nothing when the global model or a metric is not finite: ``RunDivergedError``)."""
+        check_round_finite(r, self.global_state, record)
         st = self.store
         for k, state in clients.items():
             st.write_state(st.client_path(r, k), state)

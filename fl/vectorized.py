@@ -15,8 +15,9 @@ The same local SGD as :func:`fl.algorithms.base.local_sgd`, for ``K`` clients in
 
 Padding is exact only for models that treat samples independently, so BatchNorm (batch
 statistics) and dropout (random masks the sequential back end draws from another stream)
-are refused, as are algorithms with their own ``client_update`` or a data-dependent
-``extra_loss``; :func:`unsupported_reason` says why. Results equal the sequential back end's
+are refused, as are algorithms that do not declare ``vectorizable = True`` (their client
+update is not local SGD plus a batch-independent ``extra_loss``, which runs here through
+``vmap`` as it runs in the sequential back end); :func:`unsupported_reason` says why. Results equal the sequential back end's
 to floating-point tolerance (reduction order differs), not bit for bit. One difference
 remains by design: a trainable parameter the loss does not use gets a zero gradient here
 (the sequential back end skips it), which changes it only under weight decay.
@@ -31,26 +32,26 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from .algorithms.base import Algorithm, ClientUpdate, LocalContext, State, minibatches
-from .algorithms.fedprox import FedProx
-from .algorithms.ima import IMA
-
-#: ``extra_loss`` implementations that depend only on the parameters and the received
-#: model (not on the mini-batch), so padded batches leave them unchanged.
-BATCH_INDEPENDENT_EXTRA_LOSS = (Algorithm.extra_loss, FedProx.extra_loss)
-
-
-def _inner(alg: Algorithm) -> Algorithm:
-    """The algorithm whose ``client_update`` actually runs (IMA delegates to its base)."""
-    return alg.base if isinstance(alg, IMA) else alg
 
 
 def unsupported_reason(alg: Algorithm, module: nn.Module) -> str | None:
-    """Why ``alg`` training ``module`` cannot use the vectorised back end (None: it can)."""
-    inner = _inner(alg)
-    if type(inner).client_update is not Algorithm.client_update:
-        return f"algorithm {inner.name!r} has its own client update"
-    if type(inner).extra_loss not in BATCH_INDEPENDENT_EXTRA_LOSS:
-        return f"algorithm {inner.name!r} adds a loss term that depends on the mini-batch"
+    """Why the vectorised back end cannot train ``module`` with ``alg``.
+
+    Parameters
+    ----------
+    alg : Algorithm
+        The run's algorithm (a wrapper reports its base's flag).
+    module : nn.Module
+        The training module.
+
+    Returns
+    -------
+    str or None
+        The reason, or None when it can.
+    """
+    if not alg.vectorizable:
+        return (f"algorithm {alg.label!r} does not declare vectorizable = True (its client update is not "
+                "local SGD plus a loss term independent of the mini-batch)")
     for name, m in module.named_modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm):
             return f"the model has BatchNorm ({name}); padded mini-batches would change its statistics"
@@ -111,18 +112,12 @@ def train_clients(alg: Algorithm, contexts: Sequence[LocalContext]) -> dict[int,
     index, weight, count, active = _schedule(contexts, offsets)
     index, count = index.to(device), count.to(device)
     weight = weight.to(device, pool_x.dtype if pool_x.is_floating_point() else torch.float32)
-    inner = _inner(alg)
-    prox = type(inner).extra_loss is not Algorithm.extra_loss
 
     def client_objective(p: State, x: Tensor, y: Tensor, w: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
         logits = functional_call(module, {**p, **fixed}, (x,))
         loss = (F.cross_entropy(logits, y, reduction="none") * w).sum() / n
-        objective = loss
-        if prox:
-            extra = inner.extra_loss(first, p, x, y, logits)
-            if extra is not None:
-                objective = objective + extra
-        return objective, loss
+        extra = alg.extra_loss(first, p, x, y, logits)
+        return (loss if extra is None else loss + extra), loss
 
     step_grad = vmap(grad(client_objective, has_aux=True))
     momentum_buf = {n: torch.zeros_like(p) for n, p in params.items()}

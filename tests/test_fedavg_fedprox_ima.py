@@ -240,7 +240,7 @@ def test_ima_on_top_of_fedprox(tmp_path):
     assert run.config["ima"]["window"] == 2 and run.config["options"] == {"mu": 0.1}
     window = _window(run.algorithm_state(2))
     assert _equal_states(run.global_state(2), _reference_average(window, [1.0, 1.0]))
-    with pytest.raises(ConfigError, match="IMA option"):
+    with pytest.raises(ConfigError, match="unknown ima option 'windw' \\(did you mean 'window'\\?\\)"):
         fl.run("fedprox", ima={"windw": 2}, out=tmp_path / "x", **TINY)
     with pytest.raises(ConfigError, match="already"):
         fl.run("ima", ima=True, out=tmp_path / "y", **TINY)

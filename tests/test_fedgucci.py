@@ -62,7 +62,7 @@ def test_first_full_batch_step_equals_fedavg_with_scaled_lr(tmp_path) -> None:
     common = dict(dataset="digits", clients=2, rounds=1, batch_size=5000, seed=3, progress=False,
                   save_clients="none")
     gucci = fl.api.run("fedgucci", out=tmp_path / "g", lr=0.1, beta=1.0, anchors=1, alpha_sampler="fixed",
-                       alpha=0.5, **common)
+                       fixed_alpha=0.5, **common)
     avg = fl.api.run("fedavg", out=tmp_path / "a", lr=0.15, **common)
     a, b = gucci.global_state(1), avg.global_state(1)
     assert any(not torch.equal(a[k], gucci.global_state(0)[k]) for k in a)
@@ -142,7 +142,7 @@ def test_sam_step_on_quadratic_matches_closed_form() -> None:
 
 def test_invalid_options_raise() -> None:
     for bad in ({"beta": -1}, {"anchors": 0}, {"alpha_sampler": "grid"}, {"update": "alternate"},
-                {"alpha": 1.5}):
+                {"fixed_alpha": 1.5}):
         with pytest.raises(ConfigError):
             fl.api.build_config("fedgucci", dataset="digits", model=None, clients=2, rounds=1,
                                 participation=1.0, local_epochs=1, batch_size=8, lr=0.1,

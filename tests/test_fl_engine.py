@@ -71,7 +71,7 @@ def test_resume_after_interruption_equals_uninterrupted(tmp_path, algorithm, opt
     # leftovers of a round that was being written when the process died
     store = cut.store
     store.global_path(3).write_bytes(b"half-written")
-    store.append_metrics({"round": 3, "test_loss": -1.0, "test_accuracy": 2.0})
+    store.append_metrics({"round": 3, "test_loss": 9.0, "test_accuracy": 0.5})
     assert [m["round"] for m in cut.metrics] == [0, 1, 2]  # round 3 is not complete
     seen = []
     resumed = fl.run(algorithm, out=tmp_path / "cut", on_round=lambda r, m: seen.append(r), **TINY, **options)

@@ -103,7 +103,24 @@ def test_unsupported_cases_are_refused():
     drop = nn.Sequential(nn.Linear(12, 8), nn.Dropout(0.5), nn.Linear(8, 3))
     assert "dropout" in unsupported_reason(fedavg, drop)
     assert unsupported_reason(fedavg, nn.Sequential(nn.Linear(12, 3), nn.Dropout(0.0))) is None
-    assert "own client update" in unsupported_reason(_algorithm("fedgucci"), _mlp())
+    assert "does not declare vectorizable" in unsupported_reason(_algorithm("fedgucci"), _mlp())
+    # the flag of a wrapper is its base's
+    assert unsupported_reason(_algorithm("fedprox", ima={"window": 2}), _mlp()) is None
+    assert "'ima on lss'" in unsupported_reason(_algorithm("lss", ima=True), _mlp())
+
+
+def test_vectorizable_flag_is_reset_by_an_own_client_update():
+    from fl.algorithms.base import ClientUpdate
+    from fl.algorithms.fedprox import FedProx
+
+    class Custom(FedProx):  # no name: not registered
+        def client_update(self, ctx):
+            return ClientUpdate(dict(ctx.global_state), len(ctx.y))
+
+    class Declared(Custom):
+        vectorizable = True
+
+    assert FedProx.vectorizable and not Custom.vectorizable and Declared.vectorizable
 
 
 def test_fl_run_rejects_bad_backend_and_unsupported_algorithm(tmp_path):

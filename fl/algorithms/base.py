@@ -1,222 +1,278 @@
-"""Contract between the FL round loop (``fl.engine``) and an algorithm plug-in.
+"""The plug-in contract between the FL round loop (``fl.engine``) and an algorithm.
 
-An algorithm is a subclass of :class:`Algorithm` with a class attribute ``name`` (the
-string users pass to ``fl.run``) and ``options`` (its own options with their defaults).
-``fl.algorithms`` discovers every such class in the modules listed in
-``fl.algorithms.MODULES``; nothing else needs registering.
+An algorithm is one file in ``fl/algorithms/``: a subclass of :class:`Algorithm` with a
+class attribute ``name`` (what users pass to ``fl.run``) and ``Options``, a frozen dataclass
+of its options declared with :func:`fl.options.option` (help, paper source, range). The
+class registers itself (``fl.algorithms.registry``); the command line, the validation and
+the configuration digest are generated from ``Options``.
 
 One training round ``r`` (rounds are 1..T; round 0 is the initial model) runs:
 
-1. ``sampled = engine's sample (seed, r)``; ``clients = participants(r, sampled)``.
-2. ``server_state = begin_round(RoundContext)`` (optional extra work before training,
-   e.g. FLOCO's projection, which may train clients through ``ctx.train``).
-3. For each client ``k`` in ``clients``: ``client_update(LocalContext) -> ClientUpdate``.
-   The context holds the *received* model (``global_state``), the algorithm's
-   ``server_state``, the client's persisted ``client_state`` ({} the first time), its
-   training tensors on the device, a CPU ``torch.Generator`` seeded from
-   ``(run seed, "client", r, k)``, and the round's ``lr`` (from :meth:`Algorithm.lr`, so a per-round
-   schedule such as IMA's mild exploration lives there) and ``local_epochs``.
-   The default ``client_update`` runs :func:`local_sgd` with :meth:`Algorithm.extra_loss`
-   added to the cross-entropy (FedProx's proximal term, FedGuCci's connectivity loss).
-   Override ``client_update`` for custom training (SAM, model pools); reuse the pieces
-   :func:`split_state`, :func:`forward`, :func:`minibatches`, :func:`sgd_step`,
-   :func:`local_sgd`.
+1. ``sampled`` = the engine's sample of ``(seed, r)``; ``clients = participants(r, sampled)``.
+2. ``server_state = begin_round(RoundContext)`` (optional work before training, e.g.
+   FLOCO's projection, which may train clients through ``ctx.train``).
+3. For each client ``k``: ``client_update(LocalContext) -> ClientUpdate``. The default runs
+   :func:`~fl.algorithms.sgd.local_sgd` with :meth:`Algorithm.extra_loss` added to the
+   cross-entropy (FedProx's proximal term). Override ``client_update`` for other training
+   (SAM, model pools), reusing the pieces of :mod:`fl.algorithms.sgd`.
 4. ``global_state, server_state = aggregate(global_state, updates, server_state, r)``;
-   the default is the data-size-weighted average of the whole state_dict
-   (:func:`weighted_average`, FedAvg).
-5. The engine evaluates the new global model on the test set, calls
-   ``local_metrics(EvalContext)`` (personalised methods return ``"local_accuracy"``) and
-   writes the round's files.
+   the default is FedAvg's data-size-weighted average of the whole state_dict.
+5. The engine evaluates the new global model, calls ``local_metrics(EvalContext)``
+   (personalised methods return ``"local_accuracy"``) and writes the round's files.
 
-State and what is stored (all tensors, safetensors; never pickles):
+State (all tensors, stored as safetensors; never pickles):
 
-* ``global_state``: the *training-architecture* state (``build_module(template)``).
-* ``server_state``: ``dict[str, Tensor]`` written per round to ``state/round_XXXX`` in the
-  run dir and returned by ``Run.algorithm_state(r)``; put anchors, simplex endpoints,
-  client points, IMA windows, model pools here. Prefix keys with the algorithm name.
-* ``ClientUpdate.client_state``: per-client state kept on the server between rounds
-  (optimizer moments, personal models, subregions). ``None`` leaves it unchanged. The
-  engine keeps the latest one of every client on disk for resume.
-* Everything random must come from a generator given to you (``ctx.generator``) or one
-  made with :func:`make_generator` from the run seed and your own keys; never the global
-  RNG. Then a resumed run equals an uninterrupted one bit for bit.
+* ``global_state``: the training-architecture state (``build_module(template)``).
+* ``server_state``: ``dict[str, Tensor]`` stored per round (``Run.algorithm_state(r)``):
+  anchors, endpoints, windows, pools. Prefix keys with the algorithm name.
+* ``ClientUpdate.client_state``: per-client state kept on the server between rounds;
+  ``None`` leaves it unchanged.
+* Randomness only from ``ctx.generator`` or :func:`make_generator` of the run seed and
+  your own keys, never the global RNG: a resumed run then equals an uninterrupted one.
 
-Different architectures (FLOCO's simplex classifier): return the training module from
-``build_module(template)`` and implement ``export_state``, which maps a training state to
-the *plain* template architecture. The engine stores exported states as the global and
-client checkpoints (so ``Run.module()`` loads them and the landscape tools analyse them),
-and, when ``build_module`` returned a module other than ``template``, also the training
-global state under ``train/round_XXXX`` for resume (``Run.training_state(r)``). For FLOCO,
-export the classifier at the simplex centre (or a client's point) and keep the endpoints
-in ``server_state``.
+Another architecture (FLOCO's simplex classifier): return it from ``build_module`` and
+implement ``export_state`` (training state -> plain template state); the engine stores
+exported states as checkpoints and the training state under ``train/`` for resume.
+
+Composition: a :class:`~fl.algorithms.wrapper.Wrapper` (IMA) is composed around a base
+algorithm and delegates every hook it does not change.
+
+The names below are re-exported here so a plug-in imports its whole toolbox from one module.
 """
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
+import dataclasses
+from typing import Any, ClassVar, Mapping
 
-import numpy as np
-import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call
 
-from landscape.infra.errors import ConfigError
-
-State = dict[str, Tensor]
-ExtraLoss = Callable[[State, Tensor, Tensor, Tensor], "Tensor | None"]
-LossFn = Callable[[Tensor, Tensor], Tensor]
-
-
-# --------------------------------------------------------------------------- seeds
-def derive_seed(*keys: int | str) -> int:
-    """A 63-bit seed from a tuple of integer or string keys (e.g. run seed, round, client)."""
-    words = [int(k) if not isinstance(k, str) else
-             int.from_bytes(hashlib.sha256(k.encode()).digest()[:4], "little") for k in keys]
-    if any(w < 0 for w in words):
-        raise ConfigError(f"seed keys must be non-negative, got {keys}")
-    return int(np.random.SeedSequence(words).generate_state(2, dtype=np.uint32).view(np.uint64)[0]
-               >> np.uint64(1))
+from ..config import RunConfig
+from ..options import Options
+from .averaging import sample_weighted_average, weighted_average
+from .contexts import ClientUpdate, EvalContext, LocalContext, RoundContext, State
+from .registry import register
+from .seeds import derive_seed, make_generator
+from .sgd import ExtraLoss, LocalResult, LossFn, forward, local_sgd, minibatches, sgd_step, split_state
 
 
-def make_generator(*keys: int | str) -> torch.Generator:
-    """A CPU ``torch.Generator`` seeded from ``keys`` (see :func:`derive_seed`)."""
-    gen = torch.Generator()
-    gen.manual_seed(derive_seed(*keys))
-    return gen
+@dataclasses.dataclass(frozen=True)
+class NoOptions(Options):
+    """The option set of an algorithm without options."""
 
 
-# ------------------------------------------------------------------------ contexts
-@dataclass
-class LocalContext:
-    """Everything a client update may use. Tensors in the state dicts are on ``device``;
-    do not modify ``global_state`` or ``server_state`` in place."""
-
-    round: int
-    client: int
-    global_state: State          # the model the client received (training architecture)
-    server_state: State          # algorithm server state (read-only here)
-    client_state: State          # this client's persisted state ({} the first time)
-    x: Tensor                    # client training inputs, on device
-    y: Tensor                    # client training labels, on device
-    generator: torch.Generator   # CPU generator seeded from (run seed, "client", round, client)
-    lr: float                    # learning rate of this round (Algorithm.lr)
-    local_epochs: int
-    batch_size: int
-    momentum: float
-    weight_decay: float
-    module: nn.Module            # training-architecture module on device, for functional_call
-    options: Mapping[str, Any]   # resolved options of the algorithm
-    config: Mapping[str, Any]    # full run configuration
-    device: torch.device
-    num_classes: int
-
-
-@dataclass
-class ClientUpdate:
-    """What a client sends back. ``state`` is the full trained state_dict (CPU or device)."""
-
-    state: State
-    num_samples: int
-    client_state: State | None = None          # None: keep the persisted one unchanged
-    metrics: dict[str, float] = field(default_factory=dict)  # e.g. {"train_loss": ...}
-
-
-@dataclass
-class RoundContext:
-    """Passed to :meth:`Algorithm.begin_round`. ``train(clients, tag)`` runs
-    ``client_update`` for those clients from ``global_state`` with generators seeded from
-    (seed, round, client, tag); the client states it returns are *not* persisted."""
-
-    round: int
-    global_state: State
-    server_state: State
-    sampled: list[int]
-    num_clients: int
-    train: Callable[[Sequence[int], str], dict[int, ClientUpdate]]
-
-
-@dataclass
-class EvalContext:
-    """Passed to :meth:`Algorithm.local_metrics` after aggregation.
-
-    ``client_data`` maps every client to its local test split (inputs, labels) on the
-    device; it is empty unless the run holds out one (option ``local_test_fraction``).
-    ``test_data`` is the global test set on the device.
-    ``evaluate(state, x, y)`` returns (mean loss, accuracy) of a training-architecture
-    state (or of a state for another module passed as ``module=``)."""
-
-    round: int
-    global_state: State
-    server_state: State
-    client_states: dict[int, State]
-    updates: dict[int, ClientUpdate]
-    client_data: dict[int, tuple[Tensor, Tensor]]
-    test_data: tuple[Tensor, Tensor]
-    evaluate: Callable[..., tuple[float, float]]
-    module: nn.Module
-    device: torch.device
-
-
-# ----------------------------------------------------------------------- algorithm
 class Algorithm:
-    """Base class of FL algorithms; FedAvg's behaviour unless overridden (see module doc)."""
+    """Base class of FL algorithms; FedAvg's behaviour unless overridden (see the module doc).
+
+    Class attributes
+    ----------------
+    name : str
+        Registered name; a class without one (a base class) is not registered.
+    Options : type[Options]
+        Frozen dataclass of the algorithm's options (default: none).
+    engine_defaults : Mapping[str, Any]
+        Run settings whose default this algorithm changes (e.g. ``local_test_fraction``).
+    personalised : bool
+        True when ``local_metrics`` reports personalised accuracy.
+    vectorizable : bool
+        True when the client update is :func:`local_sgd` with an :meth:`extra_loss` that
+        depends only on the parameters and the received model (not on the mini-batch), so
+        ``fl.vectorized`` can train all clients of a round at once. A class that defines
+        its own ``client_update`` is not vectorisable unless it says so again.
+    wraps : bool
+        True for a wrapper composed around a base algorithm (``fl.algorithms.wrapper``).
+
+    Parameters
+    ----------
+    options : Mapping[str, Any]
+        The resolved options (:meth:`resolve_options`), kept as the dict ``self.opts``.
+    config : Mapping[str, Any]
+        The run configuration.
+    """
 
     name: ClassVar[str] = ""
-    #: The algorithm's own options and their defaults (users pass them to ``fl.run``).
-    options: ClassVar[Mapping[str, Any]] = {}
-    #: Defaults this algorithm changes among the engine options (e.g. local_test_fraction).
+    Options: ClassVar[type[Options]] = NoOptions
     engine_defaults: ClassVar[Mapping[str, Any]] = {}
-    #: True when ``local_metrics`` reports personalised accuracy.
     personalised: ClassVar[bool] = False
+    vectorizable: ClassVar[bool] = False
+    wraps: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "client_update" in cls.__dict__ and "vectorizable" not in cls.__dict__:
+            cls.vectorizable = False
+        clash = sorted(set(cls.Options.fields()) & set(RunConfig.fields()))
+        if clash:
+            raise TypeError(f"{cls.__qualname__}.Options field {clash[0]!r} shadows the fl.run setting of that "
+                            "name; rename the option")
+        if cls.__dict__.get("name"):
+            register(cls)
 
     def __init__(self, options: Mapping[str, Any], config: Mapping[str, Any]):
         self.opts: dict[str, Any] = dict(options)
         self.config = config
         self.seed = int(config["seed"])
 
+    @property
+    def label(self) -> str:
+        """The name shown in messages (a wrapper adds its base: ``"ima on fedprox"``)."""
+        return self.name
+
     @classmethod
     def resolve_options(cls, given: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-        """Defaults filled in and values checked (override to validate; raise ConfigError).
+        """Validate the options a user gave and fill in the defaults.
 
-        ``given`` holds only keys of ``cls.options`` (the engine rejects unknown ones)."""
-        return {**cls.options, **given}
+        Parameters
+        ----------
+        given : Mapping[str, Any]
+            Option name -> value (keys of ``cls.Options``).
+        config : Mapping[str, Any]
+            The run configuration (for defaults derived from it, ``Options.resolved``).
+
+        Returns
+        -------
+        dict[str, Any]
+            Every option with its value, JSON-ready (what config.json stores).
+
+        Raises
+        ------
+        ConfigError
+            For an unknown option, a wrong type, a non-finite number or a value out of range.
+        """
+        owner = f"{cls.name} option "
+        resolved = cls.Options.from_mapping(given, owner=owner).resolved(config)
+        return cls.Options.from_mapping(resolved.to_dict(), owner=owner).to_dict()
 
     # -- architecture and state -------------------------------------------------
     def build_module(self, template: nn.Module) -> nn.Module:
-        """The module trained by this algorithm (default: the template itself)."""
+        """The module this algorithm trains.
+
+        Parameters
+        ----------
+        template : nn.Module
+            The run's plain architecture with its initial weights.
+
+        Returns
+        -------
+        nn.Module
+            The training module (default: ``template`` itself).
+        """
         return template
 
     def export_state(self, state: State, server_state: State, client: int | None = None,
                      client_state: State | None = None) -> State:
-        """Map a training state to the plain template architecture (default: identity)."""
+        """Map a training state to the plain template architecture.
+
+        Parameters
+        ----------
+        state : State
+            A training-architecture state.
+        server_state : State
+            The server state of the round.
+        client : int, optional
+            The client whose model this is (None: the global model).
+        client_state : State, optional
+            That client's persisted state.
+
+        Returns
+        -------
+        State
+            The plain-architecture state (default: ``state``).
+        """
         return state
 
     def init_server_state(self, global_state: State) -> State:
-        """Algorithm server state before round 1 (default: none)."""
+        """The server state before round 1.
+
+        Parameters
+        ----------
+        global_state : State
+            The initial training state.
+
+        Returns
+        -------
+        State
+            Default: empty.
+        """
         return {}
 
     # -- schedules ---------------------------------------------------------------
     def lr(self, round: int) -> float:
-        """Client learning rate of training round ``round`` (1-based):
-        ``lr * lr_decay ** (round - 1)`` (``lr_decay`` = 1 - gamma of IMA §7.1.3)."""
+        """Client learning rate of a training round: ``lr * (1 - lr_decay)^(round - 1)``
+        (IMA Sec. 7.1.3's exponential decay with rate gamma = ``lr_decay``).
+
+        Parameters
+        ----------
+        round : int
+            Training round (1-based).
+
+        Returns
+        -------
+        float
+            The learning rate.
+        """
         return float(self.config["lr"]) * (1.0 - float(self.config["lr_decay"])) ** (round - 1)
 
     def local_epochs(self, round: int) -> int:
+        """Local epochs of a training round.
+
+        Parameters
+        ----------
+        round : int
+            Training round (1-based).
+
+        Returns
+        -------
+        int
+            Default: the run's ``local_epochs``.
+        """
         return int(self.config["local_epochs"])
 
     # -- round hooks -------------------------------------------------------------
     def participants(self, round: int, sampled: list[int]) -> list[int]:
-        """Clients that train this round (default: the sampled ones)."""
+        """The clients that train this round.
+
+        Parameters
+        ----------
+        round : int
+            Training round.
+        sampled : list[int]
+            The engine's sample.
+
+        Returns
+        -------
+        list[int]
+            Default: ``sampled``.
+        """
         return sampled
 
     def begin_round(self, ctx: RoundContext) -> State:
-        """Server work before local training; returns the server state (default: as is)."""
+        """Server work before local training.
+
+        Parameters
+        ----------
+        ctx : RoundContext
+            The round's context.
+
+        Returns
+        -------
+        State
+            The server state for this round (default: unchanged).
+        """
         return ctx.server_state
 
     def client_update(self, ctx: LocalContext) -> ClientUpdate:
-        """Local SGD on cross-entropy plus :meth:`extra_loss`."""
+        """Local SGD on cross-entropy plus :meth:`extra_loss` (FedAvg; FedProx Eq. 2).
+
+        Parameters
+        ----------
+        ctx : LocalContext
+            The client's context.
+
+        Returns
+        -------
+        ClientUpdate
+            Trained state, sample count and ``train_loss``.
+        """
         def extra(params: State, x: Tensor, y: Tensor, logits: Tensor) -> Tensor | None:
             return self.extra_loss(ctx, params, x, y, logits)
 
@@ -225,151 +281,62 @@ class Algorithm:
 
     def extra_loss(self, ctx: LocalContext, params: State, x: Tensor, y: Tensor,
                    logits: Tensor) -> Tensor | None:
-        """Term added to the mini-batch cross-entropy; ``params`` are the trainable leaves."""
+        """Term added to a mini-batch's cross-entropy by the default client update.
+
+        Parameters
+        ----------
+        ctx : LocalContext
+            The client's context.
+        params : State
+            The trainable leaves being optimised.
+        x, y, logits : Tensor
+            The batch and the model's outputs on it.
+
+        Returns
+        -------
+        Tensor or None
+            A scalar to add, or None (default) for nothing.
+        """
         return None
 
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate],
                   server_state: State, round: int) -> tuple[State, State]:
-        """FedAvg: ``w = sum_k n_k / sum_j n_j * w_k`` over the whole state_dict."""
+        """The server step: FedAvg ``w = sum_k n_k / sum_j n_j * w_k`` (McMahan et al. 2017).
+
+        Parameters
+        ----------
+        global_state : State
+            The model broadcast this round.
+        updates : Mapping[int, ClientUpdate]
+            Client id -> update.
+        server_state : State
+            The server state of the round.
+        round : int
+            Training round.
+
+        Returns
+        -------
+        tuple[State, State]
+            The new global state and server state.
+        """
         return sample_weighted_average(global_state, updates), server_state
 
     def local_metrics(self, ctx: EvalContext) -> dict[str, float]:
-        """Personalised metrics, e.g. ``{"local_accuracy": ..., "local_loss": ...}``."""
+        """Personalised metrics, e.g. ``{"local_accuracy": ..., "local_loss": ...}``.
+
+        Parameters
+        ----------
+        ctx : EvalContext
+            The evaluation context.
+
+        Returns
+        -------
+        dict[str, float]
+            Default: none.
+        """
         return {}
 
 
-# ------------------------------------------------------------------ state helpers
-def sample_weighted_average(global_state: State, updates: Mapping[int, ClientUpdate]) -> State:
-    """FedAvg's mean of the participants' states weighted by their sample counts. A round
-    whose participants hold no samples at all (possible with ``min_size=0`` partitions)
-    carries no information: the global state is kept."""
-    ids = sorted(updates)
-    counts = [updates[k].num_samples for k in ids]
-    if ids and sum(counts) == 0:
-        return {k: v.clone() for k, v in global_state.items()}
-    return weighted_average([updates[k].state for k in ids], counts, like=global_state)
-
-
-def weighted_average(states: Sequence[Mapping[str, Tensor]], weights: Sequence[float],
-                     like: Mapping[str, Tensor] | None = None) -> State:
-    """``sum_i (w_i / sum_j w_j) * state_i`` for every entry (FedAvg, IMA Eq. 5 window mean).
-
-    Floating-point entries are accumulated in float64 in the order given and cast back to
-    their dtype; integer entries (``num_batches_tracked``) become the rounded weighted mean.
-    ``like`` (optional) gives the key order and device of the result.
-    """
-    if not states:
-        raise ConfigError("cannot average an empty list of models")
-    w = torch.tensor([float(v) for v in weights], dtype=torch.float64)
-    if len(w) != len(states) or (w < 0).any() or w.sum() <= 0:
-        raise ConfigError(f"averaging weights must be non-negative with a positive sum, got {weights}")
-    w = w / w.sum()
-    ref = like if like is not None else states[0]
-    out: State = {}
-    for name, target in ref.items():
-        acc = torch.zeros(target.shape, dtype=torch.float64, device=target.device)
-        for wi, s in zip(w.tolist(), states):
-            acc += wi * s[name].to(target.device, torch.float64)
-        out[name] = acc.to(target.dtype) if torch.is_floating_point(target) else acc.round().to(target.dtype)
-    return out
-
-
-def split_state(module: nn.Module, state: Mapping[str, Tensor], device: torch.device | None = None
-                ) -> tuple[State, State]:
-    """Fresh copies of ``state`` split into trainable leaf tensors (``requires_grad``) and
-    buffers, following ``module.named_parameters()``."""
-    names = {n for n, p in module.named_parameters() if p.requires_grad}
-    params: State = {}
-    buffers: State = {}
-    for name, t in state.items():
-        t = t.detach().to(device).clone() if device is not None else t.detach().clone()
-        if name in names:
-            params[name] = t.requires_grad_(True)
-        else:
-            buffers[name] = t
-    return params, buffers
-
-
-def forward(module: nn.Module, params: Mapping[str, Tensor], buffers: Mapping[str, Tensor],
-            x: Tensor) -> Tensor:
-    """``module(x)`` with the given tensors (``torch.func.functional_call``); BatchNorm in
-    train mode updates the running statistics in ``buffers`` in place."""
-    return functional_call(module, {**params, **buffers}, (x,))
-
-
-def minibatches(n: int, batch_size: int, epochs: int, generator: torch.Generator
-                ) -> Iterator[Tensor]:
-    """Index tensors (CPU) of shuffled mini-batches, a fresh permutation per epoch; the
-    last batch of an epoch may be smaller."""
-    if n <= 0:
-        return
-    for _ in range(epochs):
-        perm = torch.randperm(n, generator=generator)
-        yield from perm.split(batch_size)
-
-
-@dataclass
-class LocalResult:
-    state: State                  # trained state (params and buffers, detached, on device)
-    loss: float                   # sample-weighted mean of loss_fn over all steps
-    momentum: State               # SGD momentum buffers by parameter name
-
-
-@torch.no_grad()
-def sgd_step(params: Mapping[str, Tensor], grads: Mapping[str, Tensor | None], momentum_buf: State,
-             *, lr: float, momentum: float = 0.0, weight_decay: float = 0.0) -> None:
-    """One in-place SGD step, as ``torch.optim.SGD`` (dampening 0, no Nesterov):
-    ``d = g + wd * w``; ``b = d`` (first step) or ``b = momentum * b + d``; ``w -= lr * b``.
-    Parameters whose gradient is None are skipped; ``momentum_buf`` is updated in place."""
-    for name, p in params.items():
-        g = grads.get(name)
-        if g is None:
-            continue
-        d = g.add(p, alpha=weight_decay) if weight_decay else g
-        if momentum:
-            buf = momentum_buf.get(name)
-            if buf is None:
-                buf = momentum_buf[name] = d.detach().clone()
-            else:
-                buf.mul_(momentum).add_(d)
-            d = buf
-        p.add_(d, alpha=-lr)
-
-
-def local_sgd(ctx: LocalContext, *, state: Mapping[str, Tensor] | None = None,
-              extra_loss: ExtraLoss | None = None, loss_fn: LossFn = F.cross_entropy,
-              momentum_state: Mapping[str, Tensor] | None = None, lr: float | None = None,
-              epochs: int | None = None, module: nn.Module | None = None) -> LocalResult:
-    """Mini-batch SGD (:func:`sgd_step` with ``ctx.momentum``, ``ctx.weight_decay``) from
-    ``state`` (default ``ctx.global_state``) on ``ctx.x, ctx.y``. The loss of a batch is
-    ``loss_fn(logits, y) + extra_loss(params, x, y, logits)`` (FedAvg's local step; FedProx
-    Eq. 2 with the proximal term as ``extra_loss``). Shuffling uses ``ctx.generator``.
-    ``momentum_state`` restores momentum buffers (e.g. kept in the client state); the
-    final buffers are returned."""
-    module = module if module is not None else ctx.module
-    module.train()
-    start = state if state is not None else ctx.global_state
-    params, buffers = split_state(module, start, ctx.device)
-    buf: State = {k: v.to(ctx.device).clone() for k, v in (momentum_state or {}).items() if k in params}
-    step_lr = ctx.lr if lr is None else lr
-    names = list(params)
-    total = torch.zeros((), dtype=torch.float64, device=ctx.device)
-    seen = 0
-    for idx in minibatches(len(ctx.y), ctx.batch_size, ctx.local_epochs if epochs is None else epochs,
-                           ctx.generator):
-        idx = idx.to(ctx.device)
-        x, y = ctx.x[idx], ctx.y[idx]
-        logits = forward(module, params, buffers, x)
-        loss = loss_fn(logits, y)
-        objective = loss
-        if extra_loss is not None:
-            extra = extra_loss(params, x, y, logits)
-            if extra is not None:
-                objective = objective + extra
-        grads = torch.autograd.grad(objective, [params[n] for n in names], allow_unused=True)
-        sgd_step(params, dict(zip(names, grads)), buf, lr=step_lr, momentum=ctx.momentum,
-                 weight_decay=ctx.weight_decay)
-        total += loss.detach().double() * len(y)
-        seen += len(y)
-    trained = {**params, **buffers}
-    return LocalResult({name: trained[name].detach() for name in start}, float(total) / max(seen, 1), buf)
+__all__ = ["Algorithm", "ClientUpdate", "EvalContext", "ExtraLoss", "LocalContext", "LocalResult", "LossFn",
+           "NoOptions", "RoundContext", "State", "derive_seed", "forward", "local_sgd", "make_generator",
+           "minibatches", "sample_weighted_average", "sgd_step", "split_state", "weighted_average"]

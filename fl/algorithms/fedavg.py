@@ -10,3 +10,4 @@ class FedAvg(Algorithm):
     """FedAvg, the default behaviour of :class:`Algorithm` (IMA §3.1.1, FedGuCci Eq. 2)."""
 
     name = "fedavg"
+    vectorizable = True

@@ -17,7 +17,7 @@ Options (paper defaults unless marked [code]):
 
 * ``beta`` 0.1 ([code] default; the paper gives none), ``anchors`` N = 3 (the paper says
   N > 1 beats the current global model alone but gives no value; [code] default 1).
-* ``alpha_sampler``: ``"uniform"`` (paper) or ``"fixed"`` (value ``alpha``, 0.5 in [code]).
+* ``alpha_sampler``: ``"uniform"`` (paper) or ``"fixed"`` (value ``fixed_alpha``, 0.5 in [code]).
 * ``update``: ``"joint"`` (one optimiser step on Eq. 12 per batch, paper) or
   ``"sequential"`` ([code], §3.5: a cross-entropy step, then one step per anchor on
   ``beta / N * L(interpolated)``, newest anchor first).
@@ -33,14 +33,16 @@ and ``fedgucci.anchor_rounds``: anchor ``i`` is ``Run.global_state(anchor_rounds
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+import dataclasses
+from typing import Callable, Literal, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from landscape.infra.errors import ConfigError
+from landscape import ConfigError
 
+from ..options import Options, option
 from .base import (Algorithm, ClientUpdate, LocalContext, LossFn, RoundContext, State, forward,
                    make_generator, minibatches, split_state)
 
@@ -106,34 +108,40 @@ def sam_step(opt: torch.optim.Optimizer, params: Mapping[str, Tensor], objective
     return value.detach()
 
 
+@dataclasses.dataclass(frozen=True)
+class FedGuCciOptions(Options):
+    """Options of FedGuCci (Li et al., KDD '25)."""
+
+    beta: float = option(0.1, ge=0, le=1e4, help="weight beta of the connectivity loss",
+                         source="official code (the paper gives none)")
+    anchors: int = option(3, ge=1, le=10_000, help="anchor pool size N (most recent global models)",
+                          source="FedGuCci Eq. 11 (N > 1; value ours, official code 1)")
+    alpha_sampler: Literal[ALPHA_SAMPLERS] = option("uniform", help="how alpha is drawn: uniform U[0,1] "  # type: ignore[valid-type]
+                                                    "(paper) or fixed", source="FedGuCci Eq. 7")
+    fixed_alpha: float = option(0.5, ge=0, le=1, help="alpha of alpha_sampler 'fixed'", source="official code")
+    alpha_samples: int = option(1, ge=1, le=10_000, help="Monte-Carlo draws of alpha per step and anchor",
+                                source="FedGuCci Eq. 7")
+    update: Literal[UPDATES] = option("joint", help="joint: one step on Eq. 12 per batch (paper); "  # type: ignore[valid-type]
+                                      "sequential: the official code's steps", source="FedGuCci Sec. 3.5")
+    calibration: float = option(0.0, ge=0, le=100, help="FedLC logit calibration tau (FedGuCci+)",
+                                source="FedGuCci Sec. 4")
+    sam_rho: float = option(0.0, ge=0, le=100, help="SAM radius rho (FedGuCci+)", source="FedGuCci Sec. 4")
+
+
+@dataclasses.dataclass(frozen=True)
+class FedGuCciPlusOptions(FedGuCciOptions):
+    """Options of FedGuCci+: FedGuCci's with calibration and SAM on."""
+
+    calibration: float = option(0.1, ge=0, le=100, help="FedLC logit calibration tau",
+                                source="official code default")
+    sam_rho: float = option(0.05, ge=0, le=100, help="SAM radius rho", source="official code default")
+
+
 class FedGuCci(Algorithm):
     """FedGuCci: local SGD plus the connectivity loss to the last ``anchors`` global models."""
 
     name = "fedgucci"
-    options = {"beta": 0.1, "anchors": 3, "alpha_sampler": "uniform", "alpha": 0.5, "alpha_samples": 1,
-               "update": "joint", "calibration": 0.0, "sam_rho": 0.0}
-
-    @classmethod
-    def resolve_options(cls, given: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-        opts = super().resolve_options(given, config)
-        for key in ("beta", "alpha", "calibration", "sam_rho"):
-            try:
-                opts[key] = float(opts[key])
-            except (TypeError, ValueError):
-                raise ConfigError(f"{cls.name} option {key} must be a number, got {opts[key]!r}") from None
-            if not opts[key] >= 0:
-                raise ConfigError(f"{cls.name} option {key} must be >= 0, got {opts[key]}")
-        if opts["alpha"] > 1:
-            raise ConfigError(f"{cls.name} option alpha must be in [0, 1], got {opts['alpha']}")
-        for key in ("anchors", "alpha_samples"):
-            if isinstance(opts[key], bool) or not isinstance(opts[key], int) or opts[key] < 1:
-                raise ConfigError(f"{cls.name} option {key} must be a positive integer, got {opts[key]!r}")
-        if opts["alpha_sampler"] not in ALPHA_SAMPLERS:
-            raise ConfigError(f"{cls.name} option alpha_sampler must be one of {ALPHA_SAMPLERS}, "
-                              f"got {opts['alpha_sampler']!r}")
-        if opts["update"] not in UPDATES:
-            raise ConfigError(f"{cls.name} option update must be one of {UPDATES}, got {opts['update']!r}")
-        return opts
+    Options = FedGuCciOptions
 
     # -- anchor pool (Eq. 11) -------------------------------------------------------
     def begin_round(self, ctx: RoundContext) -> State:
@@ -154,7 +162,7 @@ class FedGuCci(Algorithm):
     def _alphas(self, generator: torch.Generator) -> Tensor:
         n = int(self.opts["alpha_samples"])
         if self.opts["alpha_sampler"] == "fixed":
-            return torch.full((n,), self.opts["alpha"], dtype=torch.float64)
+            return torch.full((n,), self.opts["fixed_alpha"], dtype=torch.float64)
         return torch.rand(n, generator=generator, dtype=torch.float64)
 
     def client_update(self, ctx: LocalContext) -> ClientUpdate:
@@ -206,7 +214,7 @@ class FedGuCciPlus(FedGuCci):
     """FedGuCci+ (§4): FedGuCci with FedLC logit calibration (tau 0.1) and SAM (rho 0.05)."""
 
     name = "fedgucci+"
-    options = {**FedGuCci.options, "calibration": 0.1, "sam_rho": 0.05}
+    Options = FedGuCciPlusOptions
 
 
 def anchor_pool(server_state: Mapping[str, Tensor]) -> tuple[list[State], list[int]]:

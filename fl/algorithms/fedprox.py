@@ -4,36 +4,48 @@ IMA model; IMA §3.4) and the norm runs over the trainable parameters. Aggregati
 FedAvg's."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+import dataclasses
 
 import torch
 from torch import Tensor
 
-from landscape.infra.errors import ConfigError
-
+from ..options import Options, option
 from .base import Algorithm, LocalContext, State
 
 
+@dataclasses.dataclass(frozen=True)
+class FedProxOptions(Options):
+    """Options of FedProx (Li et al. 2020)."""
+
+    mu: float = option(0.01, ge=0, le=1e4, help="proximal coefficient mu",
+                       source="FedProx Eq. 2; default: middle of IMA Table 5's grid {0.1, 0.01, 0.001}")
+
+
 class FedProx(Algorithm):
-    """FedProx with proximal coefficient ``mu`` (default 0.01, the middle of the grid
-    {0.1, 0.01, 0.001} searched in the IMA paper, Table 5)."""
+    """FedProx with proximal coefficient ``mu``; its extra loss depends only on the
+    parameters and the received model, so the vectorised back end runs it."""
 
     name = "fedprox"
-    options = {"mu": 0.01}
-
-    @classmethod
-    def resolve_options(cls, given: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-        opts = super().resolve_options(given, config)
-        try:
-            opts["mu"] = float(opts["mu"])
-        except (TypeError, ValueError):
-            raise ConfigError(f"fedprox option mu must be a number, got {opts['mu']!r}") from None
-        if not opts["mu"] >= 0:
-            raise ConfigError(f"fedprox option mu must be >= 0, got {opts['mu']}")
-        return opts
+    Options = FedProxOptions
+    vectorizable = True
 
     def extra_loss(self, ctx: LocalContext, params: State, x: Tensor, y: Tensor,
                    logits: Tensor) -> Tensor:
-        """The proximal term ``mu / 2 * sum_j ||w_j - w_g,j||^2`` (FedProx Eq. 2)."""
+        """The proximal term ``mu / 2 * sum_j ||w_j - w_g,j||^2`` (FedProx Eq. 2).
+
+        Parameters
+        ----------
+        ctx : LocalContext
+            The client's context (``global_state`` is the received model ``w_g``).
+        params : State
+            The trainable leaves ``w``.
+        x, y, logits : Tensor
+            The batch (unused: the term does not depend on it).
+
+        Returns
+        -------
+        Tensor
+            The scalar term.
+        """
         sq = sum(((p - ctx.global_state[name]) ** 2).sum() for name, p in params.items())
         return 0.5 * self.opts["mu"] * torch.as_tensor(sq)

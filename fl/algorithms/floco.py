@@ -44,16 +44,18 @@ the paper gives none). Local accuracy uses the personal model at ``alpha_k``.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Literal, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from landscape.infra.errors import ConfigError
+from landscape import ConfigError
 
+from ..options import Options, option
 from .base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext, State,
                    local_sgd, make_generator, sample_weighted_average)
 from .simplex import (SUBREGION_SAMPLERS, project_to_simplex, sample_subregion, sample_uniform_simplex,
@@ -150,11 +152,48 @@ def assign_points(kappa: Tensor, grid: Tensor | None = None) -> tuple[Tensor, fl
 
 
 # ------------------------------------------------------------------------- algorithm
+@dataclasses.dataclass(frozen=True)
+class FlocoOptions(Options):
+    """Options of FLOCO (Grinwald et al., NeurIPS 2024)."""
+
+    endpoints: int = option(6, ge=2, le=10_000, help="simplex vertices E of the classifier",
+                            source="FLOCO Sec. 3.1, Eq. 6")
+    tau: int | None = option(None, ge=1, help="round of the subregion assignment (default max(1, round(0.2 T)))",
+                             source="FLOCO Sec. 3.2 (100 of 500 rounds)")
+    rho: float = option(0.1, gt=0, le=2, help="L1 radius of a client's subregion", source="FLOCO Sec. 3.2")
+    subregion_sampler: Literal[SUBREGION_SAMPLERS] = option(  # type: ignore[valid-type]
+        "exact", help="exact: uniform on the subregion; reference: the authors' sampler",
+        source="FLOCO Eq. 7 / official code")
+
+    def resolved(self, config: Mapping[str, Any]) -> "FlocoOptions":
+        """``tau`` defaults to ``max(1, round(0.2 * rounds))``."""
+        if self.tau is not None:
+            return self
+        return dataclasses.replace(self, tau=max(1, round(0.2 * int(config["rounds"]))))
+
+
+@dataclasses.dataclass(frozen=True)
+class FlocoPlusOptions(FlocoOptions):
+    """Options of FLOCO+ (App. C): FLOCO's plus the Ditto-style personal models."""
+
+    lam: float = option(1.0, ge=0, le=1e4, help="proximal weight lambda of the personal models",
+                        source="official code (the paper gives none)")
+    personal_epochs: int | None = option(None, ge=1, le=10_000, help="epochs of the personal update "
+                                         "(default: the run's local epochs)", source="Ditto: E_Ditto = E")
+
+    def resolved(self, config: Mapping[str, Any]) -> "FlocoPlusOptions":
+        """FLOCO's defaults and ``personal_epochs`` = the run's local epochs."""
+        out = super().resolved(config)
+        if out.personal_epochs is not None:
+            return out
+        return dataclasses.replace(out, personal_epochs=int(config["local_epochs"]))
+
+
 class Floco(Algorithm):
     """FLOCO: a simplex of classifiers; clients train on subregions from round ``tau``."""
 
     name = "floco"
-    options = {"endpoints": 6, "tau": None, "rho": 0.1, "subregion_sampler": "exact"}
+    Options = FlocoOptions
     engine_defaults = {"local_test_fraction": 0.2}
     personalised = True
 
@@ -163,23 +202,6 @@ class Floco(Algorithm):
         self.n = int(self.opts["endpoints"])
         self.classifier = ""
         self.template_keys: list[str] = []
-
-    @classmethod
-    def resolve_options(cls, given: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-        opts = super().resolve_options(given, config)
-        if opts["tau"] is None:
-            opts["tau"] = max(1, round(0.2 * int(config["rounds"])))
-        for key in ("endpoints", "tau"):
-            if isinstance(opts[key], bool) or not isinstance(opts[key], int) or opts[key] < 1:
-                raise ConfigError(f"{cls.name} option {key} must be a positive integer, got {opts[key]!r}")
-        if opts["endpoints"] < 2:
-            raise ConfigError(f"{cls.name} needs at least 2 endpoints, got {opts['endpoints']}")
-        if not isinstance(opts["rho"], (int, float)) or not opts["rho"] > 0:
-            raise ConfigError(f"{cls.name} option rho must be a positive number, got {opts['rho']!r}")
-        if opts["subregion_sampler"] not in SUBREGION_SAMPLERS:
-            raise ConfigError(f"{cls.name} option subregion_sampler must be one of {SUBREGION_SAMPLERS}, "
-                              f"got {opts['subregion_sampler']!r}")
-        return opts
 
     # -- architecture -------------------------------------------------------------
     def build_module(self, template: nn.Module) -> nn.Module:
@@ -301,19 +323,7 @@ class FlocoPlus(Floco):
     """FLOCO+ (App. C): FLOCO plus Ditto-style personal models kept on the server."""
 
     name = "floco+"
-    options = {**Floco.options, "lam": 1.0, "personal_epochs": None}
-
-    @classmethod
-    def resolve_options(cls, given: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-        opts = super().resolve_options(given, config)
-        if opts["personal_epochs"] is None:
-            opts["personal_epochs"] = int(config["local_epochs"])
-        pe = opts["personal_epochs"]
-        if isinstance(pe, bool) or not isinstance(pe, int) or pe < 1:
-            raise ConfigError(f"floco+ option personal_epochs must be a positive integer, got {pe!r}")
-        if not isinstance(opts["lam"], (int, float)) or opts["lam"] < 0:
-            raise ConfigError(f"floco+ option lam must be a number >= 0, got {opts['lam']!r}")
-        return opts
+    Options = FlocoPlusOptions
 
     def client_update(self, ctx: LocalContext) -> ClientUpdate:
         """The FLOCO update, then ``personal_epochs`` of

@@ -30,56 +30,60 @@ round and ``base_lr(r)`` the base algorithm's schedule (``lr * (1 - lr_decay)^(r
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 import torch
 
-from landscape.infra.errors import ConfigError
-
-from .base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext, State,
-                   weighted_average)
-from .fedavg import FedAvg
+from ..options import Options, option
+from .base import Algorithm, ClientUpdate, EvalContext, State, weighted_average
+from .wrapper import Wrapper
 
 PREFIX = "ima."
 SCHEDULES = ("exp", "const", "cyclic", "epoch", "none")
 
 
-class IMA(Algorithm):
-    """IMA on top of a base algorithm (default FedAvg)."""
+@dataclasses.dataclass(frozen=True)
+class IMAOptions(Options):
+    """Options of IMA (Zhou et al., TMC 2024)."""
+
+    window: int = option(5, ge=1, le=10_000, help="window size P of the moving average", source="IMA Eq. 5")
+    start_round: int | None = option(None, ge=1, help="first round of IMA (default floor(0.75 T) + 1)",
+                                     source="IMA Sec. 6: t_s = 0.75 R")
+    schedule: Literal[SCHEDULES] = option("exp", help="mild client exploration schedule",  # type: ignore[valid-type]
+                                          source="IMA Sec. 3.3")
+    decay: float = option(0.03, ge=0, lt=1, help="per-round lr decay of schedule 'exp'", source="IMA Sec. 3.3")
+    const_lr: float = option(5e-5, gt=0, le=100, help="lr of schedule 'const', floor of 'cyclic'",
+                             source="IMA Sec. 3.3")
+    cycle: int = option(20, ge=1, le=1_000_000, help="rounds per cycle of 'cyclic' and 'epoch'",
+                        source="IMA Sec. 3.3")
+    cycle_max: float | None = option(1e-2, gt=0, le=100, help="top lr of 'cyclic' (None: the base lr at "
+                                                              "start_round, official code)", source="IMA Sec. 3.3")
+
+    def resolved(self, config: Mapping[str, Any]) -> "IMAOptions":
+        """``start_round`` defaults to ``floor(0.75 * rounds) + 1`` (the paper's t_s = 0.75 R)."""
+        if self.start_round is not None:
+            return self
+        return dataclasses.replace(self, start_round=math.floor(0.75 * int(config["rounds"])) + 1)
+
+
+class IMA(Wrapper):
+    """IMA composed around a base algorithm (default FedAvg): window mean of the base's
+    server outputs (Eq. 5) and mild client exploration (Sec. 3.3)."""
 
     name = "ima"
-    options = {"window": 5, "start_round": None, "schedule": "exp", "decay": 0.03,
-               "const_lr": 5e-5, "cycle": 20, "cycle_max": 1e-2}
+    Options = IMAOptions
+    prefix = PREFIX
 
-    def __init__(self, options: Mapping[str, Any], config: Mapping[str, Any],
-                 base: Algorithm | None = None):
-        super().__init__(options, config)
-        self.base = base if base is not None else FedAvg({}, config)
-        self.personalised = self.base.personalised
+    def __init__(self, options: Mapping[str, Any], config: Mapping[str, Any], base: Algorithm | None = None):
+        super().__init__(options, config, base)
         self.window = int(self.opts["window"])
         self.start = int(self.opts["start_round"])
 
-    @classmethod
-    def resolve_options(cls, given: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-        opts = super().resolve_options(given, config)
-        if opts["start_round"] is None:
-            opts["start_round"] = math.floor(0.75 * int(config["rounds"])) + 1
-        for key in ("window", "start_round", "cycle"):
-            if not isinstance(opts[key], int) or isinstance(opts[key], bool) or opts[key] < 1:
-                raise ConfigError(f"IMA option {key} must be a positive integer, got {opts[key]!r}")
-        if opts["schedule"] not in SCHEDULES:
-            raise ConfigError(f"IMA option schedule must be one of {SCHEDULES}, got {opts['schedule']!r}")
-        if not 0 <= float(opts["decay"]) < 1:
-            raise ConfigError(f"IMA option decay must be in [0, 1), got {opts['decay']!r}")
-        if not float(opts["const_lr"]) > 0:
-            raise ConfigError(f"IMA option const_lr must be positive, got {opts['const_lr']!r}")
-        if opts["cycle_max"] is not None and not float(opts["cycle_max"]) > 0:
-            raise ConfigError(f"IMA option cycle_max must be positive or None, got {opts['cycle_max']!r}")
-        return opts
-
-    # -- schedules (§3.3) ---------------------------------------------------------
+    # -- schedules (Sec. 3.3) ---------------------------------------------------------
     def lr(self, round: int) -> float:
+        """The base's lr before ``start_round``, then the exploration schedule."""
         s, sched = self.start, self.opts["schedule"]
         if round < s or sched in ("none", "epoch"):
             return self.base.lr(round)
@@ -93,50 +97,33 @@ class IMA(Algorithm):
         return (1 - tau) * hi + tau * float(self.opts["const_lr"])
 
     def local_epochs(self, round: int) -> int:
+        """The base's epochs; schedule ``"epoch"`` removes one every ``cycle`` rounds."""
         epochs = self.base.local_epochs(round)
         if self.opts["schedule"] == "epoch" and round >= self.start:
             return max(1, epochs - (round - self.start) // self.opts["cycle"])
         return epochs
 
-    # -- delegation to the base, with the IMA keys split off the server state ------
-    def build_module(self, template: torch.nn.Module) -> torch.nn.Module:
-        return self.base.build_module(template)
-
-    def export_state(self, state: State, server_state: State, client: int | None = None,
-                     client_state: State | None = None) -> State:
-        return self.base.export_state(state, _base(server_state), client, client_state)
-
     def init_server_state(self, global_state: State) -> State:
-        return {**self.base.init_server_state(global_state),
-                PREFIX + "rounds": torch.zeros(0, dtype=torch.int64)}
-
-    def participants(self, round: int, sampled: list[int]) -> list[int]:
-        return self.base.participants(round, sampled)
-
-    def begin_round(self, ctx: RoundContext) -> State:
-        inner = RoundContext(ctx.round, ctx.global_state, _base(ctx.server_state), ctx.sampled,
-                             ctx.num_clients, ctx.train)
-        return {**self.base.begin_round(inner), **_own(ctx.server_state)}
-
-    def client_update(self, ctx: LocalContext) -> ClientUpdate:
-        ctx.server_state = _base(ctx.server_state)
-        return self.base.client_update(ctx)
+        """The base's initial state plus an empty window (``ima.rounds``)."""
+        return {**self.base.init_server_state(global_state), PREFIX + "rounds": torch.zeros(0, dtype=torch.int64)}
 
     def local_metrics(self, ctx: EvalContext) -> dict[str, float]:
-        own = _own(ctx.server_state)
-        ctx.server_state = _base(ctx.server_state)
-        metrics = dict(self.base.local_metrics(ctx))
+        """The base's metrics plus, once IMA is active, the plain aggregate's test loss and
+        accuracy (``fma_test_loss``, ``fma_test_accuracy``)."""
+        metrics = dict(super().local_metrics(ctx))
         if ctx.round >= self.start:
-            newest = _window(own)[-1]
+            newest = _window(self.own(ctx.server_state))[-1]
             loss, acc = ctx.evaluate(newest, *ctx.test_data)
             metrics.update({"fma_test_loss": loss, "fma_test_accuracy": acc})
         return metrics
 
-    # -- the IMA server step (Eq. 5) ---------------------------------------------
+    # -- the IMA server step (Eq. 5) ----------------------------------------------------
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate],
                   server_state: State, round: int) -> tuple[State, State]:
-        plain, base_state = self.base.aggregate(global_state, updates, _base(server_state), round)
-        window = _window(_own(server_state)) + [plain]
+        """Push the base's aggregate into the window; broadcast the window mean once IMA is
+        active and the window is full (Eq. 5), else the plain aggregate."""
+        plain, base_state = self.base.aggregate(global_state, updates, self.inner(server_state), round)
+        window = _window(self.own(server_state)) + [plain]
         rounds = server_state[PREFIX + "rounds"].tolist() + [round]
         window, rounds = window[-self.window:], rounds[-self.window:]
         sent = plain
@@ -146,14 +133,6 @@ class IMA(Algorithm):
         for i, st in enumerate(window):
             own.update({f"{PREFIX}window.{i}.{k}": v for k, v in st.items()})
         return sent, {**base_state, **own}
-
-
-def _base(state: State) -> State:
-    return {k: v for k, v in state.items() if not k.startswith(PREFIX)}
-
-
-def _own(state: State) -> State:
-    return {k: v for k, v in state.items() if k.startswith(PREFIX)}
 
 
 def _window(own: State) -> list[State]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from landscape.infra.errors import ConfigError
+from landscape import ConfigError
 
 SUBREGION_SAMPLERS = ("exact", "reference")
 

@@ -1,0 +1,195 @@
+"""The run configuration: :class:`RunConfig` (every ``fl.run`` setting, typed), its digest,
+and the schema of a stored ``config.json``.
+
+Bounds (a value outside gives a one-line ``ConfigError``): they refuse what cannot be
+meant, not what is unusual. Learning rates lie in ``(0, 100]``, momentum in ``[0, 1)``
+(SGD diverges at 1), weight decay in ``[0, 1]``, the per-round decay in ``[0, 1)``, every
+number is finite, counts are positive and below sizes no run on one machine reaches
+(100 000 clients, 10^6 rounds), seeds lie in ``[0, 2^63)`` (torch's generator range).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+from typing import Any, Literal, Mapping
+
+from landscape import ConfigError
+
+from .options import Options, check_value, did_you_mean, option
+from .partition import METHODS
+from .partition import partition as partition_clients
+
+#: Version written to config.json; this version reads only its own.
+CONFIG_VERSION = 1
+BACKENDS = ("sequential", "vectorized", "loky", "processes", "ray", "dask")
+SAVE_MODES = ("all", "last", "none")
+#: Stored keys besides the RunConfig fields: derived from the data and the model.
+DERIVED_KEYS = ("version", "options", "num_classes", "input_shape", "model_digest", "recipe")
+#: Keys a stored config.json must hold (all others default to their RunConfig default).
+REQUIRED_KEYS = ("version", "algorithm", "dataset", "model", "clients", "rounds", "seed", "options",
+                 "num_classes", "input_shape")
+MAX_CLASSES = 100_000
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig(Options):
+    """Every setting of ``fl.run`` except the algorithm's own options (see
+    ``fl.algorithms.registry()``; each algorithm declares its options next to its code).
+
+    Parameters
+    ----------
+    algorithm, dataset, model, clients, rounds, participation, local_epochs, batch_size, lr,
+    momentum, weight_decay, lr_decay, partition, alpha, partition_options,
+    local_test_fraction, seed, device, backend, n_jobs, save_clients, eval_batch_size,
+    data_root, download, ima
+        See each field's help (``fl-run --help`` prints them).
+    """
+
+    algorithm: str = option("fedavg", help="FL algorithm (fl-run --list-algorithms)")
+    dataset: str = option("digits", help="digits (embedded), mnist1d (generated) or a torchvision "
+                                         "dataset: mnist, fashionmnist, cifar10, cifar100, svhn")
+    model: str | None = option(None, help="zoo model name (fl.models.MODELS); default: the dataset's model")
+    clients: int = option(10, ge=1, le=100_000, help="number of clients K")
+    rounds: int = option(20, ge=0, le=1_000_000, help="training rounds T (round 0 is the initial model)")
+    participation: float = option(1.0, gt=0, le=1, help="share of clients sampled each round")
+    local_epochs: int = option(1, ge=1, le=10_000, help="local epochs E per round")
+    batch_size: int = option(32, ge=1, le=10_000_000, help="local mini-batch size")
+    lr: float = option(0.05, gt=0, le=100, help="client learning rate")
+    momentum: float = option(0.0, ge=0, lt=1, help="SGD momentum of local training")
+    weight_decay: float = option(0.0, ge=0, le=1, help="SGD weight decay of local training")
+    lr_decay: float = option(0.0, ge=0, lt=1, help="per-round decay gamma: lr_r = lr (1 - gamma)^(r-1)",
+                             source="IMA Sec. 7.1.3")
+    partition: Literal[METHODS] = option("dirichlet", help="how the training set is split over the "  # type: ignore[valid-type]
+                                                          "clients (fl.partition)")
+    alpha: float = option(0.5, gt=0, le=1e6, help="Dirichlet concentration of the partition")
+    partition_options: dict[str, Any] = option({}, help="extra keyword arguments of fl.partition.partition "
+                                                        "(JSON), e.g. {\"min_size\": 2}")
+    local_test_fraction: float = option(0.0, ge=0, lt=1, help="share of each client's data held out as "
+                                                               "its local test split")
+    seed: int = option(0, ge=0, le=2**63 - 1, help="run seed (partition, initial model, sampling, batches)")
+    device: str = option("auto", volatile=True, help="auto, cpu, cuda or cuda:N")
+    backend: Literal[BACKENDS] = option("sequential", volatile=True,  # type: ignore[valid-type]
+                                        help="sequential; vectorized (a round's clients at once, "
+                                             "fl.vectorized); loky, processes, ray, dask (workers)")
+    n_jobs: int | None = option(None, ge=1, le=4096, volatile=True, help="workers of a parallel back end "
+                                                                        "(default 2)")
+    save_clients: Literal[SAVE_MODES] | list[int] = option(  # type: ignore[valid-type]
+        "all", ge=1, help="client models stored: all, last, none or a JSON list of rounds")
+    eval_batch_size: int = option(1024, ge=1, le=10_000_000, help="batch size of test evaluation")
+    data_root: str | None = option(None, volatile=True, help="folder of the torchvision datasets")
+    download: bool = option(False, volatile=True, help="allow torchvision downloads")
+    ima: bool | dict[str, Any] | None = option(False, help="IMA on top of the algorithm: true or a JSON "
+                                                           "dict of IMA options")
+
+    def check(self) -> None:
+        """Rounds named by ``save_clients`` exist; ``partition_options`` are arguments of the
+        partition function."""
+        if isinstance(self.save_clients, list):
+            late = [r for r in self.save_clients if r > self.rounds]
+            if late:
+                raise ConfigError(f"save_clients names round {late[0]} but the run has {self.rounds} rounds")
+        accepted = set(inspect.signature(partition_clients).parameters) - {"labels", "num_clients", "method",
+                                                                   "alpha", "seed"}
+        for key in self.partition_options:
+            if key not in accepted:
+                raise ConfigError(f"unknown partition option {key!r}{did_you_mean(key, sorted(accepted))}; "
+                                  f"valid: {', '.join(sorted(accepted))}")
+
+
+def volatile_keys() -> tuple[str, ...]:
+    """Config keys that may differ when a stored run is resumed (device, back end, ...).
+
+    Returns
+    -------
+    tuple[str, ...]
+        The RunConfig fields declared ``volatile`` plus ``recipe`` (the resolved values
+        are stored; the name is a label).
+    """
+    return tuple(n for n, f in RunConfig.fields().items() if f.metadata["volatile"]) + ("recipe",)
+
+
+def config_digest(config: Mapping[str, Any]) -> str:
+    """Short digest of the parts of a configuration that determine the results.
+
+    Parameters
+    ----------
+    config : Mapping[str, Any]
+        A stored configuration (as written to config.json).
+
+    Returns
+    -------
+    str
+        The first 10 hex digits of the SHA-256 of the sorted JSON of its non-volatile keys.
+    """
+    skip = volatile_keys()
+    stable = {k: v for k, v in config.items() if k not in skip}
+    return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def config_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Keys whose values differ between two stored configurations (volatile keys ignored).
+
+    Parameters
+    ----------
+    old, new : Mapping[str, Any]
+        Stored configurations.
+
+    Returns
+    -------
+    list[str]
+        The differing keys, sorted.
+    """
+    skip = volatile_keys()
+    return sorted(k for k in set(old) | set(new) if k not in skip and old.get(k) != new.get(k))
+
+
+def check_stored_config(config: Any, where: str) -> dict[str, Any]:
+    """Validate a configuration read from a run folder's ``config.json``.
+
+    Parameters
+    ----------
+    config : Any
+        The parsed JSON.
+    where : str
+        The file, named in messages.
+
+    Returns
+    -------
+    dict[str, Any]
+        The configuration, with RunConfig keys it lacks set to their defaults.
+
+    Raises
+    ------
+    ConfigError
+        When it is not a configuration of this version: another version, a missing or
+        unexpected key, or a value of the wrong type or out of range.
+    """
+    if not isinstance(config, dict):
+        raise ConfigError(f"{where} does not hold a run configuration (a JSON object)")
+    version = config.get("version")
+    if version != CONFIG_VERSION:
+        raise ConfigError(f"{where} was written by another version of fl (config version {version!r}); "
+                          f"this version reads version {CONFIG_VERSION}")
+    missing = [k for k in REQUIRED_KEYS if k not in config]
+    if missing:
+        raise ConfigError(f"{where} lacks {', '.join(missing)}: not a complete run configuration")
+    fields = RunConfig.fields()
+    extra = sorted(set(config) - set(fields) - set(DERIVED_KEYS))
+    if extra:
+        raise ConfigError(f"{where} holds unexpected key {extra[0]!r}{did_you_mean(extra[0], fields)}")
+    out = {**{k: v for k, v in RunConfig.defaults().items() if k not in config}, **config}
+    try:
+        RunConfig.from_mapping({k: out[k] for k in fields}, owner="")
+        check_value("model", out["model"], str, {})
+        check_value("num_classes", out["num_classes"], int, {"ge": 1, "le": MAX_CLASSES})
+        check_value("input_shape", out["input_shape"], list[int], {"ge": 1, "le": 1_000_000})
+        check_value("options", out["options"], dict[str, Any], {})
+        check_value("model_digest", out.get("model_digest"), str | None, {})
+        check_value("recipe", out.get("recipe"), str | None, {})
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if not 1 <= len(out["input_shape"]) <= 4:
+        raise ConfigError(f"{where}: input_shape must have 1 to 4 dimensions, got {out['input_shape']}")
+    return out

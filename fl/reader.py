@@ -1,0 +1,253 @@
+"""Reading a stored run: :func:`load_run` and :class:`Run` (configuration, metrics,
+checkpoints and data, read lazily from the run folder)."""
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from landscape import CheckpointError, ConfigError
+
+from .config import check_stored_config
+from .store import RunStore, State
+from .template import build_template
+
+
+def load_run(path: str | os.PathLike, *, module: nn.Module | None = None) -> "Run":
+    """Open a stored run (complete or not).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The run folder.
+    module : nn.Module, optional
+        The architecture of a run trained with a custom module (zoo models are rebuilt
+        from the configuration).
+
+    Returns
+    -------
+    Run
+        The run.
+
+    Raises
+    ------
+    ConfigError
+        When the folder's config.json is not a configuration of this version.
+    """
+    return Run(path, module=module)
+
+
+class Run:
+    """A stored FL run: configuration, metrics and checkpoints (read lazily from ``path``).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The run folder.
+    module : nn.Module, optional
+        The architecture of a custom-model run.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, module: nn.Module | None = None):
+        self.store = RunStore(path)
+        self.path = self.store.path
+        self.config: dict[str, Any] = check_stored_config(self.store.read_config(), str(self.store.config_path))
+        self._module = module
+        self._bundle: Any = None
+
+    def __repr__(self) -> str:
+        last = self.store.read_progress()
+        state = "complete" if self.complete else f"{last if last is not None else 'no'} rounds stored"
+        return f"Run({str(self.path)!r}, {self.config['algorithm']} on {self.config['dataset']}, {state})"
+
+    # ------------------------------------------------------------------- info
+    @property
+    def complete(self) -> bool:
+        """True once every round of the configuration is stored."""
+        return self.store.is_complete()
+
+    @property
+    def rounds(self) -> list[int]:
+        """Rounds with a stored global model: 0 (initial) .. last complete round."""
+        last = self.store.read_progress()
+        return [] if last is None else list(range(last + 1))
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        """One dict per complete round: ``round``, ``test_loss``, ``test_accuracy``, ...."""
+        return self.store.read_metrics()
+
+    def _round(self, round: int) -> int:
+        rounds = self.rounds
+        if not rounds:
+            raise CheckpointError(self.path, "holds no complete round yet")
+        try:
+            return rounds[round] if round < 0 else rounds[rounds.index(round)]
+        except (IndexError, ValueError):
+            raise ConfigError(f"round {round} is not stored in {self.path}; stored rounds are "
+                              f"{rounds[0]}..{rounds[-1]}") from None
+
+    # ----------------------------------------------------------------- models
+    def module(self) -> nn.Module:
+        """A fresh module of the run's plain architecture with its initial weights.
+
+        Returns
+        -------
+        nn.Module
+            A new module (a copy of the custom module given to :func:`load_run`).
+        """
+        if self._module is not None:
+            return copy.deepcopy(self._module)
+        return build_template(self.config, None)
+
+    def checkpoint(self, round: int = -1) -> Path:
+        """Path of the global model's checkpoint after ``round``.
+
+        Parameters
+        ----------
+        round : int
+            A stored round (negative: from the end).
+
+        Returns
+        -------
+        Path
+            The safetensors file.
+        """
+        return self.store.global_path(self._round(round))
+
+    def global_state(self, round: int = -1) -> State:
+        """The global model after ``round`` (round 0: initial; for IMA, the IMA model once active).
+
+        Parameters
+        ----------
+        round : int
+            A stored round (negative: from the end).
+
+        Returns
+        -------
+        State
+            The state_dict of the plain architecture.
+        """
+        return self.store.read_state(self.checkpoint(round))
+
+    def client_checkpoints(self, round: int = -1) -> dict[int, Path]:
+        """Paths of the client models trained in ``round`` (see ``save_clients``).
+
+        Parameters
+        ----------
+        round : int
+            A stored round (negative: from the end).
+
+        Returns
+        -------
+        dict[int, Path]
+            Client id -> file; empty for round 0.
+        """
+        r = self._round(round)
+        folder = self.store.client_path(r, 0).parent
+        if r == 0:
+            return {}
+        found = self.store.client_checkpoints(r)  # strict names, no links
+        if not found:
+            raise CheckpointError(folder, f"client models of round {r} were not stored "
+                                          f"(save_clients={self.config['save_clients']!r})")
+        return found
+
+    def client_states(self, round: int = -1) -> dict[int, State]:
+        """The client models trained in ``round``; their aggregate is :meth:`global_state`.
+
+        Parameters
+        ----------
+        round : int
+            A stored round (negative: from the end).
+
+        Returns
+        -------
+        dict[int, State]
+            Client id -> state_dict.
+        """
+        return {k: self.store.read_state(p) for k, p in self.client_checkpoints(round).items()}
+
+    def algorithm_state(self, round: int = -1) -> State:
+        """The algorithm's server state after ``round`` (IMA window, anchors, endpoints, ...).
+
+        Parameters
+        ----------
+        round : int
+            A stored round (negative: from the end).
+
+        Returns
+        -------
+        State
+            Empty when the algorithm keeps none.
+        """
+        return self.store.read_optional_state(self.store.state_path(self._round(round)))
+
+    def training_state(self, round: int = -1) -> State:
+        """The global state in the training architecture (differs from :meth:`global_state`
+        only for algorithms that train another architecture, e.g. FLOCO).
+
+        Parameters
+        ----------
+        round : int
+            A stored round (negative: from the end).
+
+        Returns
+        -------
+        State
+            The training-architecture state_dict.
+        """
+        r = self._round(round)
+        path = self.store.train_path(r)
+        return self.store.read_state(path if path.exists() else self.store.global_path(r))
+
+    # ------------------------------------------------------------------- data
+    def _data(self) -> Any:
+        if self._bundle is None:
+            from .datasets import load_dataset
+
+            self._bundle = load_dataset(self.config["dataset"], root=self.config.get("data_root"),
+                                        download=False)
+        return self._bundle
+
+    def client_datasets(self) -> dict[int, TensorDataset]:
+        """Each client's training data.
+
+        Returns
+        -------
+        dict[int, TensorDataset]
+            Client id -> dataset.
+        """
+        b = self._data()
+        train, _ = self.store.read_partition(len(b.train_y))
+        return {k: TensorDataset(b.train_x[torch.as_tensor(p)], b.train_y[torch.as_tensor(p)])
+                for k, p in enumerate(train)}
+
+    def client_test_datasets(self) -> dict[int, TensorDataset]:
+        """Each client's local test split (empty unless ``local_test_fraction`` > 0).
+
+        Returns
+        -------
+        dict[int, TensorDataset]
+            Client id -> dataset.
+        """
+        b = self._data()
+        _, test = self.store.read_partition(len(b.train_y))
+        return {k: TensorDataset(b.train_x[torch.as_tensor(p)], b.train_y[torch.as_tensor(p)])
+                for k, p in enumerate(test)}
+
+    def test_dataset(self) -> TensorDataset:
+        """The global test set.
+
+        Returns
+        -------
+        TensorDataset
+            Inputs and labels.
+        """
+        b = self._data()
+        return TensorDataset(b.test_x, b.test_y)
