@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from conftest import make_bn_cnn, make_mlp
 from fl.partition import PartitionError, partition
 from fl.store import RunStore
 from landscape import (ArchitectureMismatchError, Cache, CacheError, CheckpointError, ConfigError, DataError,
-                       Evaluator, NonFiniteWeightsError, ParameterSpace, interpolate, load_state_dict,
+                       Evaluator, FileWriteError, NonFiniteWeightsError, ParameterSpace, interpolate, load_state_dict,
                        random_plane, save_state_dict)
 from landscape.results.base import PlaneResult
 
@@ -88,7 +89,7 @@ def points_job(cache: str, parity: int, n: int, sleep: float) -> None:
 
 def hold_cache_lock(cache: str, flag: str) -> None:
     """Take the cache's writer lock, announce it through ``flag``, and keep it."""
-    with Cache(cache)._lock():
+    with Cache(cache).writer_lock():
         Path(flag).touch()
         time.sleep(600)
 
@@ -293,7 +294,7 @@ def test_corrupt_checkpoints_never_load_silently_wrong(tmp_path, suffix):
 
 
 def test_corrupt_cache_files_never_give_silently_wrong_numbers(tmp_path):
-    good = tmp_path / "good.h5"
+    good = tmp_path / "good"
     cache = Cache(good)
     values = np.linspace(0.5, 2.0, 8)
     cache.add_points("k", 8, np.arange(8), values, values / 4, force=True)
@@ -301,22 +302,26 @@ def test_corrupt_cache_files_never_give_silently_wrong_numbers(tmp_path):
                                        origin=values, u=values, v=values, param_mask=np.ones(8, bool),
                                        models={"a": [0.0, 1.0]}, spec={"kind": "test"}))
     expected = Cache(good).load_result("r")
-    data = good.read_bytes()
     rng = np.random.default_rng(12)
     silent = []
-    for what, content in _mutations(data, rng, flips=120, cuts=10):
-        path = tmp_path / "bad.h5"
-        path.write_bytes(content)
-        try:
-            loss, acc, done = Cache(path).points("k", 8)
-            result = Cache(path).load_result("r")
-        except CacheError as err:
-            assert str(path) in str(err)
-        else:
-            if not (np.array_equal(loss[done], values[done]) and np.array_equal(acc[done], values[done] / 4)
-                    and np.isnan(loss[~done]).all() and (result is None or result == expected)):
-                silent.append(what)
-        COUNTS["corrupt inputs tried"] += 1
+    bad = tmp_path / "bad"
+    shutil.copytree(good, bad)
+    for entry in ("points-k.h5", "result-r.h5"):  # one damaged entry at a time, the other intact
+        data = (good / entry).read_bytes()
+        for what, content in _mutations(data, rng, flips=60, cuts=5):
+            path = bad / entry
+            path.write_bytes(content)
+            try:
+                loss, acc, done = Cache(bad).points("k", 8)
+                result = Cache(bad).load_result("r")
+            except CacheError as err:
+                assert str(path) in str(err)
+            else:
+                if not (np.array_equal(loss[done], values[done]) and np.array_equal(acc[done], values[done] / 4)
+                        and np.isnan(loss[~done]).all() and (result is None or result == expected)):
+                    silent.append(f"{entry}:{what}")
+            COUNTS["corrupt inputs tried"] += 1
+        path.write_bytes(data)
     assert silent == []
 
 
@@ -499,16 +504,20 @@ def _remount(mnt: Path, options: str) -> None:
 
 
 def test_full_disk_cache_write_fails_clearly_and_keeps_earlier_results(small_fs):
-    cache = Cache(small_fs / "c.h5")
+    cache = Cache(small_fs / "c")
     cache.add_points("small", 4, np.arange(4), np.arange(4.0), np.ones(4), force=True)
     big = np.random.default_rng(0).normal(size=40_000)  # 320 KB: more than the disk holds
-    with pytest.raises(CacheError, match="the disk is full") as info:
-        cache.add_points("big", big.size, np.arange(big.size), big, big, force=True)
-    assert str(small_fs / "c.h5") in str(info.value)
-    assert Cache(small_fs / "c.h5").points("small", 4)[2].all()  # the earlier entry is intact
-    assert Cache(small_fs / "c.h5").keys()["points"] == ["small"]
-    assert _no_temporaries(small_fs) == []
-    COUNTS["bad inputs rejected"] += 1
+    for _ in range(2):  # issue 15: the second attempt crashed (exit 139) after h5py failed on a full disk
+        with pytest.raises(FileWriteError, match="bytes.*the disk is full") as info:
+            cache.add_points("big", big.size, np.arange(big.size), big, big, force=True)
+        assert str(small_fs / "c" / "points-big.h5") in str(info.value)
+        assert Cache(small_fs / "c").points("small", 4)[2].all()  # the earlier entry is intact
+        assert Cache(small_fs / "c").keys()["points"] == ["small"]
+        assert _no_temporaries(small_fs) == []
+    _remount(small_fs, "size=8m")
+    cache.flush()  # space freed: the queued points are written
+    assert Cache(small_fs / "c").points("big", big.size)[2].all()
+    COUNTS["bad inputs rejected"] += 2
 
 
 def test_full_disk_checkpoint_write_fails_clearly_and_keeps_the_old_file(small_fs):
@@ -516,7 +525,7 @@ def test_full_disk_checkpoint_write_fails_clearly_and_keeps_the_old_file(small_f
     path = save_state_dict(model.state_dict(), small_fs / "m.safetensors")
     free = os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize
     (small_fs / "filler").write_bytes(b"\0" * max(0, free - 1024))
-    with pytest.raises(CheckpointError, match="disk is full") as info:
+    with pytest.raises(FileWriteError, match="disk is full") as info:
         save_state_dict(make_mlp(1, hidden=64).state_dict(), path)
     assert str(path) in str(info.value)
     assert _same_states(load_state_dict(path), model.state_dict())
@@ -526,7 +535,7 @@ def test_full_disk_checkpoint_write_fails_clearly_and_keeps_the_old_file(small_f
 
 def test_fl_run_on_a_disk_that_fills_up_resumes_after_space_is_freed(small_fs, fl_reference):
     out = small_fs / "run"
-    with pytest.raises(CheckpointError, match="disk is full"):
+    with pytest.raises(FileWriteError, match="disk is full"):
         fl_job(str(out))
     last = _check_run_prefix(out, fl_reference)  # what was stored reads back and is correct
     assert 0 <= last < FL_ARGS["rounds"]
@@ -538,17 +547,17 @@ def test_fl_run_on_a_disk_that_fills_up_resumes_after_space_is_freed(small_fs, f
 
 
 def test_read_only_location_reads_work_and_writes_fail_clearly(small_fs):
-    cache = Cache(small_fs / "c.h5")
+    cache = Cache(small_fs / "c")
     cache.add_points("k", 2, np.arange(2), np.ones(2), np.ones(2), force=True)
     save_state_dict(make_mlp(0).state_dict(), small_fs / "m.safetensors")
     _remount(small_fs, "ro")
-    assert Cache(small_fs / "c.h5").points("k", 2)[2].all()
+    assert Cache(small_fs / "c").points("k", 2)[2].all()
     assert _same_states(load_state_dict(small_fs / "m.safetensors"), make_mlp(0).state_dict())
-    with pytest.raises(CacheError, match="writable"):
-        Cache(small_fs / "c.h5").add_points("k", 2, np.arange(2), np.ones(2), np.ones(2), force=True)
-    with pytest.raises(CheckpointError, match="not writable"):
+    with pytest.raises(FileWriteError, match="not writable"):
+        Cache(small_fs / "c").add_points("k", 2, np.arange(2), np.ones(2), np.ones(2), force=True)
+    with pytest.raises(FileWriteError, match="not writable"):
         save_state_dict(make_mlp(1).state_dict(), small_fs / "m.safetensors")
-    with pytest.raises(CheckpointError, match="not writable"):
+    with pytest.raises(FileWriteError, match="not writable"):
         fl_job(str(small_fs / "run"))
     COUNTS["bad inputs rejected"] += 3
 
@@ -556,22 +565,22 @@ def test_read_only_location_reads_work_and_writes_fail_clearly(small_fs):
 @pytest.mark.parametrize("code,message", [(errno.ENOSPC, "disk is full"), (errno.EROFS, "not writable")])
 def test_failing_renames_leave_old_files_and_say_why(tmp_path, monkeypatch, code, message):
     """Without a small disk: every final rename fails as on a full or read-only disk."""
-    cache = Cache(tmp_path / "c.h5")
+    cache = Cache(tmp_path / "c")
     cache.add_points("k", 2, np.arange(2), np.ones(2), np.ones(2), force=True)
     model_path = save_state_dict(make_mlp(0).state_dict(), tmp_path / "m.pt")
     store = RunStore(tmp_path / "run")
     store.mark(1, complete=False)
-    before = {p: p.read_bytes() for p in (tmp_path / "c.h5", model_path, store.progress_path)}
+    before = {p: p.read_bytes() for p in (tmp_path / "c" / "points-k.h5", model_path, store.progress_path)}
 
-    def failing_replace(src, dst):
+    def failing_replace(src, dst, **dir_fds):
         raise OSError(code, os.strerror(code), str(dst))
 
     monkeypatch.setattr(os, "replace", failing_replace)
-    with pytest.raises(CacheError, match=message):
+    with pytest.raises(FileWriteError, match=message):
         cache.add_points("k", 2, np.arange(2), np.zeros(2), np.zeros(2), force=True)
-    with pytest.raises(CheckpointError, match=message):
+    with pytest.raises(FileWriteError, match=message):
         save_state_dict(make_mlp(1).state_dict(), model_path)
-    with pytest.raises(CheckpointError, match=message):
+    with pytest.raises(FileWriteError, match=message):
         store.mark(2, complete=True)
     monkeypatch.undo()
     assert {p: p.read_bytes() for p in before} == before
@@ -638,7 +647,7 @@ def test_plane_survives_repeated_sigkill(zygote, tmp_path):
     assert np.isfinite(reference.loss).all()
     rng = np.random.default_rng(2024)
     kills = until_killed(KILLS_PLANE, lambda want, i: plane_campaign(
-        zygote, tmp_path / f"plane{i}.h5", reference, rng, want)[0])
+        zygote, tmp_path / f"plane{i}", reference, rng, want)[0])
     assert kills == KILLS_PLANE
     COUNTS["kills survived"] += kills
 
@@ -714,7 +723,7 @@ def test_a_kill_between_the_first_two_files_leaves_a_restartable_folder(tmp_path
 
 # --------------------------------------------------------------------------- concurrency
 def test_concurrent_cache_writers_and_a_kill_lose_nothing(zygote, tmp_path):
-    cache, n = tmp_path / "shared.h5", 40
+    cache, n = tmp_path / "shared", 40
     a = zygote.start("points_job", str(cache), 0, n, 0.01)
     b = zygote.start("points_job", str(cache), 1, n, 0.01)
     deadline = time.monotonic() + 60
@@ -736,16 +745,16 @@ def test_concurrent_cache_writers_and_a_kill_lose_nothing(zygote, tmp_path):
 
 
 def test_a_second_writer_fails_clearly_while_another_process_holds_the_lock(zygote, tmp_path):
-    cache, flag = tmp_path / "c.h5", tmp_path / "locked"
+    cache, flag = tmp_path / "c", tmp_path / "locked"
     Cache(cache).add_points("k", 3, np.array([0]), np.array([1.0]), np.array([0.5]), force=True)
-    before = cache.read_bytes()
+    before = (cache / "points-k.h5").read_bytes()
     holder = zygote.start("hold_cache_lock", str(cache), str(flag))
     while not flag.exists():
         time.sleep(0.01)
     second = Cache(cache, lock_timeout=0.3)
     with pytest.raises(CacheError, match="another process has been writing this cache"):
         second.add_points("k", 3, np.array([1]), np.array([2.0]), np.array([0.25]), force=True)
-    assert cache.read_bytes() == before  # untouched
+    assert (cache / "points-k.h5").read_bytes() == before  # untouched
     os.kill(holder, signal.SIGKILL)  # the kernel releases a dead process's lock
     assert zygote.wait(holder)["signal"] == signal.SIGKILL
     second.flush()  # the queued point was kept and is written now
