@@ -1,0 +1,57 @@
+"""``landscape density``: the Hessian eigenvalue density by stochastic Lanczos quadrature."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from landscape_cli.commands.base import add_analysis_command
+from landscape_cli.commands.hessian import curvature_parent, density_figures
+from landscape_cli.inputs import Context
+from landscape_cli.output import emit
+from landscape_cli.parsing import number, positive_float, positive_int, seed_int
+
+
+def register(sub: Any) -> None:
+    """Add ``density`` to the subcommands.
+
+    Parameters
+    ----------
+    sub : argparse._SubParsersAction
+        The subcommands of ``landscape``.
+    """
+    p = add_analysis_command(sub, "density", func=run, parents=(curvature_parent(),), default_models=["global"],
+                             nmodels=(1, None), help="Hessian eigenvalue density (stochastic Lanczos quadrature)")
+    p.add_argument("--iterations", type=positive_int, default=100, help="Lanczos steps per probe")
+    p.add_argument("--runs", type=positive_int, default=1, help="Rademacher probes")
+    p.add_argument("--sigma", type=positive_float, help="Gaussian width (default: 0.5%% of the node spread)")
+    p.add_argument("--grid-size", type=number(int, ge=2), default=2001, help="points of the density grid")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the probes")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Spectral density of each model's Hessian (SLQ, Ghorbani et al. 2019).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed arguments of ``landscape density``.
+
+    Returns
+    -------
+    int
+        0.
+    """
+    from landscape import hessian_density
+
+    ctx = Context(args)
+    densities = {label: hessian_density(model, ctx.evaluator, iterations=args.iterations, runs=args.runs,
+                                        seed=args.seed, sigma=args.sigma, grid_size=args.grid_size,
+                                        params=args.params, hvp=args.hvp)
+                 for label, model in ctx.models.items()}
+    numbers = {label: {"grid_range": [float(d.grid[0]), float(d.grid[-1])], "sigma": d.sigma,
+                       "smallest_node": float(d.nodes.min()), "largest_node": float(d.nodes.max()),
+                       "hvps": d.matvecs}
+               for label, d in densities.items()}
+    emit(ctx, numbers, {f"{label} density": d for label, d in densities.items()},
+         lambda: density_figures(densities))
+    return 0

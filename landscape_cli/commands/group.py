@@ -1,0 +1,106 @@
+"""``landscape group``: the group barrier of K models around their centroid (FedGuCci Def. 3.6)."""
+from __future__ import annotations
+
+import argparse
+from typing import Any, Sequence
+
+import numpy as np
+
+from landscape import ConfigError
+from landscape_cli.commands.base import add_analysis_command
+from landscape_cli.inputs import Context
+from landscape_cli.output import emit
+from landscape_cli.parsing import count_at_least_2, nonnegative_float, positive_int, seed_int
+
+
+def register(sub: Any) -> None:
+    """Add ``group`` to the subcommands.
+
+    Parameters
+    ----------
+    sub : argparse._SubParsersAction
+        The subcommands of ``landscape``.
+    """
+    p = add_analysis_command(sub, "group", func=run, default_models=["clients"], nmodels=(2, None),
+                             help="group barrier of K models around their centroid (FedGuCci Def. 3.6)")
+    p.add_argument("--weights", nargs="+", type=nonnegative_float,
+                   help="fusion weights, non-negative, not all zero (normalised); default uniform")
+    p.add_argument("--by-size", action="store_true", help="also barriers of random subsets of every size K")
+    p.add_argument("--draws", type=positive_int, default=5, help="subsets per size")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the random subsets")
+    p.add_argument("--matrix", action="store_true", help="also the pairwise barrier matrix")
+    p.add_argument("--alphas", type=count_at_least_2, default=11, help="alphas of the pairwise paths (--matrix)")
+
+
+def check_weights(weights: Sequence[float] | None, flag: str = "--weights") -> None:
+    """Refuse weights that sum to zero (each is already finite and non-negative).
+
+    Parameters
+    ----------
+    weights : Sequence[float] or None
+        The parsed weights.
+    flag : str
+        The flag, for the message.
+
+    Raises
+    ------
+    ConfigError
+        When every weight is zero (the normalised weights would be undefined).
+    """
+    if weights is not None and sum(weights) <= 0:
+        raise ConfigError(f"{flag} must not all be zero (they are normalised to sum to one)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Group barrier (FedGuCci Def. 3.6), optionally by subset size and the pairwise matrix.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed arguments of ``landscape group``.
+
+    Returns
+    -------
+    int
+        0.
+    """
+    from landscape import barrier_matrix, group_barrier, group_barrier_by_size
+
+    check_weights(args.weights)
+    ctx = Context(args)
+    models = list(ctx.models.values())
+    if args.weights is not None and len(args.weights) != len(models):
+        raise ConfigError(f"--weights: {len(args.weights)} weights for {len(models)} models")
+    group = group_barrier(models, ctx.evaluator, weights=args.weights)
+    numbers: dict[str, Any] = {"size": len(models), "loss_barrier": group.loss_barrier,
+                               "accuracy_barrier": group.accuracy_barrier, "fused_loss": group.fused_loss,
+                               "fused_accuracy": group.fused_accuracy,
+                               "member_loss": dict(zip(ctx.models, group.member_loss)),
+                               "member_accuracy": dict(zip(ctx.models, group.member_accuracy))}
+    results: dict[str, Any] = {"group": group}
+    if args.by_size:
+        sizes = group_barrier_by_size(models, ctx.evaluator, draws=args.draws, seed=args.seed)
+        for metric in ("accuracy", "loss"):
+            numbers[f"{metric}_barrier_by_size"] = {
+                int(k): float(np.mean(r)) for k, r in zip(sizes.sizes, getattr(sizes, f"{metric}_barrier"))}
+        results["by_size"] = sizes
+    if args.matrix:
+        matrix = barrier_matrix(models, ctx.evaluator, alphas=args.alphas, labels=list(ctx.models))
+        numbers["pairwise_loss_barrier"] = matrix.loss_barrier
+        numbers["pairwise_accuracy_barrier"] = matrix.accuracy_barrier
+        results["matrix"] = matrix
+
+    def draw() -> dict[str, Any]:
+        from figures.groups import barrier_matrix_figure, group_size_figure
+
+        figs = {}
+        if "by_size" in results:
+            s = results["by_size"]
+            figs["group_by_size.png"] = group_size_figure(
+                {"models": {int(k): list(map(float, r)) for k, r in zip(s.sizes, s.accuracy_barrier)}})
+        if "matrix" in results:
+            figs["barrier_matrix.png"] = barrier_matrix_figure(results["matrix"])
+        return figs
+
+    emit(ctx, numbers, results, draw)
+    return 0

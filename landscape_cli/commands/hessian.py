@@ -1,0 +1,127 @@
+"""``landscape hessian``: top Hessian eigenvalues (Lanczos or power iteration), optionally trace and density.
+
+Also the flag groups shared by the curvature commands (``trace``, ``density``) and by
+``check flatter``: :func:`lanczos_parent` and :func:`curvature_parent`.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from landscape_cli.commands.base import add_analysis_command
+from landscape_cli.inputs import Context
+from landscape_cli.output import emit
+from landscape_cli.parsing import positive_float, positive_int, seed_int
+
+
+def lanczos_parent() -> argparse.ArgumentParser:
+    """The solver flags of an eigenvalue computation: ``--k``, ``--tol``, ``--max-iter``, ``--seed``.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        A parent parser without help of its own.
+    """
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--k", type=positive_int, default=1, help="number of top eigenvalues")
+    parent.add_argument("--tol", type=positive_float, default=1e-3, help="relative residual tolerance")
+    parent.add_argument("--max-iter", type=positive_int, default=100, help="Hessian-vector products at most per model")
+    parent.add_argument("--seed", type=seed_int, default=0, help="seed of the random start vectors")
+    return parent
+
+
+def curvature_parent() -> argparse.ArgumentParser:
+    """The flags of the Hessian operator: ``--hvp`` (how products are formed) and ``--params``.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        A parent parser without help of its own.
+    """
+    from landscape.curvature.operators import HVP_MODES
+
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("Hessian operator")
+    group.add_argument("--hvp", default="auto", choices=HVP_MODES,
+                       help="Hessian-vector products: forward-over-reverse, reverse-over-reverse, retained "
+                            "(one autograd graph reused; faster on CPU, more memory) or auto")
+    group.add_argument("--params", nargs="+", metavar="PATTERN",
+                       help="restrict the Hessian to parameters whose names match these patterns")
+    return parent
+
+
+def register(sub: Any) -> None:
+    """Add ``hessian`` to the subcommands.
+
+    Parameters
+    ----------
+    sub : argparse._SubParsersAction
+        The subcommands of ``landscape``.
+    """
+    from landscape.curvature.functions import EIGEN_METHODS
+
+    p = add_analysis_command(sub, "hessian", func=run, parents=(lanczos_parent(), curvature_parent()),
+                             default_models=["global"], nmodels=(1, None),
+                             help="top Hessian eigenvalues (Lanczos), optional trace and spectral density")
+    p.add_argument("--method", default="lanczos", choices=EIGEN_METHODS,
+                   help="lanczos (k largest algebraic) or power (deflated power iteration, largest magnitude)")
+    p.add_argument("--trace", action="store_true", help="also the trace (Hutchinson; 'landscape trace' for more)")
+    p.add_argument("--density", action="store_true", help="also the spectral density (SLQ; 'landscape density')")
+    p.add_argument("--iterations", type=positive_int, default=100, help="Lanczos steps of the density")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Top-k Hessian eigenvalues of each model, with trace and density on request.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed arguments of ``landscape hessian``.
+
+    Returns
+    -------
+    int
+        0.
+    """
+    from landscape import hessian_density, hessian_eigen, hessian_trace
+
+    ctx = Context(args)
+    numbers: dict[str, Any] = {}
+    results: dict[str, Any] = {}
+    densities = {}
+    operator = {"params": args.params, "hvp": args.hvp}
+    for label, model in ctx.models.items():
+        eig = hessian_eigen(model, ctx.evaluator, k=args.k, tol=args.tol, max_iter=args.max_iter, seed=args.seed,
+                            method=args.method, **operator)
+        entry: dict[str, Any] = {"eigenvalues": eig.values, "converged": eig.converged, "hvps": eig.matvecs}
+        results[f"{label} eigen"] = eig
+        if args.trace:
+            tr = hessian_trace(model, ctx.evaluator, tol=args.tol, max_iter=args.max_iter, seed=args.seed, **operator)
+            entry.update(trace=tr.value, trace_stderr=tr.stderr)
+            results[f"{label} trace"] = tr
+        if args.density:
+            densities[label] = hessian_density(model, ctx.evaluator, iterations=args.iterations, seed=args.seed,
+                                               **operator)
+            results[f"{label} density"] = densities[label]
+        numbers[label] = entry
+    emit(ctx, numbers, results, (lambda: density_figures(densities)) if densities else None)
+    return 0
+
+
+def density_figures(densities: dict[str, Any]) -> dict[str, Any]:
+    """The PNG and HTML figures of spectral densities.
+
+    Parameters
+    ----------
+    densities : dict[str, SpectralDensity]
+        Model label -> density.
+
+    Returns
+    -------
+    dict[str, Any]
+        File name -> figure.
+    """
+    from figures.curvature import spectral_density_figure, spectral_density_plotly
+
+    return {"hessian_density.png": spectral_density_figure(densities),
+            "hessian_density.html": spectral_density_plotly(densities)}

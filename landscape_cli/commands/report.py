@@ -1,0 +1,101 @@
+"""``landscape report``: an HTML report of an FL run (curves, paths, group barrier, shared basin)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from landscape import ConfigError
+from landscape_cli.commands.base import add_analysis_command
+from landscape_cli.inputs import Context
+from landscape_cli.limits import check_points
+from landscape_cli.output import emit
+from landscape_cli.parsing import count_at_least_2
+
+
+def register(sub: Any) -> None:
+    """Add ``report`` to the subcommands.
+
+    Parameters
+    ----------
+    sub : argparse._SubParsersAction
+        The subcommands of ``landscape``.
+    """
+    p = add_analysis_command(sub, "report", func=run, default_models=None, nmodels=(0, None),
+                             help="an HTML report (report/index.html) of an FL run: curves, paths, plane, basins, "
+                                  "claims")
+    p.add_argument("--resolution", type=count_at_least_2, default=15, help="plane resolution")
+    p.add_argument("--alphas", type=count_at_least_2, default=11, help="alphas of the paths")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write ``<out>/index.html`` (default ``<run>/report/``) for an FL run.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed arguments of ``landscape report``.
+
+    Returns
+    -------
+    int
+        0.
+    """
+    from figures.fl_curves import fl_curves_figure
+    from figures.paths import path_figure
+    from figures.planes import plane_figure
+    from figures.report import Report
+
+    from landscape import claims, group_barrier, interpolate
+
+    if not args.run:
+        raise ConfigError("report needs --run DIR (an FL run directory)")
+    check_points(args.resolution ** 2, f"--resolution {args.resolution}",
+                 f"a {args.resolution} x {args.resolution} grid")
+    if args.out == "landscape_out":
+        args.out = str(Path(args.run) / "report")
+    args.models = args.models or ["clients", "global"]
+    ctx = Context(args)
+    cfg = ctx.run.config
+    clients = {k: v for k, v in ctx.models.items() if k.startswith("client")}
+    global_label = next((k for k in ctx.models if k.startswith("global")), None)
+    rep = Report(f"{cfg.get('algorithm')} on {cfg.get('dataset')}",
+                 subtitle=f"run {ctx.run.path}, round {ctx.run.rounds[args.round]}; evaluation data: {args.split}")
+    rep.section("Configuration").add_table([{"option": k, "value": json.dumps(v) if not isinstance(v, str) else v}
+                                             for k, v in cfg.items()])
+    rep.section("Training").add_image(fl_curves_figure({cfg.get("algorithm", "run"): ctx.run.metrics}))
+    numbers: dict[str, Any] = {}
+    names = list(clients)
+    if len(names) >= 2:
+        paths = {f"{names[0]} → {names[1]}": interpolate(clients[names[0]], clients[names[1]], ctx.evaluator,
+                                                           alphas=args.alphas)}
+        if global_label:
+            paths[f"{names[0]} → {global_label}"] = interpolate(clients[names[0]], ctx.models[global_label],
+                                                                ctx.evaluator, alphas=args.alphas)
+        rep.section("Linear interpolation", "Loss and accuracy along straight lines (FedGuCci Eq. 3/4).")
+        rep.add_image(path_figure(paths, endpoint_labels=None))
+        rep.add_table([{"path": k, "loss barrier": p.loss_barrier, "accuracy barrier": p.accuracy_barrier}
+                       for k, p in paths.items()])
+        numbers["paths"] = {k: {"loss_barrier": p.loss_barrier, "accuracy_barrier": p.accuracy_barrier}
+                            for k, p in paths.items()}
+        group = group_barrier(list(clients.values()), ctx.evaluator)
+        rep.section("Group barrier", f"{len(clients)} client models around their centroid (FedGuCci Def. 3.6).")
+        rep.add_table([{"loss barrier": group.loss_barrier, "accuracy barrier": group.accuracy_barrier,
+                        "fused accuracy": group.fused_accuracy,
+                        "mean client accuracy": float(np.mean(group.member_accuracy))}])
+        numbers["group"] = {"loss_barrier": group.loss_barrier, "accuracy_barrier": group.accuracy_barrier}
+    if len(names) >= 3 and global_label:
+        verdict = claims.shared_basin(clients, ctx.models[global_label], ctx.evaluator,
+                                      resolution=args.resolution, alphas=args.alphas)
+        rep.section("Shared basin", verdict.claim + ". " + verdict.reason + ".")
+        rep.add_image(plane_figure(verdict.results["plane"], metric="loss"))
+        rep.add_html(verdict._repr_html_())
+        numbers["shared_basin"] = {"holds": verdict.holds, **verdict.numbers}
+    target = rep.write(ctx.out / "index.html")
+    emit(ctx, numbers, {})
+    print(f"report: {target}", file=sys.stderr)
+    return 0

@@ -1,0 +1,59 @@
+"""``landscape trace``: the Hessian trace by Hutchinson or Hutch++ with its standard error."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from landscape_cli.commands.base import add_analysis_command
+from landscape_cli.commands.hessian import curvature_parent
+from landscape_cli.inputs import Context
+from landscape_cli.output import emit
+from landscape_cli.parsing import positive_float, positive_int, seed_int
+
+
+def register(sub: Any) -> None:
+    """Add ``trace`` to the subcommands.
+
+    Parameters
+    ----------
+    sub : argparse._SubParsersAction
+        The subcommands of ``landscape``.
+    """
+    from landscape.curvature.trace import TRACE_METHODS
+
+    p = add_analysis_command(sub, "trace", func=run, parents=(curvature_parent(),), default_models=["global"],
+                             nmodels=(1, None), help="Hessian trace (Hutchinson or Hutch++) with its standard error")
+    p.add_argument("--method", default="hutchinson", choices=TRACE_METHODS,
+                   help="hutchinson (Rademacher probes) or hutch++ (low-rank part plus Hutchinson on the rest)")
+    p.add_argument("--tol", type=positive_float, default=1e-3, help="stop at stderr <= tol |trace|")
+    p.add_argument("--max-iter", type=positive_int, default=100, help="Hessian-vector products at most per model")
+    p.add_argument("--min-samples", type=positive_int, default=10, help="probes before the stopping test")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the probes")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``tr H`` of each model (Hutchinson 1989; Hutch++, Meyer et al. 2021).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed arguments of ``landscape trace``.
+
+    Returns
+    -------
+    int
+        0.
+    """
+    from landscape import hessian_trace
+
+    ctx = Context(args)
+    numbers: dict[str, Any] = {}
+    results: dict[str, Any] = {}
+    for label, model in ctx.models.items():
+        tr = hessian_trace(model, ctx.evaluator, tol=args.tol, max_iter=args.max_iter, seed=args.seed,
+                           method=args.method, min_samples=args.min_samples, params=args.params, hvp=args.hvp)
+        numbers[label] = {"trace": tr.value, "stderr": tr.stderr, "method": tr.method, "converged": tr.converged,
+                          "hvps": tr.matvecs}
+        results[f"{label} trace"] = tr
+    emit(ctx, numbers, results)
+    return 0

@@ -1,0 +1,114 @@
+"""The ``evaluation`` flags, generated from :class:`landscape.evaluation.options.EvaluatorOptions`.
+
+Every field of the dataclass becomes ``--field-name`` with the field's help, choices and
+bounds (metadata ``help``, ``choices``, ``minimum``, ``parse``), so the command line offers
+exactly the options of the Python API and validates them the same way. A field whose
+metadata says ``cli=False`` is Python-only; ``progress`` is expressed by ``--quiet``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any, Callable
+
+import torch
+
+from landscape import LandscapeError
+from landscape.evaluation.options import EvaluatorOptions
+from landscape_cli.parsing import device_name, number
+
+#: Options the command line expresses with another flag (the option -> that flag).
+ELSEWHERE = {"progress": "--quiet"}
+
+
+def cli_fields() -> list[dataclasses.Field]:
+    """The fields of ``EvaluatorOptions`` that get a flag of their own.
+
+    Returns
+    -------
+    list[dataclasses.Field]
+        In declaration order.
+    """
+    return [f for f in dataclasses.fields(EvaluatorOptions)
+            if f.metadata.get("cli", True) and f.name not in ELSEWHERE]
+
+
+def add_evaluator_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per evaluator option to an ``evaluation`` group of ``parser``.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        A parent parser shared by the analysis commands.
+    """
+    group = parser.add_argument_group("evaluation", "options of the evaluation engine (landscape.Evaluator)")
+    hints = typing.get_type_hints(EvaluatorOptions)
+    for f in cli_fields():
+        flag = "--" + f.name.replace("_", "-")
+        group.add_argument(flag, dest=f.name, default=f.default, help=f.metadata["help"],
+                           **_argument_kind(f, hints[f.name]))
+
+
+def _argument_kind(f: dataclasses.Field, hint: Any) -> dict[str, Any]:
+    """argparse keywords (type, choices, metavar or action) for one field."""
+    meta = f.metadata
+    choices = meta.get("choices")
+    if "parse" in meta:
+        return {"type": _checked(meta["parse"], f.name),
+                "metavar": "{" + ",".join(choices) + "}" if choices else f.name.upper()}
+    if choices is not None:
+        return {"choices": tuple(choices)}
+    members = set(typing.get_args(hint)) or {hint}
+    if hint is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    if torch.device in members:
+        return {"type": device_name}
+    if members <= {int, type(None)}:
+        return {"type": number(int, ge=meta.get("minimum")), "metavar": "N"}
+    if members <= {float, int, type(None)}:
+        return {"type": number(float, ge=meta.get("minimum")), "metavar": "X"}
+    if int in members:  # a key or an index: digits give the index
+        return {"type": _key_or_index, "metavar": "KEY|INDEX"}
+    return {"type": str}
+
+
+def _checked(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    """``parse`` with its ``LandscapeError`` turned into an argparse error (which names the flag)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except LandscapeError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = name
+    return convert
+
+
+def _key_or_index(text: str) -> str | int:
+    """An integer for text made of digits (an index), the text itself otherwise (a key)."""
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+def evaluator_options(args: argparse.Namespace) -> EvaluatorOptions:
+    """The validated evaluator options of parsed command-line arguments.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed arguments of a command whose parser includes :func:`add_evaluator_arguments`
+        and the ``--quiet`` flag.
+
+    Returns
+    -------
+    EvaluatorOptions
+        One field per flag, ``progress=False`` with ``--quiet``.
+
+    Raises
+    ------
+    ConfigError
+        From the dataclass's own validation (naming the option).
+    """
+    values = {f.name: getattr(args, f.name) for f in cli_fields()}
+    return EvaluatorOptions(**values, progress=False if args.quiet else None)

@@ -1,0 +1,229 @@
+"""Resolving a command's inputs: which models (an FL run or checkpoint files), which data, which evaluator.
+
+Models come from an FL run (``--run DIR --round R --models global client:3 ...``) or from a
+module spec and checkpoint files (``--module mlp --checkpoints a.pt b.pt --data digits``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from landscape import ConfigError, DataError
+from landscape_cli import modelspec
+from landscape_cli.evaluator_flags import evaluator_options
+from landscape_cli.parsing import positive_int
+
+EPILOG_INPUTS = ("models: --run DIR [--round R] [--models SEL ...] with SEL = global | client:K | clients "
+                 "(optionally @ROUND), or --module SPEC --checkpoints FILE ... --data digits|NAME|FILE.pt|FILE.npz")
+DATA_FORMAT = ("digits, another fl dataset name, or a data file: .npz (numpy.savez, no pickled objects) with "
+               "arrays 'inputs' (N, ...) float and 'targets' (N,) integer class labels (int64; float targets "
+               "only with --loss mse), also named x/y, or exactly two unnamed arrays; or .pt holding a tuple "
+               "(inputs, targets) of tensors (read with weights_only=True)")
+#: Losses whose targets are integer class labels (one per sample).
+CLASS_LABEL_LOSSES = ("cross_entropy", "nll")
+
+
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``models and data`` group (``--run``, ``--module``, ``--checkpoints``, ``--data``, ...).
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        A parent parser shared by the analysis commands.
+    """
+    g = parser.add_argument_group("models and data")
+    g.add_argument("--run", metavar="DIR", help="an FL run directory (written by 'landscape train' or fl.run)")
+    g.add_argument("--round", type=int, default=-1, help="round of the run's checkpoints (default: the last)")
+    g.add_argument("--models", nargs="+", metavar="SEL",
+                   help="run models: global, client:K, clients, each optionally @ROUND")
+    g.add_argument("--module", metavar="SPEC",
+                   help="architecture: zoo name (mlp, ...), package.module:factory or file.py:factory")
+    g.add_argument("--module-kwargs", default="{}", metavar="JSON", help="keyword arguments of the factory, as JSON")
+    g.add_argument("--checkpoints", nargs="+", metavar="FILE",
+                   help="checkpoint files (.pt/.pth weights only, .safetensors)")
+    g.add_argument("--labels", nargs="+", metavar="NAME", help="names of the checkpoints (default: file stems)")
+    g.add_argument("--data", metavar="DATA", help=DATA_FORMAT)
+    g.add_argument("--split", default="test", help="test | train (| client:K for a run): the evaluation data")
+    g.add_argument("--data-root", metavar="DIR", help="folder of torchvision datasets (never downloaded here)")
+    g.add_argument("--num-classes", type=positive_int, help="outputs of the model (default: largest label + 1)")
+
+
+def command_name(args: argparse.Namespace) -> str:
+    """The command as typed, e.g. ``"plane"`` or ``"check transitivity"``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed arguments.
+
+    Returns
+    -------
+    str
+    """
+    return f"check {args.claim}" if args.command == "check" else args.command
+
+
+def json_object(text: str, flag: str) -> dict:
+    """A JSON object given on the command line.
+
+    Parameters
+    ----------
+    text : str
+        The flag's value.
+    flag : str
+        The flag, for the error message.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    ConfigError
+        When ``text`` is not JSON or not an object.
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{flag} must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag} must be a JSON object like '{{\"hidden\": [32]}}'")
+    return value
+
+
+def check_labels(targets: torch.Tensor, loss: Any, source: str) -> None:
+    """Refuse targets that a class-label loss cannot use, with the fix in the message.
+
+    Parameters
+    ----------
+    targets : torch.Tensor
+        The data's targets.
+    loss : Any
+        The evaluator's loss (a name; callables are not checked).
+    source : str
+        Where the data came from (``--data FILE`` or the run), for the message.
+
+    Raises
+    ------
+    DataError
+        For float labels or labels of shape ``(N, 1)`` (or any non 1-D shape) under
+        ``cross_entropy``/``nll``.
+    """
+    if loss not in CLASS_LABEL_LOSSES:
+        return
+    if torch.is_floating_point(targets):
+        raise DataError(f"{source}: targets are {targets.dtype} but --loss {loss} needs integer class labels; "
+                        "save them as int64 (numpy: y.astype(np.int64)), or use --loss mse for float targets")
+    if targets.ndim != 1:
+        raise DataError(f"{source}: targets have shape {tuple(targets.shape)} but --loss {loss} needs one class "
+                        "label per sample, shape (N,); save y.reshape(-1)")
+
+
+class Context:
+    """Resolved inputs of a command: module, labelled models, data, evaluator, output folder.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed arguments; the command's ``set_defaults`` provide ``nmodels`` (least, most
+        models), ``default_models`` (run selectors used without ``--models``) and
+        optionally ``keep_clients`` (how many clients that default keeps).
+
+    Raises
+    ------
+    ConfigError, DataError, CheckpointError
+        For inputs that are missing, contradictory or unreadable.
+    """
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.command = command_name(args)
+        self.out = Path(args.out)
+        self.run = None
+        if args.run and args.module:
+            raise ConfigError("use either --run DIR or --module SPEC with --checkpoints, not both")
+        if args.run:
+            self._from_run(args)
+        elif args.module:
+            self._from_files(args)
+        else:
+            raise ConfigError("no models given: " + EPILOG_INPUTS[len("models: "):])
+        lo, hi = args.nmodels
+        if len(self.models) < lo or (hi is not None and len(self.models) > hi):
+            want = f"exactly {lo}" if lo == hi else f"at least {lo}" if hi is None else f"{lo} to {hi}"
+            raise ConfigError(f"'{self.command}' needs {want} models, got {len(self.models)}: {list(self.models)}")
+        self._evaluator = None
+
+    def _from_run(self, args: argparse.Namespace) -> None:
+        if args.checkpoints:
+            raise ConfigError("--checkpoints goes with --module; with --run select models with --models")
+        self.run = modelspec.open_run(args.run)
+        self.module = self.run.module()
+        self.data = modelspec.run_data(self.run, args.split)
+        selectors = args.models or args.default_models
+        if selectors is None:
+            raise ConfigError("name the models with --models, e.g. --models client:0 client:1 global")
+        self.models = modelspec.run_models(self.run, selectors, args.round)
+        keep = getattr(args, "keep_clients", None)
+        if not args.models and keep:  # default selection: the first clients of the round (+ global)
+            clients = [k for k in self.models if k.startswith("client")][:keep]
+            self.models = {k: v for k, v in self.models.items() if k in clients or k.startswith("global")}
+
+    def _from_files(self, args: argparse.Namespace) -> None:
+        if not args.checkpoints:
+            raise ConfigError("--module needs --checkpoints FILE ...")
+        if not args.data:
+            raise ConfigError("--module needs --data (digits, a dataset name, or a .pt/.npz file)")
+        if args.models:
+            raise ConfigError("--models selects models of a run; with --module list --checkpoints")
+        self.data = modelspec.load_data(args.data, split=args.split, root=args.data_root)
+        check_labels(self.data[1], args.loss, f"--data {args.data}")
+        kwargs = json_object(args.module_kwargs, "--module-kwargs")
+        self.module = modelspec.build_module(
+            args.module, input_shape=tuple(self.data[0].shape[1:]),
+            num_classes=args.num_classes or modelspec.infer_classes(self.data[1]), kwargs=kwargs)
+        self.models = modelspec.checkpoint_models(args.checkpoints, args.labels)
+
+    @property
+    def evaluator(self) -> Any:
+        """The :class:`landscape.Evaluator` of the command (built on first use).
+
+        Returns
+        -------
+        landscape.Evaluator
+            Over the command's data, with the evaluation flags and the cache
+            (``--cache``, default ``<out>/landscape_cache.h5``; none with ``--no-cache``).
+        """
+        from landscape import Evaluator
+
+        if self._evaluator is None:
+            a = self.args
+            cache = None if a.no_cache else (a.cache or str(self.out / "landscape_cache.h5"))
+            self._evaluator = Evaluator(self.module, self.data, cache=cache, options=evaluator_options(a))
+        return self._evaluator
+
+    def split_global(self) -> tuple[dict[str, Any], Any]:
+        """The client models and the global model.
+
+        Returns
+        -------
+        tuple[dict[str, Any], Any]
+            (label -> client model, global model): the run's ``global`` selection or the
+            ``--global`` checkpoint.
+
+        Raises
+        ------
+        ConfigError
+            When neither names a global model.
+        """
+        globals_ = [k for k in self.models if k.startswith("global")]
+        clients = {k: v for k, v in self.models.items() if k not in globals_}
+        if len(globals_) == 1 and self.run is not None:
+            return clients, self.models[globals_[0]]
+        if getattr(self.args, "global_model", None):
+            return clients, Path(self.args.global_model)
+        raise ConfigError("the global model is missing: select 'global' with --run, or pass --global FILE")

@@ -1,0 +1,145 @@
+"""What a command leaves behind: the numbers on stdout (a table or JSON), ``<out>/<command>.json``,
+the figures and the result objects in the HDF5 cache.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from landscape.infra.files import write_json
+from landscape_cli.inputs import Context
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``output`` group (``--out``, ``--cache``, ``--json``, ...) to ``parser``.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        A parent parser shared by the analysis commands.
+    """
+    o = parser.add_argument_group("output")
+    o.add_argument("--out", default="landscape_out", metavar="DIR", help="folder for figures and JSON")
+    o.add_argument("--cache", metavar="FILE", help="HDF5 cache (default <out>/landscape_cache.h5)")
+    o.add_argument("--no-cache", action="store_true", help="do not read or write a cache")
+    o.add_argument("--json", action="store_true", help="print the numbers as JSON instead of a table")
+    o.add_argument("--no-figures", action="store_true", help="skip the figures")
+    o.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def plain(value: Any) -> Any:
+    """A JSON-ready copy of ``value``.
+
+    Parameters
+    ----------
+    value : Any
+        Nested mappings, sequences, numpy arrays and scalars, paths.
+
+    Returns
+    -------
+    Any
+        Arrays become lists, numpy scalars Python numbers, NaN and infinities ``None``,
+        paths strings.
+    """
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [plain(v) for v in (value.tolist() if isinstance(value, np.ndarray) else value)]
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return float(value) if math.isfinite(float(value)) else None
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def table(numbers: Mapping[str, Any], indent: str = "") -> list[str]:
+    """The numbers as aligned ``key  value`` lines, nested mappings indented.
+
+    Parameters
+    ----------
+    numbers : Mapping[str, Any]
+        Name -> number, list or nested mapping.
+    indent : str
+        Prefix of every line (grows by two spaces per nesting level).
+
+    Returns
+    -------
+    list[str]
+        The lines; floats with 6 significant digits, lists cut after 8 items.
+    """
+    lines = []
+    width = max((len(str(k)) for k in numbers), default=0)
+    for key, value in numbers.items():
+        if isinstance(value, Mapping):
+            lines.append(f"{indent}{key}:")
+            lines += table(value, indent + "  ")
+        else:
+            lines.append(f"{indent}{str(key).ljust(width)}  {_cell(value)}")
+    return lines
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, (list, tuple, np.ndarray)):
+        items = list(value)
+        shown = ", ".join(_cell(v) for v in items[:8])
+        return f"[{shown}{', ...' if len(items) > 8 else ''}]"
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.6g}"
+    return str(value)
+
+
+def emit(ctx: Context, numbers: Mapping[str, Any], results: Mapping[str, Any],
+         draw: Callable[[], Mapping[str, Any]] | None = None) -> Path:
+    """Write ``<out>/<command>.json``, the figures and the cached results; print the numbers.
+
+    Parameters
+    ----------
+    ctx : Context
+        The command's resolved inputs (arguments, models, evaluator, output folder).
+    numbers : Mapping[str, Any]
+        What the command measured; printed as a table (or JSON with ``--json``) and stored.
+    results : Mapping[str, Any]
+        Label -> result object, saved in the evaluator's cache when there is one.
+    draw : Callable[[], Mapping[str, Any]], optional
+        Returns file name -> figure; skipped with ``--no-figures``.
+
+    Returns
+    -------
+    Path
+        The JSON file written.
+    """
+    args = ctx.args
+    name = ctx.command.replace(" ", "_")
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    record = {"command": ctx.command, "models": list(ctx.models), "numbers": plain(numbers)}
+    written = [write_json(ctx.out / f"{name}.json", record)]
+    if ctx.evaluator.cache is not None:
+        from landscape.cache.store import make_key
+
+        for label, result in results.items():
+            ctx.evaluator.cache.save_result(make_key({"command": name, "label": label, "models": list(ctx.models),
+                                                      "spec": plain(dict(result.spec))}), result)
+    if draw is not None and not args.no_figures:
+        from figures.html import save
+
+        for filename, fig in draw().items():
+            written.append(save(fig, ctx.out / filename))
+            if hasattr(fig, "clf"):
+                import matplotlib.pyplot as plt
+
+                plt.close(fig)
+    print(json.dumps(record, indent=2) if args.json else "\n".join(table(numbers)))
+    print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return written[0]

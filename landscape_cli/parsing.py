@@ -1,0 +1,121 @@
+"""argparse pieces shared by every command: one-line errors, help formatting, checked values.
+
+A value converter given as ``type=`` raises :class:`argparse.ArgumentTypeError`; argparse
+then prints ``landscape: error: argument --span: must be > 0, got '0'`` on one line, so
+every message names the offending option without repeating it here.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import operator
+import sys
+from typing import Callable
+
+from landscape import ConfigError
+from landscape.infra.devices import resolve_device
+
+#: Largest seed accepted: torch.Generator.manual_seed takes values in [0, 2**63).
+MAX_SEED = 2**63 - 1
+_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``landscape: error: ...`` and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        """Print ``message`` on one line of stderr and exit with status 2.
+
+        Parameters
+        ----------
+        message : str
+            argparse's description of the problem (it names the option).
+        """
+        text = " ".join(message.split())
+        print(f"landscape: error: {text} (see '{self.prog} --help')", file=sys.stderr)
+        raise SystemExit(2)
+
+
+class Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Help that shows defaults, except None, False and those the help text already names."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if (action.default is None or action.default is False or action.default is argparse.SUPPRESS
+                or "default" in (action.help or "")):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def number(kind: type = float, *, gt: float | None = None, ge: float | None = None,
+           lt: float | None = None, le: float | None = None) -> Callable[[str], float | int]:
+    """A ``type=`` converter for a finite number within bounds.
+
+    Parameters
+    ----------
+    kind : type
+        ``int`` or ``float``.
+    gt, ge, lt, le : float, optional
+        Bounds ``>``, ``>=``, ``<``, ``<=``.
+
+    Returns
+    -------
+    Callable[[str], float | int]
+        Parses a string; raises ``argparse.ArgumentTypeError`` naming the expected range for
+        text that is not a number of that kind, NaN, infinite, or out of range.
+    """
+    bounds = [(op, b) for op, b in ((">", gt), (">=", ge), ("<", lt), ("<=", le)) if b is not None]
+    wanted = ("an integer" if kind is int else "a finite number") + "".join(
+        f"{' and' if i else ''} {op} {_show(b)}" for i, (op, b) in enumerate(bounds))
+
+    def convert(text: str) -> float | int:
+        try:
+            value = int(text) if kind is int else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}")
+        if not all(_OPS[op](value, bound) for op, bound in bounds):
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}")
+        return value
+
+    convert.__name__ = f"{kind.__name__}_in_range"
+    return convert
+
+
+def _show(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
+#: Common converters.
+positive_int = number(int, ge=1)
+count_at_least_2 = number(int, ge=2)
+finite_float = number(float)
+nonnegative_float = number(float, ge=0)
+positive_float = number(float, gt=0)
+seed_int = number(int, ge=0, le=MAX_SEED)
+
+
+def device_name(text: str) -> str:
+    """A ``type=`` converter for ``--device``: ``auto`` or a device that exists on this machine.
+
+    Parameters
+    ----------
+    text : str
+        ``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``.
+
+    Returns
+    -------
+    str
+        ``text`` unchanged (the evaluator resolves it again).
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        With the message of :func:`landscape.infra.devices.resolve_device`: not a device name,
+        or an accelerator this machine lacks.
+    """
+    try:
+        resolve_device(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
