@@ -12,21 +12,23 @@ from landscape.infra.errors import ConfigError
 
 RUN = dict(dataset="digits", clients=4, rounds=3, local_epochs=2, lr=0.1, seed=0, progress=False)
 ONE = {**RUN, "rounds": 1, "save_clients": "none"}
+PAPER_FORM = {"distance": "l2", "diversity_measure": "mean"}  # unsquared L2, mean distance (Sec. 3.3)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("lss")
     return {
-        "lss": fl.api.run("lss", out=root / "lss", affinity=0.03, diversity=0.03, **RUN),
+        "lss": fl.api.run("lss", out=root / "lss", affinity=0.03, diversity=0.03, **PAPER_FORM, **RUN),
+        "default": fl.api.run("lss", out=root / "default", **RUN),
         "fedavg": fl.api.run("fedavg", out=root / "fedavg", save_clients="none", **RUN),
         "single": fl.api.run("lss", out=root / "single", members=1, affinity=0.0, diversity=0.0,
                              save_clients="none", **{k: v for k, v in RUN.items()}),
         "frozen": fl.api.run("lss", out=root / "frozen", pool_seed="anchor_frozen", members=2,
                              store_pools=[1], **ONE),
         "plain": fl.api.run("lss", out=root / "plain", affinity=0.0, diversity=0.0, **ONE),
-        "div": fl.api.run("lss", out=root / "div", affinity=0.0, diversity=0.3, **ONE),
-        "aff": fl.api.run("lss", out=root / "aff", affinity=0.3, diversity=0.0, **ONE),
+        "div": fl.api.run("lss", out=root / "div", affinity=0.0, diversity=0.3, **PAPER_FORM, **ONE),
+        "aff": fl.api.run("lss", out=root / "aff", affinity=0.3, diversity=0.0, **PAPER_FORM, **ONE),
     }
 
 
@@ -80,8 +82,48 @@ def test_diversity_spreads_the_pool_and_affinity_pulls_it_to_the_start(runs) -> 
 
 
 def test_lss_trains_above_chance(runs) -> None:
-    acc = [m["test_accuracy"] for m in runs["lss"].metrics]
-    assert acc[-1] > 0.3 > acc[0], acc  # chance is 0.1
+    for name in ("lss", "default"):
+        acc = [m["test_accuracy"] for m in runs[name].metrics]
+        assert acc[-1] > 0.3 > acc[0], (name, acc)  # chance is 0.1
+
+
+def test_default_is_the_official_code_formulation(runs) -> None:
+    opts = runs["default"].config["options"]
+    assert (opts["distance"], opts["diversity_measure"], opts["affinity"], opts["diversity"]) == \
+        ("sq_l2", "volume", 1e-3, 1e-3)
+    ratios = [m["regulariser_gradient_ratio"] for m in runs["default"].metrics[1:]]
+    assert all(0 <= r < 1 for r in ratios), ratios  # the task gradient dominates
+
+
+def test_paper_literal_lambda_warns_that_regularisers_dominate(tmp_path) -> None:
+    with pytest.warns(RuntimeWarning, match="regularisers dominate"):
+        run = fl.api.run("lss", out=tmp_path / "paper", affinity=3.0, diversity=3.0, members=2,
+                         **PAPER_FORM, **ONE)
+    assert run.metrics[1]["regulariser_gradient_ratio"] > 1
+
+
+def test_regulariser_gradient_ratio_is_affinity_gradient_over_task_gradient(tmp_path) -> None:
+    """One member, one full-batch step: the affinity gradient is lambda * unit vector (norm
+    lambda) at any point but f_p itself, where it is 0, so the reported ratio is 0 there;
+    with the squared distance it is 0 at f_p too (an analytic value for both forms)."""
+    for form in ({"distance": "l2"}, {"distance": "sq_l2"}):
+        run = fl.api.run("lss", out=tmp_path / form["distance"], members=1, affinity=5.0, diversity=0.0,
+                         **{**ONE, "local_epochs": 1, "batch_size": 10_000}, **form)
+        assert run.metrics[1]["regulariser_gradient_ratio"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_split_budget_member_trains_on_fedavgs_batches(tmp_path) -> None:
+    """budget="split", 2 members, 2 local epochs, no regularisers: member 0 (alone in the pool,
+    so plain SGD) takes the first half of FedAvg's batches, i.e. equals FedAvg with 1 epoch."""
+    lss = fl.api.run("lss", out=tmp_path / "lss", members=2, affinity=0.0, diversity=0.0, budget="split",
+                     **{**ONE, "save_clients": "all"})
+    fedavg = fl.api.run("fedavg", out=tmp_path / "fedavg", **{**ONE, "local_epochs": 1, "save_clients": "all"})
+    pools = client_pools(lss.algorithm_state(1))
+    uploads = fedavg.client_states(1)
+    for k, pool in pools.items():
+        assert len(pool) == 2
+        for name, t in pool[0].items():
+            torch.testing.assert_close(t, uploads[k][name], rtol=0, atol=1e-6)
 
 
 def test_distance_is_l2_over_all_tensors() -> None:
@@ -106,7 +148,7 @@ def test_simplex_volume_is_cayley_menger() -> None:
 
 def test_invalid_options_raise() -> None:
     for bad in ({"members": 0}, {"affinity": -1.0}, {"pool_seed": "x"}, {"distance": "l1"},
-                {"store_pools": "all"}, {"concentration": 0.0}, {"diversity_measure": "max"}):
+                {"store_pools": "all"}, {"concentration": 0.0}, {"diversity_measure": "max"}, {"budget": "x"}):
         with pytest.raises(ConfigError):
             fl.api.build_config("lss", dataset="digits", model=None, clients=2, rounds=1,
                                 participation=1.0, local_epochs=1, batch_size=8, lr=0.1,

@@ -4,32 +4,45 @@ Each client builds, from the model it received ``f_p``, a pool of models trained
 another; member ``i`` starts at the uniform mean of the pool so far and is the only one
 updated while it trains. Every step uses a random convex combination of the pool
 (Sec. 3.3.1, ``alpha ~ Dirichlet(concentration * 1)``, one draw per step, or the mean loss
-over ``interp_samples`` draws) and minimises
+over ``interp_samples`` draws) and minimises (Algorithm 1 line 7)
 
-    CE(sum_j alpha_j f_j; B) + lambda_a * dist(f_a, f_p) - lambda_d * mean_{n != a} dist(f_a, f_n)
+    CE(sum_j alpha_j f_j; B) + lambda_a * dist(f_a, f_p) - lambda_d * div(f_a, pool)
 
-(affinity Eq. 5 pulls towards ``f_p``, diversity Eq. 4 pushes away from the other members;
-``dist`` is the L2 norm over all trainable tensors, ``sqrt(|d|^2 + 1e-12)`` so it is smooth
-at 0; ``distance="sq_l2"`` uses squared distances as the official code's affinity).
-``diversity_measure="volume"`` replaces the mean distance by the official code's term, the
-Cayley-Menger determinant of the squared distances between all members (the active one
-included), ``|det CM| / (((n-1)!)^2 2^(n-1))``, i.e. the squared volume of their simplex.
-The client uploads the uniform weight average of its pool; the server is FedAvg.
+(affinity Eq. 5 pulls towards ``f_p``, diversity Eq. 4 pushes away from the other members).
+
+Formulations. The default is the official code's: ``distance="sq_l2"`` (squared L2 over all
+trainable tensors) for the affinity, ``diversity_measure="volume"`` (the Cayley-Menger
+determinant of the squared distances between all members, the active one included,
+``|det CM| / (((n-1)!)^2 2^(n-1))``, i.e. the squared volume of their simplex) for the
+diversity, with the code's coefficients ``affinity = diversity = 1e-3``. The paper's literal
+form (Sec. 3.3.2-3.3.3, App. E.1) is ``distance="l2", diversity_measure="mean",
+affinity=3, diversity=3``: unsquared L2 (``sqrt(|d|^2 + 1e-12)``, smooth at 0) and the mean
+distance to the other members. Coefficients do not carry over between the two.
 
 Scale warning: the unsquared L2 terms have gradients of norm ``lambda`` whatever the model
-size, so the paper's ``lambda = 3`` (tuned for a pre-trained ResNet-18 with Adam) dominates
-the task gradient of small models: on the digits MLP it keeps training near chance, while
-``affinity = diversity = 0.03`` trains well (see the tests).
+size, so the paper's ``lambda = 3`` (tuned for a pre-trained ResNet-18 with Adam) swamps the
+task gradient of a small randomly initialised model, which then stays near chance. Every
+step measures ``|grad regularisers| / |grad task|`` for the active member (client metric
+``regulariser_gradient_ratio``, the mean over steps); when a member's mean ratio exceeds 1
+the update emits a ``RuntimeWarning`` naming the ratio.
+
+Compute: with ``budget="per_member"`` (default, the paper's) every member trains
+``epochs_per_member`` epochs, so a client makes ``members * epochs_per_member`` epochs of
+steps, each with ``interp_samples`` forward passes. FedAvg at the same step budget is
+``fl.run("fedavg", local_epochs=members * epochs_per_member)``. ``budget="split"`` instead
+splits the run's ``local_epochs`` of mini-batches (drawn exactly as FedAvg draws them) into
+``members`` consecutive chunks, one per member: LSS then takes exactly FedAvg's number of
+gradient steps on the same batches (a compute-matched comparison, one gradient per step).
 
 ``pool_seed`` (reference/lss.md §1.2): ``"anchor_trained"`` (default, the official code's
 reading): ``members`` trained models, the first a trainable copy of ``f_p`` (task loss and
 affinity only, there are no other members yet); ``"anchor_frozen"`` (Algorithm 1 read
 literally): the frozen ``f_p`` is pool member 0 and is part of the interpolation and of the
 final average, followed by ``members`` trained models. Defaults: ``members`` 4,
-``affinity`` = ``diversity`` = 3 (paper), ``epochs_per_member`` = the run's local epochs (the
-paper's 8 "steps" are epochs), optimiser SGD with the run's lr/momentum/weight decay
-(``optimizer="adam"`` for the paper's Adam; pass ``lr=5e-4``). BatchNorm buffers are shared
-by all members and updated by the interpolated forward passes (as in the official code).
+``epochs_per_member`` = the run's local epochs (the paper's 8 "steps" are epochs), optimiser
+SGD with the run's lr/momentum/weight decay (``optimizer="adam"`` for the paper's Adam; pass
+``lr=5e-4``). BatchNorm buffers are shared by all members and updated by the interpolated
+forward passes (as in the official code).
 
 Stored (``Run.algorithm_state(r)``): ``lss.pool.{client}.{i}.{name}`` for each stored
 client's pool members (i = 0 first), trainable tensors only; ``store_pools`` is True (all
@@ -37,16 +50,17 @@ clients), False, or a list of client ids.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-from typing import Any, Mapping, Sequence
+import warnings
+from typing import Any, Literal, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from landscape.infra.errors import ConfigError
-
+from ..options import Options, option
 from .base import (Algorithm, ClientUpdate, LocalContext, State, forward, make_generator, minibatches,
                    split_state, weighted_average)
 from .simplex import sample_uniform_simplex
@@ -56,6 +70,7 @@ POOL_SEEDS = ("anchor_trained", "anchor_frozen")
 DISTANCES = ("l2", "sq_l2")
 DIVERSITY_MEASURES = ("mean", "volume")
 OPTIMIZERS = ("sgd", "adam")
+BUDGETS = ("per_member", "split")
 
 
 def distance(a: Mapping[str, Tensor], b: Mapping[str, Tensor], kind: str = "l2") -> Tensor:
@@ -77,6 +92,11 @@ def simplex_volume_sq(members: Sequence[Mapping[str, Tensor]]) -> Tensor:
     return torch.linalg.det(cm).abs() / (math.factorial(n - 1) ** 2 * 2 ** (n - 1))
 
 
+def _norm(tensors: Sequence[Tensor]) -> float:
+    """Global L2 norm of a sequence of tensors."""
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t) for t in tensors])))
+
+
 def mix(pool: Sequence[Mapping[str, Tensor]], weights: Tensor) -> State:
     """``sum_j weights_j * pool_j`` for every tensor."""
     return {n: sum(w * m[n] for w, m in zip(weights.tolist(), pool)) for n in pool[0]}
@@ -87,37 +107,45 @@ def pool_mean(pool: Sequence[Mapping[str, Tensor]]) -> State:
     return weighted_average(list(pool), [1.0] * len(pool))
 
 
+@dataclasses.dataclass(frozen=True)
+class LSSOptions(Options):
+    """Options of LSS (Chen et al., NeurIPS 2024)."""
+
+    members: int = option(4, ge=1, le=1000, help="trained pool members per client", source="LSS Algorithm 1")
+    affinity: float = option(1e-3, ge=0, le=1e4, help="affinity weight lambda_a", source="LSS Eq. 5; official code")
+    diversity: float = option(1e-3, ge=0, le=1e4, help="diversity weight lambda_d", source="LSS Eq. 4; official code")
+    distance: Literal[DISTANCES] = option("sq_l2", help="distance of the affinity term",  # type: ignore[valid-type]
+                                          source="official code (sq_l2); paper: l2")
+    diversity_measure: Literal[DIVERSITY_MEASURES] = option(  # type: ignore[valid-type]
+        "volume", help="mean distance (paper) or simplex volume (official code)", source="LSS Eq. 4")
+    pool_seed: Literal[POOL_SEEDS] = option("anchor_trained", help="how the pool starts",  # type: ignore[valid-type]
+                                            source="LSS Algorithm 1 / official code")
+    interp_samples: int = option(1, ge=1, le=1000, help="random convex combinations per step",
+                                 source="LSS Sec. 3.3.1")
+    concentration: float = option(1.0, gt=0, le=1e4, help="Dirichlet concentration of the combinations",
+                                  source="LSS Sec. 3.3.1 (uniform)")
+    epochs_per_member: int | None = option(None, ge=1, le=10_000, help="epochs per member (default: the "
+                                           "run's local epochs)", source="LSS Sec. 4 (8 epochs)")
+    budget: Literal[BUDGETS] = option("per_member", help="per_member: epochs_per_member each; split: the "  # type: ignore[valid-type]
+                                      "run's local epochs split over the members", source="ours")
+    optimizer: Literal[OPTIMIZERS] = option("sgd", help="local optimiser (paper: adam)",  # type: ignore[valid-type]
+                                            source="LSS Sec. 4")
+    store_pools: bool | list[int] = option(True, ge=0, help="store the pools: true, false or a JSON list "
+                                           "of client ids", source="ours")
+
+    def resolved(self, config: Mapping[str, Any]) -> "LSSOptions":
+        """``epochs_per_member`` defaults to the run's local epochs."""
+        if self.epochs_per_member is not None:
+            return self
+        return dataclasses.replace(self, epochs_per_member=int(config["local_epochs"]))
+
+
 class LSS(Algorithm):
     """LSS: each client sends the average of a pool of interpolation-trained models."""
 
     name = "lss"
-    options = {"members": 4, "affinity": 3.0, "diversity": 3.0, "distance": "l2",
-               "diversity_measure": "mean", "pool_seed": "anchor_trained", "interp_samples": 1,
-               "concentration": 1.0, "epochs_per_member": None, "optimizer": "sgd", "store_pools": True}
-
-    @classmethod
-    def resolve_options(cls, given: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-        opts = super().resolve_options(given, config)
-        if opts["epochs_per_member"] is None:
-            opts["epochs_per_member"] = int(config["local_epochs"])
-        for key in ("members", "interp_samples", "epochs_per_member"):
-            if isinstance(opts[key], bool) or not isinstance(opts[key], int) or opts[key] < 1:
-                raise ConfigError(f"lss option {key} must be a positive integer, got {opts[key]!r}")
-        for key in ("affinity", "diversity", "concentration"):
-            if not isinstance(opts[key], (int, float)) or isinstance(opts[key], bool) or opts[key] < 0:
-                raise ConfigError(f"lss option {key} must be a number >= 0, got {opts[key]!r}")
-        if opts["concentration"] == 0:
-            raise ConfigError("lss option concentration must be positive")
-        for key, allowed in (("distance", DISTANCES), ("diversity_measure", DIVERSITY_MEASURES),
-                             ("pool_seed", POOL_SEEDS), ("optimizer", OPTIMIZERS)):
-            if opts[key] not in allowed:
-                raise ConfigError(f"lss option {key} must be one of {allowed}, got {opts[key]!r}")
-        stored = opts["store_pools"]
-        if not (isinstance(stored, bool) or (isinstance(stored, (list, tuple))
-                                             and all(isinstance(k, int) for k in stored))):
-            raise ConfigError(f"lss option store_pools must be True, False or a list of client ids, "
-                              f"got {stored!r}")
-        return opts
+    Options = LSSOptions
+    _warned = False  # set on the instance after the first regulariser-dominance warning
 
     def _stores(self, client: int) -> bool:
         stored = self.opts["store_pools"]
@@ -134,8 +162,33 @@ class LSS(Algorithm):
             return simplex_volume_sq([*pool, active]).to(next(iter(active.values())).dtype)
         return sum(distance(active, m, self.opts["distance"]) for m in pool) / len(pool)
 
+    def _member_batches(self, ctx: LocalContext) -> list[list[Tensor]]:
+        """Mini-batch index tensors of each member: ``epochs_per_member`` epochs each, or the
+        run's ``local_epochs`` of batches split into ``members`` consecutive chunks."""
+        members = int(self.opts["members"])
+        if self.opts["budget"] == "split":
+            batches = list(minibatches(len(ctx.y), ctx.batch_size, ctx.local_epochs, ctx.generator))
+            bounds = [round(i * len(batches) / members) for i in range(members + 1)]
+            return [batches[a:b] for a, b in zip(bounds, bounds[1:])]
+        return [list(minibatches(len(ctx.y), ctx.batch_size, int(self.opts["epochs_per_member"]),
+                                 ctx.generator)) for _ in range(members)]
+
+    def _regulariser(self, active: State, anchor: State, pool: Sequence[State]) -> Tensor | None:
+        """``lambda_a * dist(f_a, f_p) - lambda_d * div(f_a, pool)``; None when both are off."""
+        o = self.opts
+        terms = []
+        if o["affinity"] > 0:
+            terms.append(o["affinity"] * distance(active, anchor, o["distance"]))
+        if pool and o["diversity"] > 0:
+            terms.append(-o["diversity"] * self._diversity(active, pool))
+        return sum(terms) if terms else None
+
     def client_update(self, ctx: LocalContext) -> ClientUpdate:
-        """Algorithm 1: train the pool member by member, upload its uniform average."""
+        """Algorithm 1: train the pool member by member, upload its uniform average.
+
+        The gradients of the task loss and of the regularisers are taken separately, so that
+        their norm ratio can be reported (metric ``regulariser_gradient_ratio``; a
+        ``RuntimeWarning`` when it exceeds 1 on average over a member's steps)."""
         o = self.opts
         anchor, buffers = split_state(ctx.module, ctx.global_state, ctx.device)
         anchor = {n: t.detach() for n, t in anchor.items()}
@@ -144,11 +197,14 @@ class LSS(Algorithm):
         ctx.module.train()
         total = torch.zeros((), dtype=torch.float64, device=ctx.device)
         seen = 0
-        for _ in range(int(o["members"])):
+        ratios: list[float] = []
+        for i, batches in enumerate(self._member_batches(ctx)):
             start = pool_mean(pool) if pool else anchor
             active = {n: t.detach().clone().requires_grad_(True) for n, t in start.items()}
-            opt = self._optimizer(ctx, list(active.values()))
-            for idx in minibatches(len(ctx.y), ctx.batch_size, int(o["epochs_per_member"]), ctx.generator):
+            params = list(active.values())
+            opt = self._optimizer(ctx, params)
+            member_ratios = []
+            for idx in batches:
                 idx = idx.to(ctx.device)
                 x, y = ctx.x[idx], ctx.y[idx]
                 members = pool + [active]
@@ -157,20 +213,35 @@ class LSS(Algorithm):
                                                     float(o["concentration"])).double():
                     task = task + F.cross_entropy(forward(ctx.module, mix(members, alpha), buffers, x), y)
                 task = task / int(o["interp_samples"])
-                objective = task + o["affinity"] * distance(active, anchor, o["distance"])
-                if pool and o["diversity"] > 0:
-                    objective = objective - o["diversity"] * self._diversity(active, pool)
-                opt.zero_grad(set_to_none=True)
-                objective.backward()
+                grads = torch.autograd.grad(task, params)
+                reg = self._regulariser(active, anchor, pool)
+                if reg is not None:
+                    reg_grads = torch.autograd.grad(reg, params)
+                    member_ratios.append(_norm(reg_grads) / max(_norm(grads), 1e-12))
+                    grads = tuple(g + h for g, h in zip(grads, reg_grads))
+                for p, g in zip(params, grads):
+                    p.grad = g
                 opt.step()
                 total += task.detach().double() * len(y)
                 seen += len(y)
+            if member_ratios and sum(member_ratios) / len(member_ratios) > 1 and not self._warned:
+                self._warned = True  # once per run: the metric records every round's ratio
+                warnings.warn(f"lss: the affinity/diversity regularisers dominate the task loss for member {i} "
+                              f"of client {ctx.client} in round {ctx.round} (mean |grad reg| / |grad CE| = "
+                              f"{sum(member_ratios) / len(member_ratios):.3g}, distance={o['distance']!r}, "
+                              f"affinity={o['affinity']}, diversity={o['diversity']}); lower the coefficients "
+                              "or use the default squared formulation (warned once per run; see the client "
+                              "metric regulariser_gradient_ratio)", RuntimeWarning, stacklevel=2)
+            ratios.extend(member_ratios)
             pool.append({n: t.detach() for n, t in active.items()})
         averaged = pool_mean(pool)
         state = {n: (averaged[n] if n in averaged else buffers[n]) for n in ctx.global_state}
         kept = ({f"{PREFIX}pool.{i}.{n}": t for i, m in enumerate(pool) for n, t in m.items()}
                 if self._stores(ctx.client) else None)
-        return ClientUpdate(state, len(ctx.y), kept, {"train_loss": float(total) / max(seen, 1)})
+        metrics = {"train_loss": float(total) / max(seen, 1)}
+        if ratios:
+            metrics["regulariser_gradient_ratio"] = sum(ratios) / len(ratios)
+        return ClientUpdate(state, len(ctx.y), kept, metrics)
 
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate], server_state: State,
                   round: int) -> tuple[State, State]:
