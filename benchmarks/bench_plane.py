@@ -48,7 +48,7 @@ from bench_distributed import digits, small_cnn  # noqa: E402
 
 from fl.models import build_model  # noqa: E402
 from landscape import Evaluator, plane  # noqa: E402
-from landscape.evaluation.evaluator import resolve_device  # noqa: E402
+from landscape.infra.devices import resolve_device  # noqa: E402
 
 
 def cifar_like(samples: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,20 +12,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from landscape.infra.errors import ConfigError, DataError
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``"auto"`` -> CUDA when available, else CPU; anything else is checked."""
-    if isinstance(device, str) and device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ConfigError(f"invalid device {device!r}: {exc}; use 'auto', 'cpu' or 'cuda[:n]'") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device {device!r} requested but CUDA is not available; use device='cpu'")
-    return dev
+from landscape.infra.devices import resolve_device
+from landscape.infra.errors import DataError
 
 
 @torch.no_grad()

@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from landscape import Cache, Evaluator, interpolate, plane
-from landscape.evaluation.sharded import (Backend, EvaluatorSpec, ShardError, evaluate_points_distributed,
-                                   evaluate_shard, iter_shards, map_calls, map_models, run_shards,
-                                   shard_ranges, to_device, worker_device)
+from landscape.evaluation.sharded import (EvaluatorSpec, evaluate_points_distributed, evaluate_shard, map_models,
+                                          shard_ranges)
+from landscape.infra.parallel import Backend, ShardError, iter_shards, map_calls, run_shards, to_device, worker_device
 from landscape.infra.errors import ConfigError
 
 from conftest import make_bn_cnn, make_mlp

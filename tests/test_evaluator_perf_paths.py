@@ -11,7 +11,7 @@ from torch.func import functional_call
 
 from conftest import make_bn_cnn, make_mlp, seeded_init_
 from landscape import Evaluator
-from landscape.evaluation import evaluator as evaluator_module
+from landscape.evaluation import strategies as strategies_module
 from landscape.space.params import ParameterSpace
 from landscape.space.points import PointSet
 
@@ -66,9 +66,9 @@ def test_flat_loop_equals_independent_functional_call(digits, factory, images, m
     vloss, vacc = vm.evaluate_points(PointSet.explicit(vecs))
     np.testing.assert_allclose(loss, vloss, rtol=2e-6, atol=1e-6)
     np.testing.assert_array_equal(acc, vacc)
-    monkeypatch.setattr(evaluator_module, "CONCAT_OUTPUT_BYTES", 0)  # score batch by batch
+    monkeypatch.setattr(strategies_module, "CONCAT_OUTPUT_BYTES", 0)  # score batch by batch
     per_batch = Evaluator(model, (x, y), strategy="loop", batch_size=128, progress=False)
-    assert ev._targets is not None and per_batch._targets is None
+    assert ev.concatenates_outputs and not per_batch.concatenates_outputs
     bloss, bacc = per_batch.evaluate_points(PointSet.explicit(vecs))
     np.testing.assert_allclose(bloss, loss, rtol=1e-6)  # float32 sums of other batch splits
     np.testing.assert_array_equal(bacc, acc)
@@ -80,7 +80,7 @@ def test_tied_weight_stays_tied_in_the_flat_module(digits):
     x, y = digits
     model = seeded_init_(Tied(), 1)
     ev = Evaluator(model, (x, y), strategy="loop", progress=False)
-    flat_module = ev._flat_module()[0]
+    flat_module = ev.loop.module
     assert flat_module.head.weight is flat_module.tied.weight
     assert flat_module.head.weight.data_ptr() != model.head.weight.data_ptr()
 
@@ -92,16 +92,16 @@ def test_out_of_memory_is_retried_with_smaller_chunks(digits, monkeypatch):
     plain = Evaluator(model, (x, y), strategy="loop", chunk_size=11, progress=False)
     expected = plain.evaluate_points(PointSet.explicit(vecs))
     ev = Evaluator(model, (x, y), strategy="loop", chunk_size=8, progress=False)
-    original = ev._run
+    original = ev.loop.sums
     sizes = []
 
-    def fragile(chunk, coeffs, strategy):
+    def fragile(chunk, coeffs):
         sizes.append(len(chunk))
         if len(chunk) > 3:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
-        return original(chunk, coeffs, strategy)
+        return original(chunk, coeffs)
 
-    monkeypatch.setattr(ev, "_run", fragile)
+    monkeypatch.setattr(ev.loop, "sums", fragile)
     loss, acc = ev.evaluate_points(PointSet.explicit(vecs))
     np.testing.assert_array_equal(loss, expected[0])
     np.testing.assert_array_equal(acc, expected[1])
@@ -154,10 +154,10 @@ def test_strategy_measurement_respects_vmap_memory_and_matches_loop(digits):
     expected = plain.evaluate_points(PointSet.explicit(vecs.double()))
     # a budget that fits the flat vectors of all points but the activations of only a few
     ev = Evaluator(model, (x, y), progress=False)
-    ev.memory_budget = 3 * ev._activation_bytes()
-    n = ev._fitting_chunk("vmap")
-    assert 1 <= n < len(vecs) <= ev._fitting_chunk("loop")
-    loss, acc = ev._measure_strategies(vecs, [[0.0]] * len(vecs))  # no input-layer shortcut here
+    ev.memory_budget = 3 * ev.activation_bytes()
+    n = ev.chunk_limit("vmap")
+    assert 1 <= n < len(vecs) <= ev.chunk_limit("loop")
+    loss, acc = ev.measure_strategies(vecs, [[0.0]] * len(vecs))  # no input-layer shortcut here
     assert ev.strategy in ("loop", "vmap") and f"measured on {n} points" in ev.strategy_reason
     np.testing.assert_allclose(loss, expected[0], rtol=1e-6)
     np.testing.assert_array_equal(acc, expected[1])

@@ -214,7 +214,7 @@ def _with_bn_mode(points: list[torch.Tensor], reference: torch.Tensor, evaluator
         return
     ref = reference.to(evaluator.device, evaluator.dtype)
     for vec in points:
-        fixed = evaluator._apply_bn_mode(vec.to(evaluator.device, evaluator.dtype).unsqueeze(0), ref)
+        fixed = evaluator.apply_bn_mode(vec.to(evaluator.device, evaluator.dtype).unsqueeze(0), ref)
         yield fixed[0].detach().to("cpu", torch.float64)
 
 

@@ -166,7 +166,7 @@ def _resolve_mode(mode: str, evaluator: Any) -> str:
     in :data:`RETAINED_BUDGET`; otherwise forward-over-reverse, whose memory stays flat."""
     if mode != "auto":
         return mode
-    graphs = 3 * evaluator._activation_bytes() * len(evaluator.batches)
+    graphs = 3 * evaluator.activation_bytes() * len(evaluator.batches)
     if evaluator.device.type == "cpu" and graphs <= RETAINED_BUDGET:
         return "retained"
     return "forward-over-reverse"

@@ -1,342 +1,37 @@
-"""Sharding of independent work units over local processes, Ray or Dask.
+"""Evaluation sharded over workers: the missing points of a point set, or per-model analyses.
 
-A *shard* is a picklable payload handed to a module-level function ``fn(payload)`` in a
-worker: a contiguous block of grid or path points, a model whose curvature is wanted, or
-one client update of an FL round. :func:`iter_shards` / :func:`run_shards` run them on a
-:class:`Backend`:
-
-* ``"local"``: in this process, one shard after another (joblib's sequential backend);
-* ``"loky"`` / ``"processes"``: a pool of ``n_jobs`` local worker processes;
-* ``"ray"``: Ray tasks (at most ``n_jobs`` at a time); attaches to a running cluster given by
-  ``address`` (or ``RAY_ADDRESS``; ``"auto"`` finds a local head), otherwise starts a local
-  one with ``n_jobs`` CPUs (an already initialised Ray is used as it is);
-* ``"dask"``: a ``dask.distributed`` cluster given by ``address``, the current client, or a
-  temporary local cluster of ``n_jobs`` processes;
-* any other registered joblib backend name (``"threading"``, ...).
-
-Guarantees: every shard's result depends only on its payload (seeds travel inside the
-payload, never per worker), so all back ends give the same numbers up to floating-point
-round-off (workers may use a different number of BLAS threads than this process). Only the
-calling process writes the HDF5 cache: workers get no cache, the caller stores each shard
-as it arrives, so an interrupted run resumes with the missing shards only. A shard whose
-function raises, or whose worker dies, is retried up to ``retries`` times (in a joblib pool
-a dead worker aborts the pool, so every unfinished shard of that pass counts one attempt;
-with Ray only the dead worker's task does).
-
-Devices: ``devices=["cuda:0", "cuda:1"]`` gives each worker process one entry, claimed
-round-robin on first use through lock files on the worker's machine (a worker keeps its
-device for life; with more workers than devices they share). With Ray, request GPUs per
-task instead (``ray_remote_args={"num_gpus": 1}``): Ray sets ``CUDA_VISIBLE_DEVICES`` and the
-worker's ``"cuda"`` is its own GPU.
+Built on :mod:`landscape.infra.parallel` (local processes, Ray, Dask). Each worker rebuilds the
+evaluator once from a picklable :class:`EvaluatorSpec` (template, CPU batches, options, never
+a cache); the calling process reads the cache, hands out runs of missing points, and stores
+every finished shard itself, so an interrupted run resumes with the missing shards only.
+Results equal the single-process ones up to round-off.
 """
 from __future__ import annotations
 
 import copy
-import dataclasses
-import fcntl
-import hashlib
-import os
-import tempfile
 import threading
-import traceback
 import uuid
 import weakref
 from collections import OrderedDict
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from ..infra.errors import ConfigError, LandscapeError
-from .evaluator import Evaluator, _contiguous_run
+from ..infra.errors import ConfigError
+from ..infra.parallel import Backend, as_backend, current_device, iter_shards, run_shards, to_device, worker_device
 from ..space.points import PointSet
+from .evaluator import Evaluator
+from .losses import LOSSES
+from .options import EvaluatorOptions
+from .resumable import contiguous_run, fill_points
 
-PROCESS_ALIASES = {"processes": "loky", "local": "sequential"}
-BUILTIN_LOSSES = ("cross_entropy", "mse", "nll")
+#: Shards per worker when no ``shard_size`` is given (evens out slow and fast workers).
 SHARDS_PER_WORKER = 4
 
 
-class ShardError(LandscapeError):
-    """A shard kept failing after all its retries."""
-
-
-@dataclass(frozen=True)
-class Backend:
-    """Where shards run. ``name``: ``local`` | ``loky`` | ``processes`` | ``ray`` | ``dask`` or a
-    joblib backend name; ``n_jobs`` workers (-1: all CPUs of the pool or cluster);
-    ``retries`` extra attempts per failed shard; ``devices`` one per worker (round-robin);
-    ``address`` of a Ray or Dask cluster to attach to; ``ray_remote_args`` for Ray tasks
-    (e.g. ``{"num_gpus": 0.5}``); ``options`` passed to ``joblib.parallel_config``."""
-
-    name: str = "local"
-    n_jobs: int = 1
-    retries: int = 1
-    devices: tuple[str, ...] | None = None
-    address: str | None = None
-    ray_remote_args: Mapping[str, Any] | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ConfigError(f"backend must be a non-empty name, got {self.name!r}")
-        if self.n_jobs == 0 or self.n_jobs < -1:
-            raise ConfigError(f"n_jobs must be a positive number of workers or -1 (all), got {self.n_jobs}")
-        if self.retries < 0:
-            raise ConfigError(f"retries must be >= 0, got {self.retries}")
-        if self.devices is not None:
-            object.__setattr__(self, "devices", tuple(str(d) for d in self.devices))
-            if not self.devices:
-                raise ConfigError("devices must list at least one device (e.g. ['cuda:0']) or be None")
-
-    @property
-    def joblib_name(self) -> str:
-        return PROCESS_ALIASES.get(self.name, self.name)
-
-    @property
-    def workers(self) -> int:
-        """Number of workers to plan shards for (1 for ``local``; CPU count for -1)."""
-        if self.joblib_name == "sequential":
-            return 1
-        return self.n_jobs if self.n_jobs > 0 else (os.cpu_count() or 1)
-
-
-def as_backend(backend: Backend | str | None = None, **overrides: Any) -> Backend:
-    """A :class:`Backend` from a name or an existing one, with non-None ``overrides`` applied."""
-    given = {k: v for k, v in overrides.items() if v is not None}
-    if isinstance(backend, Backend):
-        return Backend(**{**backend.__dict__, **given})
-    return Backend(name=backend or "local", **given)
-
-
-# ----------------------------------------------------------------------- worker side
-_WORKER_DEVICE: dict[str, str] = {}   # devices token -> device claimed by this process
-_SLOT_LOCKS: list[int] = []           # fds of held slot locks (released when the process exits)
-_RUNNING = threading.local()         # .device: the device of the shard running in this thread
-
-
-def _current_device() -> str | None:
-    return getattr(_RUNNING, "device", None)
-
-
-def worker_device(default: str | torch.device = "auto") -> str:
-    """The device assigned to the current worker by the backend, else ``default``."""
-    device = _current_device()
-    return device if device is not None else str(default)
-
-
-def _claim_device(devices: tuple[str, ...]) -> str:
-    """This process's device: the first free slot of ``devices`` (lock files), kept for life."""
-    token = hashlib.sha256("|".join(devices).encode()).hexdigest()[:16]
-    if token not in _WORKER_DEVICE:
-        slots = Path(tempfile.gettempdir()) / f"landscape-devices-{token}"
-        slots.mkdir(exist_ok=True)
-        chosen = os.getpid() % len(devices)  # every slot taken: share
-        for i in range(len(devices)):
-            fd = os.open(slots / f"slot-{i}", os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            _SLOT_LOCKS.append(fd)
-            chosen = i
-            break
-        _WORKER_DEVICE[token] = devices[chosen]
-    return _WORKER_DEVICE[token]
-
-
-def _attempt(fn: Callable[[Any], Any], index: int, payload: Any,
-             devices: tuple[str, ...] | None) -> tuple[int, bool, Any]:
-    """Run one shard in a worker; exceptions come back as text instead of aborting the pool."""
-    try:
-        _RUNNING.device = _claim_device(devices) if devices else None
-        return index, True, fn(payload)
-    except Exception as exc:  # reported to the caller, which retries the shard
-        return index, False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}"
-    finally:
-        _RUNNING.device = None
-
-
-# ----------------------------------------------------------------------- caller side
-@contextmanager
-def _joblib_context(backend: Backend) -> Iterator[None]:
-    """joblib's configuration for ``backend``; joins or starts a Dask cluster as needed."""
-    import joblib
-
-    with ExitStack() as stack:
-        if backend.name == "dask":
-            try:
-                from distributed import Client, LocalCluster, get_client
-            except ImportError:
-                raise ConfigError("backend='dask' needs dask.distributed: "
-                                  "pip install 'landscape-fl[dask]'") from None
-            if backend.address is not None:
-                stack.enter_context(Client(backend.address))
-            else:
-                try:
-                    get_client()
-                except ValueError:  # no client yet: a temporary local cluster
-                    threads = str(max(1, (os.cpu_count() or 1) // backend.workers))  # as loky does
-                    cluster = stack.enter_context(LocalCluster(
-                        n_workers=backend.workers, threads_per_worker=1, processes=True,
-                        dashboard_address=None, env={"OMP_NUM_THREADS": threads}))
-                    stack.enter_context(Client(cluster))
-        stack.enter_context(joblib.parallel_config(backend=backend.joblib_name, n_jobs=backend.n_jobs,
-                                                   **backend.options))
-        yield
-
-
-def _joblib_pass(fn: Callable[[Any], Any], payloads: Sequence[Any], pending: Sequence[int],
-                 backend: Backend) -> Iterator[tuple[int, bool, Any]]:
-    """One attempt at every pending shard through joblib; raises if the pool itself fails."""
-    from joblib import Parallel, delayed
-    from joblib.parallel import get_active_backend
-
-    with _joblib_context(backend):
-        # pools that cannot stream results run in waves of one shard per worker, so that
-        # finished work still reaches the caller (and its cache) early
-        streams = get_active_backend()[0].supports_return_generator
-        wave = len(pending) if streams else backend.workers
-        with Parallel(return_as="generator_unordered" if streams else "list") as parallel:
-            for start in range(0, len(pending), wave):
-                yield from parallel(delayed(_attempt)(fn, i, payloads[i], backend.devices)
-                                    for i in pending[start:start + wave])
-
-
-def _ray_pass(fn: Callable[[Any], Any], payloads: Sequence[Any], pending: Sequence[int],
-              backend: Backend) -> Iterator[tuple[int, bool, Any]]:
-    """One attempt at every pending shard as Ray tasks (at most ``n_jobs`` in flight).
-
-    Ray tasks rather than ``ray.util.joblib``: Ray keeps its worker processes (and the
-    evaluators they rebuilt) between calls, streams results, and a crashed worker fails
-    only its own task."""
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("backend='ray' needs ray: pip install 'landscape-fl[ray]'") from None
-    if not ray.is_initialized():
-        local = {"num_cpus": backend.n_jobs} if backend.address is None and backend.n_jobs > 0 else {}
-        ray.init(address=backend.address, include_dashboard=False, log_to_driver=False, **local)
-    task = ray.remote(max_retries=0, **{"num_cpus": 1, **dict(backend.ray_remote_args or {})})(_attempt)
-    limit = backend.n_jobs if backend.n_jobs > 0 else len(pending)
-    queue = list(pending)
-    running: dict[Any, int] = {}
-    while queue or running:
-        while queue and len(running) < limit:
-            i = queue.pop(0)
-            running[task.remote(fn, i, payloads[i], backend.devices)] = i
-        ready, _ = ray.wait(list(running), num_returns=1)
-        i = running.pop(ready[0])
-        try:
-            yield ray.get(ready[0])
-        except ray.exceptions.RayError as exc:  # the worker died or could not run the task
-            yield i, False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-
-
-def iter_shards(fn: Callable[[Any], Any], payloads: Sequence[Any],
-                backend: Backend | str | None = None, **overrides: Any) -> Iterator[tuple[int, Any]]:
-    """Yield ``(index, fn(payloads[index]))`` as shards finish (any order), retrying failures.
-
-    ``fn`` must be importable by the workers (a module-level function). ``overrides`` are
-    :class:`Backend` fields (``n_jobs=``, ``retries=``, ``devices=``, ...). Raises
-    :class:`ShardError` when a shard still fails after ``retries`` extra attempts.
-    """
-    backend = as_backend(backend, **overrides)
-    run_pass = _ray_pass if backend.name == "ray" else _joblib_pass
-    attempts = [0] * len(payloads)
-    errors: dict[int, str] = {}
-    pending = list(range(len(payloads)))
-    while pending:
-        done: set[int] = set()
-        try:
-            for index, ok, value in run_pass(fn, payloads, pending, backend):
-                if ok:
-                    done.add(index)
-                    yield index, value
-                else:
-                    errors[index] = value
-        except GeneratorExit:
-            raise
-        except Exception as exc:  # the pool itself failed (a worker died): retry what is left
-            for i in pending:
-                if i not in done:
-                    errors.setdefault(i, f"worker pool failed: {type(exc).__name__}: {exc}")
-        pending = [i for i in pending if i not in done]
-        for i in pending:
-            attempts[i] += 1
-            if attempts[i] > backend.retries:
-                raise ShardError(f"shard {i} of {len(payloads)} failed {attempts[i]} time(s) on backend "
-                                 f"{backend.name!r}; last error: {errors[i].strip()}\nFix the cause, or raise "
-                                 "retries= if the failure is transient (finished shards are kept).")
-
-
-def run_shards(fn: Callable[[Any], Any], payloads: Sequence[Any],
-               backend: Backend | str | None = None, **overrides: Any) -> list[Any]:
-    """``[fn(p) for p in payloads]`` computed on ``backend`` (see :func:`iter_shards`)."""
-    out: list[Any] = [None] * len(payloads)
-    for index, value in iter_shards(fn, payloads, backend, **overrides):
-        out[index] = value
-    return out
-
-
-# ------------------------------------------------------------------ function calls
-def to_device(obj: Any, device: str | torch.device) -> Any:
-    """``obj`` with every tensor, module and ``torch.device`` inside dicts, lists, tuples and
-    dataclasses moved to ``device``; other values (generators, numbers) are kept as they are.
-    Modules are copied before moving, never moved in place."""
-    device = torch.device(device)
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, torch.device):
-        return device
-    if isinstance(obj, torch.nn.Module):
-        tensors = [*obj.parameters(), *obj.buffers()]
-        if all(t.device == device for t in tensors):
-            return obj
-        return copy.deepcopy(obj).to(device)
-    if isinstance(obj, Mapping):
-        return {k: to_device(v, device) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)(to_device(v, device) for v in obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.replace(obj, **{f.name: to_device(getattr(obj, f.name), device)
-                                           for f in dataclasses.fields(obj) if f.init})
-    return obj
-
-
-@dataclass(frozen=True)
-class Call:
-    """``fn(*args)``: ``fn`` a module-level function or a bound method of a picklable object."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-
-
-def call_on_worker(call: Call) -> Any:
-    """Run a :class:`Call` in a worker; when the backend assigned the worker a device, the
-    arguments are moved there and the result back to the CPU."""
-    device = _current_device()
-    if device is None:
-        return call.fn(*call.args)
-    return to_device(call.fn(*to_device(call.args, device)), "cpu")
-
-
-def map_calls(fn: Callable[..., Any], args_list: Sequence[tuple[Any, ...]],
-              backend: Backend | str | None = None, **overrides: Any) -> list[Any]:
-    """``[fn(*args) for args in args_list]`` on ``backend`` (see :func:`call_on_worker`).
-
-    The FL client updates of a round: ``map_calls(algorithm.client_update, [(ctx,) for ctx
-    in contexts], "ray")``. Each call must be a pure function of its arguments (seeded
-    generators travel inside them), so every back end returns the same results.
-    """
-    return run_shards(call_on_worker, [Call(fn, tuple(args)) for args in args_list], backend, **overrides)
-
-
-# ------------------------------------------------------------------- evaluator shards
 @dataclass(frozen=True)
 class EvaluatorSpec:
     """Picklable description of an :class:`Evaluator` that a worker rebuilds once.
@@ -348,38 +43,58 @@ class EvaluatorSpec:
 
     module: torch.nn.Module
     batches: tuple[tuple[torch.Tensor, torch.Tensor], ...]
-    options: Mapping[str, Any]
+    options: EvaluatorOptions
     bn_batches_data: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None
-    device: str
     token: str
 
     @staticmethod
     def from_evaluator(evaluator: Evaluator) -> "EvaluatorSpec":
-        """The spec of ``evaluator``; the same object (and token) for every call on it."""
+        """The spec of ``evaluator``; the same object (and token) for every call on it.
+
+        Parameters
+        ----------
+        evaluator
+            The evaluator to describe.
+
+        Returns
+        -------
+        EvaluatorSpec
+        """
         if evaluator not in _SPECS:
-            _SPECS[evaluator] = EvaluatorSpec._describe(evaluator)
+            _SPECS[evaluator] = EvaluatorSpec.describe(evaluator)
         return _SPECS[evaluator]
 
     @staticmethod
-    def _describe(evaluator: Evaluator) -> "EvaluatorSpec":
+    def describe(evaluator: Evaluator) -> "EvaluatorSpec":
+        """A new spec of ``evaluator`` (with a fresh token)."""
         def cpu(data) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
             return tuple((x.cpu(), y.cpu()) for x, y in data.batches)
 
-        loss = evaluator.loss_name if evaluator.loss_name in BUILTIN_LOSSES else evaluator.per_sample_loss
-        options = {"loss": loss, "bn": evaluator.bn, "bn_batches": evaluator.bn_batches,
-                   "dtype": evaluator.dtype, "strategy": evaluator.strategy or evaluator.requested_strategy,
-                   "chunk_size": evaluator.chunk_size, "memory_budget": evaluator.memory_budget,
-                   "autocast": evaluator.autocast, "compile": evaluator.compile}
+        options = evaluator.options.replace(
+            strategy=evaluator.strategy or evaluator.requested_strategy, chunk_size=evaluator.chunk_size,
+            device=str(evaluator.device), backend=None, n_jobs=None, progress=False, batch_size=None)
+        if options.loss not in LOSSES and isinstance(options.loss, str):
+            raise ConfigError(f"loss {options.loss!r} cannot be sent to workers")
         bn_data = None if evaluator.bn_data is evaluator.data else cpu(evaluator.bn_data)
         module = copy.deepcopy(evaluator.module).cpu()
-        return EvaluatorSpec(module, cpu(evaluator.data), options, bn_data, str(evaluator.device), uuid.uuid4().hex)
+        return EvaluatorSpec(module, cpu(evaluator.data), options, bn_data, uuid.uuid4().hex)
 
     def build(self, device: str | torch.device | None = None) -> Evaluator:
-        """A fresh Evaluator (no cache, no progress bar) on ``device`` (default: the original's)."""
+        """A fresh Evaluator (no cache, no progress bar) on ``device`` (default: the original's).
+
+        Parameters
+        ----------
+        device
+            Device of the rebuilt evaluator.
+
+        Returns
+        -------
+        Evaluator
+        """
         bn_data = None if self.bn_batches_data is None else DataLoader(list(self.bn_batches_data), batch_size=None)
-        return Evaluator(self.module, DataLoader(list(self.batches), batch_size=None),
-                         device=device or self.device, bn_data=bn_data, cache=None, progress=False,
-                         **self.options)
+        options = self.options if device is None else self.options.replace(device=str(device))
+        return Evaluator(self.module, DataLoader(list(self.batches), batch_size=None), bn_data=bn_data,
+                         cache=None, options=options)
 
 
 _SPECS: "weakref.WeakKeyDictionary[Evaluator, EvaluatorSpec]" = weakref.WeakKeyDictionary()
@@ -393,8 +108,17 @@ def worker_evaluator(spec: EvaluatorSpec) -> Evaluator:
 
     One per thread: an Evaluator sets its private module's weights in place, so threaded
     workers (Dask in-process, joblib threading) must not share one.
+
+    Parameters
+    ----------
+    spec
+        The evaluator description.
+
+    Returns
+    -------
+    Evaluator
     """
-    device = worker_device(spec.device)
+    device = worker_device(spec.options.device)
     key = (spec.token, device, threading.get_ident())
     with _EVALUATORS_LOCK:
         if key not in _EVALUATORS:
@@ -407,13 +131,12 @@ def worker_evaluator(spec: EvaluatorSpec) -> Evaluator:
 
 @dataclass(frozen=True)
 class PointShard:
-    """Points ``start:stop`` of a point set, with the evaluator that computes them."""
+    """A run of consecutive points of a point set, with the evaluator that computes them."""
 
     spec: EvaluatorSpec
-    points: PointSet        # only the directions these points use
+    points: PointSet        # only the points of the shard, and only the directions they use
     reference: torch.Tensor
-    start: int
-    stop: int
+    start: int              # index of the shard's first point in the whole point set
 
 
 @dataclass(frozen=True)
@@ -427,9 +150,9 @@ class ModelTask:
 
 
 def run_model_task(task: ModelTask) -> Any:
-    """Worker side of :func:`map_models`."""
+    """Worker side of :func:`map_models`: the task's result (moved to the CPU)."""
     result = task.fn(task.vector, worker_evaluator(task.spec), **task.kwargs)
-    return result if _current_device() is None else to_device(result, "cpu")
+    return result if current_device() is None else to_device(result, "cpu")
 
 
 def map_models(fn: Callable[..., Any], models: Sequence[Any], evaluator: Evaluator, *,
@@ -440,8 +163,25 @@ def map_models(fn: Callable[..., Any], models: Sequence[Any], evaluator: Evaluat
     For per-model analyses such as curvature at many points:
     ``map_models(landscape.hessian_eigenvalues, checkpoints, ev, kwargs={"k": 2}, backend="loky")``.
     Models are turned into flat vectors here (checkpoint files are read by this process
-    only); each worker rebuilds ``evaluator`` without its cache. ``fn`` must accept a flat
-    float64 vector as the model and be importable by the workers.
+    only); each worker rebuilds ``evaluator`` without its cache.
+
+    Parameters
+    ----------
+    fn
+        A module-level function accepting a flat float64 vector as the model.
+    models
+        Model-likes.
+    evaluator
+        The evaluator the workers rebuild.
+    kwargs
+        Keyword arguments of ``fn``.
+    backend, **overrides
+        The back end (see :func:`landscape.infra.parallel.as_backend`).
+
+    Returns
+    -------
+    list
+        ``fn``'s results in the order of ``models``.
     """
     spec = EvaluatorSpec.from_evaluator(evaluator)
     tasks = [ModelTask(spec, fn, evaluator.vector(m), dict(kwargs or {})) for m in models]
@@ -453,19 +193,43 @@ def evaluate_shard(shard: PointShard) -> tuple[np.ndarray, np.ndarray]:
     return worker_evaluator(shard.spec).evaluate_points(shard.points, reference=shard.reference)
 
 
-def _sub_points(points: PointSet, start: int, stop: int) -> PointSet:
-    """Points ``start:stop`` with the directions they do not use dropped (less to pickle)."""
+def sub_points(points: PointSet, start: int, stop: int) -> PointSet:
+    """Points ``start:stop`` with the directions they do not use dropped (less to pickle).
+
+    Parameters
+    ----------
+    points
+        The full point set.
+    start, stop
+        The run of points.
+
+    Returns
+    -------
+    PointSet
+    """
     coeffs = points.coeffs[start:stop]
     used = (coeffs != 0).any(0)
     return PointSet(points.origin, points.directions[used], coeffs[:, used])
 
 
 def shard_ranges(todo: np.ndarray, size: int) -> list[tuple[int, int]]:
-    """Split sorted indices into ``[start, stop)`` runs of consecutive indices, each <= ``size``."""
+    """Split sorted indices into ``[start, stop)`` runs of consecutive indices, each <= ``size``.
+
+    Parameters
+    ----------
+    todo
+        Sorted indices of missing points.
+    size
+        Longest run.
+
+    Returns
+    -------
+    list of tuple
+    """
     ranges = []
     pos = 0
     while pos < todo.size:
-        run = _contiguous_run(todo, pos, size)
+        run = contiguous_run(todo, pos, size)
         ranges.append((int(todo[pos]), int(todo[pos]) + run))
         pos += run
     return ranges
@@ -479,41 +243,43 @@ def evaluate_points_distributed(evaluator: Evaluator, points: PointSet, *,
 
     The caller reads the cache, splits the missing points into shards (about
     ``SHARDS_PER_WORKER`` per worker unless ``shard_size`` is given), and writes every
-    finished shard to the cache itself: workers never touch it. Results equal the
-    single-process ones up to round-off.
+    finished shard to the cache itself: workers never touch it.
+
+    Parameters
+    ----------
+    evaluator
+        The evaluator (its cache, if any, is written by this process only).
+    points
+        The point set.
+    reference
+        Reference point for ``bn="keep"``.
+    label
+        Progress-bar label.
+    backend, **overrides
+        The back end.
+    shard_size
+        Points per shard (default: about ``SHARDS_PER_WORKER`` shards per worker).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(loss, accuracy)`` per point.
     """
     backend = as_backend(backend, **overrides)
-    n = len(points)
-    ref = (reference if reference is not None else points.origin).to(torch.float64)
-    key = evaluator.points_key(points, ref)
-    cache = evaluator.cache
-    if cache is not None:
-        loss, acc, done = cache.points(key, n)
-    else:
-        loss, acc, done = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=bool)
-    todo = np.flatnonzero(~done)
-    if todo.size == 0:
-        return loss, acc
-    if shard_size is None:
-        shard_size = max(1, -(-todo.size // (backend.workers * SHARDS_PER_WORKER)))
-    elif shard_size < 1:
+    if shard_size is not None and shard_size < 1:
         raise ConfigError(f"shard_size must be >= 1, got {shard_size}")
-    spec = EvaluatorSpec.from_evaluator(evaluator)
-    ranges = shard_ranges(todo, shard_size)
-    shards = [PointShard(spec, _sub_points(points, a, b), ref, a, b) for a, b in ranges]
-    bar = evaluator._progress_bar(todo.size, label)
-    try:
-        for i, (l, a) in iter_shards(evaluate_shard, shards, backend):
-            idx = np.arange(*ranges[i])
-            loss[idx], acc[idx] = l, a
-            evaluator.points_evaluated += idx.size
-            if cache is not None:
-                cache.add_points(key, n, idx, l, a, {"label": label})
-            if bar is not None:
-                bar.update(idx.size)
-    finally:
-        if bar is not None:
-            bar.close()
-        if cache is not None:
-            cache.flush()
-    return loss, acc
+    ref = (reference if reference is not None else points.origin).to(torch.float64)
+
+    def compute(todo: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        size = shard_size or max(1, -(-todo.size // (backend.workers * SHARDS_PER_WORKER)))
+        spec = EvaluatorSpec.from_evaluator(evaluator)
+        ranges = shard_ranges(todo, size)
+        shards = [PointShard(spec, sub_points(points, a, b), ref, a) for a, b in ranges]
+        for i, (loss, acc) in iter_shards(evaluate_shard, shards, backend):
+            yield np.arange(*ranges[i]), loss, acc
+
+    def count(n: int) -> None:
+        evaluator.points_evaluated += n
+
+    return fill_points(len(points), evaluator.points_key(points, ref), evaluator.cache, compute,
+                       label=label, progress=evaluator.progress, on_done=count)

@@ -1,0 +1,101 @@
+"""Summed loss and correct count of a batch of model outputs, and selection of the logits.
+
+A :class:`Scorer` turns a batch of outputs into ``(summed loss in float64, number correct)``:
+cross-entropy is summed inside the kernel, other losses per sample; on CPU the eager loop may
+score class-major logits with :class:`~landscape.evaluation.class_major.ClassMetrics`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from ..infra.errors import DataError
+from .class_major import ClassMetrics
+from .losses import correct_count, per_sample_loss_fn, summed_cross_entropy
+from .options import OutputSelector
+
+
+def select_output(out: Any, selector: OutputSelector) -> torch.Tensor:
+    """The logits tensor of a model output.
+
+    Parameters
+    ----------
+    out
+        What the model's forward returned: a tensor, or a dict / tuple / list holding one.
+    selector
+        ``None`` (the output must be a tensor), a key, an index, or a callable ``out -> tensor``.
+
+    Returns
+    -------
+    torch.Tensor
+
+    Raises
+    ------
+    DataError
+        The output is not a tensor and no selector says where the logits are, or the
+        selector does not fit the output.
+    """
+    if selector is None:
+        if isinstance(out, torch.Tensor):
+            return out
+        what = (f"a dict with keys {sorted(map(str, out))[:8]}" if isinstance(out, dict)
+                else f"a {type(out).__name__}")
+        raise DataError(f"the model's forward returns {what}, not a tensor: pass output=<key, index "
+                        "or callable> to the Evaluator (--output on the command line) to select the logits")
+    try:
+        chosen = selector(out) if callable(selector) else out[selector]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise DataError(f"output={selector!r} does not select anything from the model's "
+                        f"{type(out).__name__} output ({type(exc).__name__}: {exc})") from None
+    if not isinstance(chosen, torch.Tensor):
+        raise DataError(f"output={selector!r} selects a {type(chosen).__name__}, not a tensor of logits")
+    return chosen
+
+
+class Scorer:
+    """``(summed loss, correct count)`` of a batch, in float64 on the device.
+
+    Parameters
+    ----------
+    loss, loss_name
+        The loss (name or callable) and its identity (:func:`~landscape.evaluation.losses.loss_identity`).
+    dtype
+        Evaluation dtype: logits are cast to it before scoring.
+    class_metrics
+        The class-major scorer, when it applies (CPU, cross-entropy, eager), else ``None``.
+    """
+
+    def __init__(self, loss: str | Callable, loss_name: str, dtype: torch.dtype,
+                 class_metrics: ClassMetrics | None = None):
+        self.per_sample_loss = per_sample_loss_fn(loss)
+        self.summed_loss = summed_cross_entropy if loss_name == "cross_entropy" else None
+        self.dtype = dtype
+        self.class_metrics = class_metrics
+
+    def __call__(self, logits: torch.Tensor, y: torch.Tensor, class_major: bool = False
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Score one batch.
+
+        Parameters
+        ----------
+        logits
+            ``(batch, classes)`` outputs (any float dtype).
+        y
+            Targets.
+        class_major
+            True in the eager loop, where the logits may come class-major from the output layer.
+
+        Returns
+        -------
+        tuple of torch.Tensor
+            Summed loss (float64 scalar) and number correct (float64 scalar, NaN without accuracy).
+        """
+        logits = logits.to(self.dtype)
+        if class_major and self.class_metrics is not None:
+            scored = self.class_metrics(logits, y)
+            if scored is not None:
+                return scored
+        if self.summed_loss is not None:
+            return self.summed_loss(logits, y), correct_count(logits, y)
+        return self.per_sample_loss(logits, y).sum(dtype=torch.float64), correct_count(logits, y)
