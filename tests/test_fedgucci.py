@@ -70,6 +70,45 @@ def test_first_full_batch_step_equals_fedavg_with_scaled_lr(tmp_path) -> None:
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("update", ["joint", "sequential"])
+def test_fedgucci_plus_sam_steps_match_a_hand_computation(tmp_path, update) -> None:
+    """FedGuCci+, one client, one anchor (the received w0), alpha 0.5, one full batch, plain SGD:
+    the paper reading takes one SAM step on CE_tau(w) + beta CE_tau(w/2 + w0/2); the official
+    code's takes a SAM step on CE_tau(w), then one on beta CE_tau(w/2 + w0/2) (N + 1 steps)."""
+    lr, beta, rho, tau = 0.1, 1.0, 0.05, 0.1
+    run = fl.api.run("fedgucci+", out=tmp_path / update, dataset="digits", clients=1, rounds=1,
+                     batch_size=5000, lr=lr, momentum=0.0, seed=1, progress=False, beta=beta, anchors=1,
+                     alpha_sampler="fixed", fixed_alpha=0.5, update=update, calibration=tau, sam_rho=rho)
+    module = run.module()
+    x, y = run.client_datasets()[0].tensors
+    offset = tau * torch.bincount(y, minlength=10).double().pow(-0.25)
+    w0 = {k: v.double() for k, v in run.global_state(0).items()}
+
+    def ce(w: dict) -> torch.Tensor:
+        logits = functional_call(module.double(), w, (x.double(),))
+        return F.cross_entropy(logits - offset, y)
+
+    def conn(w: dict) -> torch.Tensor:
+        return beta * ce({k: 0.5 * w[k] + 0.5 * w0[k] for k in w})
+
+    def sam(w: dict, f) -> dict:
+        names = list(w)
+        g = torch.autograd.grad(f({k: w[k].requires_grad_(True) for k in names}), [w[k] for k in names])
+        norm = torch.sqrt(sum((t ** 2).sum() for t in g))
+        shifted = {k: (w[k] + rho * t / norm).detach().requires_grad_(True) for k, t in zip(names, g)}
+        g2 = torch.autograd.grad(f(shifted), [shifted[k] for k in names])
+        return {k: (w[k] - lr * t).detach() for k, t in zip(names, g2)}
+
+    start = {k: v.clone() for k, v in w0.items()}
+    if update == "joint":
+        expected = sam(start, lambda w: ce(w) + conn(w))
+    else:
+        expected = sam(sam(start, ce), conn)
+    got = run.global_state(1)
+    for k in expected:
+        torch.testing.assert_close(got[k].double(), expected[k], rtol=1e-4, atol=1e-5)
+
+
 def _mlp() -> nn.Module:
     gen = torch.Generator().manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3)).double()

@@ -15,8 +15,10 @@ interpolated; BatchNorm buffers of the interpolated model are those of the newes
 
 Options (paper defaults unless marked [code]):
 
-* ``beta`` 0.1 ([code] default; the paper gives none), ``anchors`` N = 3 (the paper says
-  N > 1 beats the current global model alone but gives no value; [code] default 1).
+* ``beta`` 0.1 ([code] default; the paper gives none). ``anchors`` N = 1, the official code's
+  default (``group_model_num``; the papers give no value, only that N > 1 gives a more
+  connected region than the current global model alone, Sec. 3.3): by default the pool is the
+  model the client just received. Pass ``anchors=N`` for the sliding window of Eq. 11.
 * ``alpha_sampler``: ``"uniform"`` (paper) or ``"fixed"`` (value ``fixed_alpha``, 0.5 in [code]).
 * ``update``: ``"joint"`` (one optimiser step on Eq. 12 per batch, paper) or
   ``"sequential"`` ([code], §3.5: a cross-entropy step, then one step per anchor on
@@ -25,8 +27,13 @@ Options (paper defaults unless marked [code]):
   ``CE(z - tau * n_c^{-1/4}, y)`` with ``n_c`` the client's class counts (absent classes are
   masked), used in every loss term; SAM (FedSAM) with radius ``rho``: ascend to
   ``w + rho g / |g|_2``, take the gradient there, step from ``w``. SAM wraps every optimiser
-  step (the joint step, or each sequential step as in [code]). ``"fedgucci+"`` sets
-  tau = 0.1 and rho = 0.05 ([code] defaults); ``"fedgucci"`` has both 0.
+  step. ``"fedgucci+"`` sets tau = 0.1 and rho = 0.05 ([code] defaults); ``"fedgucci"`` has
+  both 0. FedGuCci+ comes in two readings: the paper's (``update="joint"``, the default: one
+  SAM step on the whole Eq. 12 objective per batch) and the official code's
+  (``update="sequential"``: N + 1 SAM steps per batch, the calibrated CE first, then one per
+  anchor, each with its own ascent). The code's SAM branch also lets the interpolated
+  model's gradients accumulate between its two backward passes; that quirk is not
+  reproduced (each SAM step here uses the gradient at the perturbed point only).
 
 Stored per round (``Run.algorithm_state(r)``): ``fedgucci.anchor.{i}.{name}`` (i = 0 oldest)
 and ``fedgucci.anchor_rounds``: anchor ``i`` is ``Run.global_state(anchor_rounds[i])``.
@@ -114,8 +121,8 @@ class FedGuCciOptions(Options):
 
     beta: float = option(0.1, ge=0, le=1e4, help="weight beta of the connectivity loss",
                          source="official code (the paper gives none)")
-    anchors: int = option(3, ge=1, le=10_000, help="anchor pool size N (most recent global models)",
-                          source="FedGuCci Eq. 11 (N > 1; value ours, official code 1)")
+    anchors: int = option(1, ge=1, le=10_000, help="anchor pool size N (most recent global models)",
+                          source="official code default (FedGuCci Eq. 11 gives no value)")
     alpha_sampler: Literal[ALPHA_SAMPLERS] = option("uniform", help="how alpha is drawn: uniform U[0,1] "  # type: ignore[valid-type]
                                                     "(paper) or fixed", source="FedGuCci Eq. 7")
     fixed_alpha: float = option(0.5, ge=0, le=1, help="alpha of alpha_sampler 'fixed'", source="official code")
