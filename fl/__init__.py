@@ -3,7 +3,16 @@ and LSS on a partitioned dataset and store every round's checkpoints for analysi
 
 >>> run = fl.run("fedavg", dataset="digits", clients=10, rounds=20, out="runs/fedavg")
 >>> run.metrics[-1]["test_accuracy"], run.global_state(), run.client_states(5)
-"""
-from .api import Run, load_run, run
 
-__all__ = ["Run", "load_run", "run"]
+Layout: ``api`` (``fl.run``), ``config`` (``RunConfig``: every setting, typed) and
+``options`` (typed option machinery), ``resolve`` (recipe, defaults and options -> stored
+configuration), ``rundir``/``store`` (the run folder), ``template`` (the model), ``reader``
+(``Run``), ``engine``/``vectorized`` (the round loop), ``algorithms/`` (one file per
+algorithm, found by the registry), ``recipes`` (papers' settings), ``cli`` (``fl-run``).
+"""
+from .api import run
+from .config import RunConfig
+from .reader import Run, load_run
+from .recipes import RECIPES, Recipe
+
+__all__ = ["RECIPES", "Recipe", "Run", "RunConfig", "load_run", "run"]

@@ -24,7 +24,7 @@ from landscape import LandscapeError
 from .algorithms import registry
 from .config import RunConfig
 from .options import describe_range, field_default
-from .recipes import RECIPES
+from . import resolve
 
 #: Settings reached through flags outside the generated ones.
 EXTRA_DESTS = ("recipe", "out", "option", "no_progress")
@@ -104,7 +104,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     for name, field in RunConfig.fields().items():
         choices = list(algorithms) if name == "algorithm" else None
         _add_field(run, name, RunConfig.types()[name], field, choices=choices)
-    run.add_argument("--recipe", default=argparse.SUPPRESS, choices=list(RECIPES) or None,
+    run.add_argument("--recipe", default=argparse.SUPPRESS, choices=list(resolve.RECIPES) or None,
                      help="a paper's settings (fl.RECIPES); explicit flags override them")
     run.add_argument("--out", default=argparse.SUPPRESS, help="run folder (default ./runs/<name>-<digest>)")
     run.add_argument("--option", "-o", action="append", type=parse_option, default=argparse.SUPPRESS,
@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{name}: {opts}")
             return 0
         if args.list_recipes:
-            for name, recipe in RECIPES.items():
+            for name, recipe in resolve.RECIPES.items():
                 print(f"{name}: {recipe.paper}")
             return 0
         result = run_from_args(args)

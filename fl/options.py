@@ -233,8 +233,9 @@ def check_value(name: str, value: Any, tp: Any, meta: Mapping[str, Any], depth: 
     ok, out = _match(value, tp, depth)
     if not ok:
         raise ConfigError(f"{name} must be {describe_type(tp)}, got {_show(value)}")
-    if isinstance(out, float) and not math.isfinite(out):
-        raise ConfigError(f"{name} must be a finite number, got {_show(value)}")
+    where = _non_finite(out)
+    if where is not None:
+        raise ConfigError(f"{name}{where} must be a finite number, got {_show(value)}")
     numbers = out if isinstance(out, list) else [out]
     for x in numbers:
         if isinstance(x, (int, float)) and not isinstance(x, bool):
@@ -295,7 +296,7 @@ def _match(value: Any, tp: Any, depth: int) -> tuple[bool, Any]:
     if depth > _MAX_DEPTH:
         return False, value
     if tp is Any:
-        return _finite_tree(value, depth), value
+        return not _too_deep(value, _MAX_DEPTH - depth), value
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (Union, types.UnionType):
         for arm in args:
@@ -326,22 +327,32 @@ def _match(value: Any, tp: Any, depth: int) -> tuple[bool, Any]:
         items = [_match(v, args[0] if args else Any, depth + 1) for v in value]
         return all(ok for ok, _ in items), [out for _, out in items]
     if origin is dict or tp is dict:
-        ok = isinstance(value, Mapping) and all(isinstance(k, str) for k in value) and _finite_tree(value, depth)
+        ok = (isinstance(value, Mapping) and all(isinstance(k, str) for k in value)
+              and not _too_deep(value, _MAX_DEPTH - depth))
         return ok, dict(value) if ok else value
     raise TypeError(f"unsupported option annotation {tp!r}")
 
 
-def _finite_tree(value: Any, depth: int) -> bool:
-    """No NaN or infinity anywhere in a (nested) value, and nesting at most ``_MAX_DEPTH``."""
-    if depth > _MAX_DEPTH:
+def _too_deep(value: Any, levels: int) -> bool:
+    """True when ``value`` nests dicts or lists more than ``levels`` deep (stops there)."""
+    if not isinstance(value, (Mapping, list, tuple)):
         return False
+    if levels <= 0:
+        return True
+    children = value.values() if isinstance(value, Mapping) else value
+    return any(_too_deep(v, levels - 1) for v in children)
+
+
+def _non_finite(value: Any) -> str | None:
+    """Path (``""``, ``".key"``, ``"[i]"``) of the first NaN or infinity in a value, or None."""
     if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, Mapping):
-        return all(_finite_tree(v, depth + 1) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return all(_finite_tree(v, depth + 1) for v in value)
-    return True
+        return None if math.isfinite(value) else ""
+    items = value.items() if isinstance(value, Mapping) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for key, v in items:
+        inner = _non_finite(v)
+        if inner is not None:
+            return (f".{key}" if isinstance(value, Mapping) else f"[{key}]") + inner
+    return None
 
 
 def _out_of_range(x: float, meta: Mapping[str, Any]) -> str:

@@ -7,8 +7,8 @@ algorithm implements is :class:`~fl.algorithms.base.Algorithm`; a
 from __future__ import annotations
 
 from .base import Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext
-from .registry import get, register, registry
+from .registry import get, register, registry, unregister
 from .wrapper import Wrapper
 
 __all__ = ["Algorithm", "ClientUpdate", "EvalContext", "LocalContext", "RoundContext", "Wrapper",
-           "get", "register", "registry"]
+           "get", "register", "registry", "unregister"]

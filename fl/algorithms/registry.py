@@ -43,6 +43,17 @@ def register(cls: type["Algorithm"]) -> None:
     _REGISTRY[cls.name] = cls
 
 
+def unregister(name: str) -> None:
+    """Remove an algorithm (e.g. one defined in a notebook or a test); unknown names are ignored.
+
+    Parameters
+    ----------
+    name : str
+        Its registered name.
+    """
+    _REGISTRY.pop(name, None)
+
+
 def discover() -> None:
     """Import every module of the package (each algorithm module registers its classes)."""
     package = importlib.import_module(__package__)
