@@ -5,8 +5,8 @@ plotly.js bundle is embedded (about 5 MB per page; a report embeds it once per p
 """
 from __future__ import annotations
 
+import io
 import os
-import tempfile
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -15,6 +15,7 @@ import plotly.offline
 from matplotlib.figure import Figure
 
 from landscape.infra.errors import ConfigError
+from landscape.infra.files import write_atomic, write_text
 
 from .style import style_context
 
@@ -41,8 +42,21 @@ def to_standalone_html(fig: go.Figure) -> str:
 def save(fig: Figure | go.Figure, path: str | os.PathLike) -> Path:
     """Write a figure: matplotlib as ``.png``/``.pdf``/``.svg``, plotly as ``.html``.
 
-    The file is written to a temporary name and renamed, so an interrupted save never
-    leaves a half-written file. Returns the path written.
+    The figure is rendered in memory, then written with
+    :func:`landscape.infra.files.write_atomic`: never half-written, never through a link,
+    and a full or read-only folder gives one :class:`FileWriteError` naming the path.
+
+    Parameters
+    ----------
+    fig:
+        A matplotlib or plotly figure.
+    path:
+        The file to write; its suffix picks the format.
+
+    Returns
+    -------
+    Path
+        ``path``.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -50,26 +64,13 @@ def save(fig: Figure | go.Figure, path: str | os.PathLike) -> Path:
         if suffix not in (".html", ".htm"):
             raise ConfigError(f"{path}: plotly figures are saved as .html (no image export "
                               "dependency); use a matplotlib figure for PNG/PDF/SVG")
-        content: str | None = to_standalone_html(fig)
-    elif isinstance(fig, Figure):
+        return write_text(path, to_standalone_html(fig))
+    if isinstance(fig, Figure):
         if suffix not in MATPLOTLIB_FORMATS:
             raise ConfigError(f"{path}: matplotlib figures are saved as one of {MATPLOTLIB_FORMATS}")
-        content = None
-    else:
-        raise ConfigError(f"cannot save a {type(fig).__name__}; expected a matplotlib Figure or "
-                          "a plotly Figure")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=suffix)
-    try:
-        with os.fdopen(fd, "w" if content is not None else "wb",
-                       **({"encoding": "utf-8"} if content is not None else {})) as fh:
-            if content is not None:
-                fh.write(content)
-            else:
-                with style_context():
-                    fig.savefig(fh, format=suffix[1:])
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+        buffer = io.BytesIO()
+        with style_context():
+            fig.savefig(buffer, format=suffix[1:])
+        return write_atomic(path, buffer.getbuffer())
+    raise ConfigError(f"cannot save a {type(fig).__name__}; expected a matplotlib Figure or "
+                      "a plotly Figure")

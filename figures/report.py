@@ -24,6 +24,8 @@ from typing import Any, Mapping, Sequence
 import plotly.graph_objects as go
 from matplotlib.figure import Figure
 
+from landscape.infra.files import write_text
+
 from .html import plotly_bundle, plotly_div
 from .style import style_context
 
@@ -135,13 +137,22 @@ class Report:
                 f"<body>\n{''.join(parts)}\n</body>\n</html>\n")
 
     def write(self, path: str | os.PathLike) -> Path:
-        """Write the page atomically (temporary file + rename); returns the path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(self.to_html(), encoding="utf-8")
-        os.replace(tmp, path)
-        return path
+        """Write the page with :func:`landscape.infra.files.write_text`.
+
+        Never half-written and never through a link: a page or folder that is a symbolic
+        link, a full disk or a read-only folder gives one :class:`FileWriteError`.
+
+        Parameters
+        ----------
+        path:
+            The HTML file to write.
+
+        Returns
+        -------
+        Path
+            ``path``.
+        """
+        return write_text(path, self.to_html())
 
     def _add(self, block: str) -> None:
         self._sections[-1].blocks.append(block)
