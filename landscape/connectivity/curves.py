@@ -1,0 +1,87 @@
+"""``landscape.curve``: a learned low-loss curve between two models, for any architecture.
+
+Garipov et al. (2018), "Loss Surfaces, Mode Connectivity, and Fast Ensembling of DNNs",
+section 3.2: the curve ``phi_theta(t)`` with fixed endpoints ``a`` (t=0) and ``b`` (t=1) is
+trained by minimising ``E_{t ~ U(0, 1)} L(phi_theta(t))`` (Eq. 2), one ``t`` per minibatch.
+The bends are flat vectors of the evaluator's parameter space and the forward pass is the
+model's own (:mod:`.trainer`); the curve is then evaluated by the evaluator beside the straight
+line. For BatchNorm models use an Evaluator with ``bn="recompute"`` (Garipov et al. recompute
+the statistics at every point of the curve).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+import landscape
+from landscape import ConfigError, Evaluator, PlaneResult
+
+from .results import CurveResult
+from .shapes import KINDS, coefficients
+from .trainer import train_knots
+
+
+def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_data: Any, bends: int = 1,
+          epochs: int = 20, lr: float = 0.05, momentum: float = 0.9, batch_size: int = 128,
+          weight_decay: float = 0.0, points: int = 21, seed: int = 0) -> CurveResult:
+    """Train a Bezier curve or polygonal chain from ``a`` to ``b`` and measure it.
+
+    Parameters
+    ----------
+    a, b : model-likes of the evaluator's architecture (the fixed endpoints).
+    evaluator : architecture, loss and evaluation data (the curve is measured on its data).
+    kind : ``"bezier"`` or ``"polychain"``.
+    train_data : data the bends are trained on.
+    bends : number of trainable knots (1: Garipov's quadratic Bezier / three-point chain);
+        initialised on the segment a-b at ``t = i / (bends + 1)``, so training starts from the line.
+    epochs, lr, momentum, batch_size, weight_decay : SGD settings.
+    points : evaluation points on [0, 1] (both ends included).
+    seed : minibatch order and the ``t`` draws.
+
+    Returns
+    -------
+    CurveResult
+    """
+    if kind not in KINDS:
+        raise ConfigError(f"kind must be one of {KINDS}, got {kind!r}")
+    if bends < 1 or points < 2:
+        raise ConfigError(f"need bends >= 1 and points >= 2, got {bends} and {points}")
+    va, vb = evaluator.vector(a), evaluator.vector(b)
+    m = bends + 2
+    # knots on the line such that phi(t) starts as the straight segment: for Bernstein
+    # polynomials knots at i/n reproduce linear functions, as for the chain
+    s = torch.arange(m, dtype=torch.float64) / (m - 1)
+    knots = (1 - s)[:, None] * va + s[:, None] * vb
+    knots[0], knots[-1] = va, vb
+
+    def sample(gen: torch.Generator) -> torch.Tensor:
+        t = torch.rand(1, generator=gen, dtype=torch.float64).numpy()
+        return torch.from_numpy(coefficients(kind, t, m)[0])
+
+    trained, history = train_knots(evaluator, knots, [False] + [True] * bends + [False], sample, train_data,
+                                   epochs=epochs, lr=lr, momentum=momentum, batch_size=batch_size,
+                                   weight_decay=weight_decay, seed=seed)
+    t = np.linspace(0.0, 1.0, points)
+    on_curve = evaluator.evaluate(torch.from_numpy(coefficients(kind, t, m)) @ trained)
+    line = landscape.interpolate(va, vb, evaluator, alphas=t)
+    return CurveResult(t=t, loss=on_curve.loss, accuracy=on_curve.accuracy, line_loss=line.loss,
+                       line_accuracy=line.accuracy, knots=trained.numpy(), curve_kind=kind, history=history,
+                       spec={"kind": "curve", "curve": kind, "bends": bends, "epochs": epochs, "lr": lr,
+                             "momentum": momentum, "batch_size": batch_size, "weight_decay": weight_decay,
+                             "seed": seed, "evaluator": evaluator.fingerprint()})
+
+
+def curve_plane(result: CurveResult, evaluator: Evaluator, *, resolution: int = 21, margin: float = 0.2
+                ) -> PlaneResult:
+    """The plane through the endpoints and the (first) bend, as Garipov et al.'s Figure 1.
+
+    Returns
+    -------
+    PlaneResult
+        Models "a", "b" and "bend" placed; a quadratic Bezier curve lies in this plane.
+    """
+    knots = torch.from_numpy(result.knots)
+    return landscape.plane(knots[0], knots[-1], knots[1], evaluator, resolution=resolution, margin=margin,
+                           labels=("a", "b", "bend"))

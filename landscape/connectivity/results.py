@@ -1,0 +1,142 @@
+"""Result classes of learned curves and simplices (cacheable like every landscape result)."""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from landscape import PathResult
+from landscape.results.base import Result, register
+
+from .shapes import coefficients
+
+
+def _table(title: str, rows: list[tuple[str, str]]) -> str:
+    body = "".join(f"<tr><td style='text-align:left'>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
+                   for k, v in rows)
+    return f"<div><strong>{html.escape(title)}</strong><table><tbody>{body}</tbody></table></div>"
+
+
+@register
+@dataclass(frozen=True, eq=False)
+class CurveResult(Result):
+    """Loss and accuracy along a learned curve ``phi(t)`` and along the straight line beside it.
+
+    ``knots`` are the flat vectors ``[a, bend(s)..., b]`` of the curve (Garipov et al. 2018,
+    section 3.2: quadratic Bezier ``(1-t)^2 a + 2t(1-t) theta + t^2 b`` or a polygonal chain
+    through the bends); ``loss``/``accuracy`` on the curve and ``line_loss``/``line_accuracy``
+    on ``(1 - t) a + t b`` are measured at the same ``t``. ``history`` is the mean training
+    loss of each epoch. Barriers follow FedGuCci Eq. 3/4 with ``t`` in place of alpha.
+    """
+
+    t: np.ndarray
+    loss: np.ndarray
+    accuracy: np.ndarray
+    line_loss: np.ndarray
+    line_accuracy: np.ndarray
+    knots: np.ndarray
+    curve_kind: str = "bezier"
+    history: list = field(default_factory=list)
+    array_fields: ClassVar[tuple[str, ...]] = ("t", "loss", "accuracy", "line_loss", "line_accuracy", "knots")
+
+    @property
+    def path(self) -> PathResult:
+        """The curve's metrics as a path over ``t``."""
+        return PathResult(alphas=self.t, loss=self.loss, accuracy=self.accuracy, spec=self.spec)
+
+    @property
+    def line(self) -> PathResult:
+        """The straight line's metrics at the same ``t``."""
+        return PathResult(alphas=self.t, loss=self.line_loss, accuracy=self.line_accuracy, spec=self.spec)
+
+    @property
+    def loss_barrier(self) -> float:
+        return self.path.loss_barrier
+
+    @property
+    def accuracy_barrier(self) -> float:
+        return self.path.accuracy_barrier
+
+    @property
+    def line_loss_barrier(self) -> float:
+        return self.line.loss_barrier
+
+    @property
+    def line_accuracy_barrier(self) -> float:
+        return self.line.accuracy_barrier
+
+    @property
+    def bends(self) -> np.ndarray:
+        """The learned bend or control points, (k, D)."""
+        return self.knots[1:-1]
+
+    def point(self, t: float) -> np.ndarray:
+        """The flat vector ``phi(t)``."""
+        return coefficients(self.curve_kind, np.array([t]), len(self.knots))[0] @ self.knots
+
+    def _rows(self) -> list[tuple[str, str]]:
+        return [("points", str(len(self.t))), ("max loss (curve / line)",
+                                               f"{np.nanmax(self.loss):.4g} / {np.nanmax(self.line_loss):.4g}"),
+                ("loss barrier (curve / line)", f"{self.loss_barrier:.4g} / {self.line_loss_barrier:.4g}"),
+                ("accuracy barrier (curve / line)", f"{self.accuracy_barrier:.4g} / {self.line_accuracy_barrier:.4g}"),
+                ("epochs", str(len(self.history)))]
+
+    def __repr__(self) -> str:
+        return (f"CurveResult({self.curve_kind}, {len(self.t)} points, loss barrier {self.loss_barrier:.4g} "
+                f"(line {self.line_loss_barrier:.4g}), accuracy barrier {self.accuracy_barrier:.4g} "
+                f"(line {self.line_accuracy_barrier:.4g}))")
+
+    def _repr_html_(self) -> str:
+        return _table(f"Learned {self.curve_kind} curve", self._rows())
+
+
+@register
+@dataclass(frozen=True, eq=False)
+class SimplexResult(Result):
+    """Loss and accuracy over a simplex of models (Benton et al. 2021).
+
+    ``vertices`` (m, D) are flat vectors, the first ``fixed`` of them given, the others learned;
+    the complex is the union of the simplexes ``conv({fixed_i} + learned)``. ``coords`` (S, m) are
+    barycentric coordinates of the evaluated points (vertices first, then each simplex's
+    centroid, then uniform samples), with ``loss``/``accuracy`` there. Barriers generalise
+    FedGuCci Eq. 9/10 to every point: ``max_p [L(sum_i l_i v_i) - sum_i l_i L(v_i)]``.
+    """
+
+    coords: np.ndarray
+    loss: np.ndarray
+    accuracy: np.ndarray
+    vertices: np.ndarray
+    fixed: int = 2
+    history: list = field(default_factory=list)
+    array_fields: ClassVar[tuple[str, ...]] = ("coords", "loss", "accuracy", "vertices")
+
+    @property
+    def vertex_loss(self) -> np.ndarray:
+        return self.loss[:len(self.vertices)]
+
+    @property
+    def vertex_accuracy(self) -> np.ndarray:
+        return self.accuracy[:len(self.vertices)]
+
+    @property
+    def loss_barrier(self) -> float:
+        return float(np.max(self.loss - self.coords @ self.vertex_loss))
+
+    @property
+    def accuracy_barrier(self) -> float:
+        expected = self.coords @ self.vertex_accuracy
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(np.max(np.where(expected > 0, 1.0 - self.accuracy / expected, 0.0)))
+
+    def __repr__(self) -> str:
+        return (f"SimplexResult({len(self.vertices)} vertices ({self.fixed} fixed), {len(self.loss)} points, "
+                f"max loss {np.nanmax(self.loss):.4g}, loss barrier {self.loss_barrier:.4g}, "
+                f"accuracy barrier {self.accuracy_barrier:.4g})")
+
+    def _repr_html_(self) -> str:
+        return _table("Simplex of connected models", [
+            ("vertices (fixed)", f"{len(self.vertices)} ({self.fixed})"), ("points", str(len(self.loss))),
+            ("max loss", f"{np.nanmax(self.loss):.4g}"), ("loss barrier", f"{self.loss_barrier:.4g}"),
+            ("accuracy barrier", f"{self.accuracy_barrier:.4g}"), ("epochs", str(len(self.history)))])

@@ -1,0 +1,92 @@
+"""Training points of parameter space that are combinations of a few flat vectors ("knots").
+
+A learned curve or simplex is ``w = c @ K``: ``K`` stacks the knots (fixed endpoints and
+trainable bends or vertices, flat vectors of the evaluator's :class:`~landscape.ParameterSpace`)
+and ``c`` are coefficients drawn at every minibatch (a curve parameter ``t``, barycentric
+coordinates). The forward pass is the model's own, through ``torch.func.functional_call``
+on the unflattened point, so no "curve version" of the architecture is needed (Garipov et al.
+2018, section 3.2, train the curve by stochastic estimates of ``E_t L(phi(t))``; Benton et
+al. 2021, section 4, the same over a simplex). Only parameter entries of trainable knots are
+optimised; buffers (BatchNorm running statistics) are passed as copies and not learned, and
+the model runs in train mode (BatchNorm uses batch statistics, as in both papers).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import torch
+from torch.func import functional_call
+
+from landscape import ConfigError, Evaluator
+
+from .batches import all_pairs, minibatches
+
+Sampler = Callable[[torch.Generator], torch.Tensor]
+
+
+def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool], sampler: Sampler, data: Any, *,
+                epochs: int, lr: float, momentum: float = 0.9, batch_size: int = 128, weight_decay: float = 0.0,
+                seed: int = 0, regulariser: Callable[[torch.Tensor], torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, list[float]]:
+    """Optimise the trainable knots by SGD on ``E_c L(c @ K)`` over ``data``.
+
+    Parameters
+    ----------
+    evaluator : gives the architecture, parameter space, loss, device and dtype.
+    knots : (m, D) flat vectors; rows with ``trainable[i]`` False stay exactly as given.
+    sampler : draws one coefficient vector (m,) per minibatch from its generator.
+    data : training data (tuple, Dataset or DataLoader).
+    epochs, lr, momentum, batch_size, weight_decay : SGD settings (weight decay on trainable
+        knots' parameter entries).
+    seed : seeds the minibatch order and the coefficient draws (own ``torch.Generator``).
+    regulariser : optional extra term of the trainable knots' parameter entries (added to the loss).
+
+    Returns
+    -------
+    (knots, history)
+        The trained (m, D) knots (float64, CPU) and the mean training loss of every epoch.
+    """
+    if epochs < 0 or lr <= 0 or batch_size < 1:
+        raise ConfigError(f"need epochs >= 0, lr > 0 and batch_size >= 1, got {epochs}, {lr}, {batch_size}")
+    if len(trainable) != len(knots) or not any(trainable):
+        raise ConfigError("at least one knot must be trainable, and trainable needs one flag per knot")
+    device, dtype, space = evaluator.device, evaluator.dtype, evaluator.space
+    mask = space.param_mask.to(device)
+    x_all, y_all = all_pairs(data)
+    x_all = x_all.to(device, dtype if torch.is_floating_point(x_all) else x_all.dtype)
+    y_all = y_all.to(device)
+    module = copy.deepcopy(evaluator.module).train()
+    fixed = {k: v.to(device) for k, v in space.fixed.items()}
+    base = knots.to(device, dtype)
+    train_idx = [i for i, t in enumerate(trainable) if t]
+    free = torch.nn.Parameter(base[train_idx][:, mask].clone())
+    opt = torch.optim.SGD([free], lr=lr, momentum=momentum, weight_decay=weight_decay)
+    gen = torch.Generator().manual_seed(seed)
+    history = []
+    for _ in range(epochs):
+        total, count = 0.0, 0
+        for xb, yb in minibatches(x_all, y_all, batch_size, gen):
+            coeffs = sampler(gen).to(device, dtype)
+            rows = base[train_idx].clone()
+            rows[:, mask] = free
+            point = coeffs[[i for i in range(len(base)) if not trainable[i]]] @ base[[not t for t in trainable]] \
+                + coeffs[train_idx] @ rows
+            tensors = space.unflatten(point)
+            state = {e.name: (tensors[e.name] if e.kind == "parameter" else tensors[e.name].detach().clone())
+                     for e in space.entries}
+            out = functional_call(module, {**fixed, **state}, (xb,), tie_weights=True)
+            loss = evaluator.per_sample_loss(out, yb).mean()
+            if regulariser is not None:
+                loss = loss + regulariser(free)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(yb)
+            count += len(yb)
+        history.append(total / max(count, 1))
+    out_knots = knots.detach().double().cpu().clone()  # fixed knots exactly as given
+    rows = out_knots[train_idx]
+    rows[:, mask.cpu()] = free.detach().double().cpu()
+    out_knots[train_idx] = rows
+    return out_knots, history

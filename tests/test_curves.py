@@ -1,0 +1,115 @@
+"""Learned Bezier curves, polygonal chains and simplexes between models."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import landscape
+from fl.datasets import load_dataset
+from fl.models import MLP
+from landscape.connectivity.curves import curve, curve_plane
+from landscape.connectivity.results import CurveResult, SimplexResult
+from landscape.connectivity.shapes import coefficients
+from landscape.connectivity.simplex import simplex
+
+
+def _train_mlp(data, seed: int, width: int = 16, epochs: int = 20) -> nn.Module:
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = MLP((1, 8, 8), 10, hidden=(width, width))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for idx in torch.randperm(len(data.train_y), generator=gen).split(64):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(data.train_x[idx]), data.train_y[idx]).backward()
+            opt.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.set_num_threads(1)
+    data = load_dataset("digits")
+    a, b = _train_mlp(data, 0), _train_mlp(data, 1)
+    ev = landscape.Evaluator(a, (data.test_x, data.test_y), device="cpu")
+    return data, a, b, ev
+
+
+def test_curve_coefficients_match_garipov_formulas() -> None:
+    t = np.array([0.0, 0.25, 0.5, 0.8, 1.0])
+    bez = coefficients("bezier", t, 3)
+    assert np.allclose(bez, np.stack([(1 - t) ** 2, 2 * t * (1 - t), t ** 2], axis=1))
+    chain = coefficients("polychain", t, 3)
+    first = t <= 0.5  # 2(t theta + (0.5 - t) a), then 2((t - 0.5) b + (1 - t) theta)
+    expected = np.where(first[:, None], np.stack([2 * (0.5 - t), 2 * t, 0 * t], 1),
+                        np.stack([0 * t, 2 * (1 - t), 2 * (t - 0.5)], 1))
+    assert np.allclose(chain, expected)
+    for kind in ("bezier", "polychain"):  # knots evenly spaced on a line reproduce the line
+        c = coefficients(kind, t, 5)
+        assert np.allclose(c.sum(1), 1.0) and np.allclose(c @ (np.arange(5) / 4), t)
+
+
+def test_curves_keep_endpoints_and_beat_the_line(pair) -> None:
+    data, a, b, ev = pair
+    va, vb = ev.vector(a).numpy(), ev.vector(b).numpy()
+    for kind in ("bezier", "polychain"):
+        result = curve(a, b, ev, kind=kind, train_data=(data.train_x, data.train_y), epochs=8, seed=0)
+        assert np.array_equal(result.knots[0], va) and np.array_equal(result.knots[-1], vb)
+        assert np.array_equal(result.point(0.0), va) and np.array_equal(result.point(1.0), vb)
+        assert result.loss[0] == pytest.approx(result.line_loss[0]) and result.loss[-1] == pytest.approx(
+            result.line_loss[-1])
+        assert result.loss.max() < result.line_loss.max(), kind
+        assert result.loss_barrier < result.line_loss_barrier
+        assert len(result.history) == 8 and result.bends.shape == (1, va.size)
+        assert len(repr(result)) < 200 and "array" not in repr(result)
+        assert "curve" in result._repr_html_() and "<table>" in result._repr_html_()
+    # the curve's point at t is what the evaluator sees there
+    mid = ev.evaluate(torch.from_numpy(result.point(0.5)))
+    assert float(mid.loss[0]) == pytest.approx(float(result.loss[10]), rel=1e-6)
+
+
+def test_untrained_curve_is_the_line(pair) -> None:
+    data, a, b, ev = pair
+    result = curve(a, b, ev, kind="bezier", train_data=(data.train_x, data.train_y), epochs=0, points=11)
+    assert np.allclose(result.loss, result.line_loss, rtol=1e-5)
+
+
+def test_curve_plane_places_endpoints_and_bend(pair) -> None:
+    data, a, b, ev = pair
+    result = curve(a, b, ev, train_data=(data.train_x, data.train_y), epochs=2)
+    grid = curve_plane(result, ev, resolution=5)
+    assert grid.models["a"] == [0.0, 0.0]
+    dist = float(np.linalg.norm(result.knots[-1] - result.knots[0]))
+    assert grid.models["b"][0] == pytest.approx(dist, rel=1e-6)
+    # a quadratic Bezier curve lies in the plane through its knots
+    assert grid.project(result.point(0.3))[2] < 1e-6 * dist
+
+
+def test_results_round_trip_through_the_cache(pair, tmp_path) -> None:
+    data, a, b, ev = pair
+    result = curve(a, b, ev, train_data=(data.train_x, data.train_y), epochs=1, points=5)
+    cache = landscape.Cache(tmp_path / "r.h5")
+    cache.save_result("curve", result)
+    back = cache.load_result("curve")
+    assert isinstance(back, CurveResult) and back == result and back.loss_barrier == result.loss_barrier
+
+
+def test_simplex_connects_two_models(pair) -> None:
+    data, a, b, ev = pair
+    result = simplex([a, b], ev, train_data=(data.train_x, data.train_y), extra=1, epochs=8, samples=16)
+    assert isinstance(result, SimplexResult)
+    assert np.array_equal(result.vertices[0], ev.vector(a).numpy())
+    assert np.array_equal(result.vertices[1], ev.vector(b).numpy())
+    assert result.coords.shape == (3 + 2 + 16, 3) and np.allclose(result.coords.sum(1), 1.0)
+    assert (result.coords[:, 0] * result.coords[:, 1] == 0).all()  # no point on the a-b edge
+    line = landscape.interpolate(a, b, ev, alphas=11)
+    assert result.loss_barrier < line.loss_barrier
+    # barrier as an independent computation at the worst point
+    worst = int(np.argmax(result.loss - result.coords @ result.vertex_loss))
+    point = torch.from_numpy(result.coords[worst] @ result.vertices)
+    loss = float(ev.evaluate(point).loss[0])
+    assert result.loss_barrier == pytest.approx(loss - result.coords[worst] @ result.vertex_loss, rel=1e-6)
+    assert "vertices" in repr(result)
