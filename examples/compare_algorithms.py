@@ -29,7 +29,7 @@ ALGORITHMS: dict[str, dict] = {
     "fedprox": {"mu": 0.01},
     "fedgucci": {"beta": 1.0},
     "fedgucci+": {"beta": 1.0},
-    "floco": {"endpoints": 3},
+    "floco": {"vertices": 3},
     "lss": {"members": 3, "affinity": 0.1, "diversity": 0.1},  # see lss_flatness.py on the coefficients
     "ima": {},
 }

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         a.rounds, a.clients, a.local_epochs, a.lattice = 3, 4, 1, 4
     common = dict(clients=a.clients, rounds=a.rounds, local_epochs=a.local_epochs, lr=a.lr,
                   partition="dirichlet", alpha=a.alpha, local_test_fraction=0.2)
-    floco = run_fl(ex, "floco", "floco", endpoints=3, rho=a.rho, tau=a.tau, **common)
+    floco = run_fl(ex, "floco", "floco", vertices=3, rho=a.rho, tau=a.tau, **common)
     fedavg = run_fl(ex, "fedavg", "fedavg", **common)
     ev = test_evaluator(floco)
     state = floco.algorithm_state(-1)

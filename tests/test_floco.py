@@ -1,6 +1,8 @@
 """FLOCO / FLOCO+ and the simplex geometry they rely on (fl/algorithms/simplex.py, floco.py)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -8,9 +10,9 @@ from scipy.optimize import minimize
 from scipy.stats import kstest
 
 import fl
-from fl.algorithms.floco import SimplexLinear, assign_points, pca_scores, riesz_energy
-from fl.algorithms.simplex import (project_to_simplex, sample_subregion, sample_uniform_simplex,
-                                   simplex_centre)
+from fl.algorithms.floco import SimplexLinear
+from fl.algorithms.simplex import (assign_points, pca_scores, project_to_simplex, riesz_energy,
+                                   sample_subregion, sample_uniform_simplex, simplex_centre)
 from landscape.infra.errors import ConfigError
 
 
@@ -122,8 +124,8 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("floco")
     return {
         "fedavg": fl.api.run("fedavg", out=root / "fedavg", save_clients="none", **RUN),
-        "floco": fl.api.run("floco", out=root / "floco", endpoints=3, tau=TAU, **RUN),
-        "floco+": fl.api.run("floco+", out=root / "plus", endpoints=3, tau=TAU, **RUN),
+        "floco": fl.api.run("floco", out=root / "floco", vertices=3, tau=TAU, **RUN),
+        "floco+": fl.api.run("floco+", out=root / "plus", vertices=3, tau=TAU, **RUN),
     }
 
 
@@ -150,11 +152,102 @@ def test_global_model_is_simplex_centre_and_starts_like_fedavg(runs) -> None:
     test = run.test_dataset()
     acc = _accuracy(run.module(), run.global_state(), test.tensors[0], test.tensors[1])
     assert acc == pytest.approx(run.metrics[-1]["test_accuracy"], abs=1e-12)
-    # stored client models average to the global model (both at the centre)
-    clients = run.client_states()
+    # before tau the stored client models sit at the centre, so they average to the global model
+    clients = run.client_states(TAU - 1)
     n = {k: len(d) for k, d in run.client_datasets().items()}
     mean = sum(n[k] * clients[k]["classifier.weight"].double() for k in clients) / sum(n.values())
-    torch.testing.assert_close(mean.float(), run.global_state()["classifier.weight"], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(mean.float(), run.global_state(TAU - 1)["classifier.weight"], rtol=1e-5, atol=1e-6)
+
+
+def test_client_checkpoints_are_personalised_models_at_their_points(runs) -> None:
+    """From tau on, client k's checkpoint is its model at alpha_k: the shared layers are its
+    trained upload (their sample-weighted mean is the global model's, FedAvg Eq. 4), the
+    classifier is not the centre's; for FLOCO+ it is the personal model at alpha_k."""
+    run = runs["floco"]
+    points = run.algorithm_state(TAU)["floco.points"]
+    clients = run.client_states()
+    n = {k: len(d) for k, d in run.client_datasets().items()}
+    g = run.global_state()
+    shared = [k for k in g if not k.startswith("classifier.")]
+    for key in shared:
+        mean = sum(n[k] * clients[k][key].double() for k in clients) / sum(n.values())
+        torch.testing.assert_close(mean.float(), g[key], rtol=1e-5, atol=1e-6)
+    centre_mean = sum(n[k] * clients[k]["classifier.weight"].double() for k in clients) / sum(n.values())
+    assert not torch.allclose(centre_mean.float(), g["classifier.weight"], atol=1e-4)
+    plus = runs["floco+"]
+    personal = plus.store.read_client_states(RUN["rounds"])
+    for k, stored in plus.client_states().items():
+        weight = torch.einsum("m,moi->oi", points[k], personal[k]["classifier.endpoints"])
+        torch.testing.assert_close(stored["classifier.weight"], weight, rtol=1e-6, atol=1e-7)
+        for key in shared:
+            assert torch.equal(stored[key], personal[k][key])
+
+
+def test_vertices_is_the_papers_m_plus_one_and_endpoints_is_refused(tmp_path) -> None:
+    from fl.algorithms.floco import FlocoOptions
+
+    assert FlocoOptions().vertices == 7  # the paper's M = 6
+    with pytest.raises(ConfigError, match="endpoints"):
+        fl.api.run("floco", out=tmp_path / "x", endpoints=6, **{**RUN, "rounds": 1})
+
+
+def test_literal_eq11_aggregation_damps_the_step_under_partial_participation(tmp_path) -> None:
+    """theta_new = theta + sum_{k in S} N_k / N (theta_k - theta), N over all clients, checked on
+    the shared layers of the stored client uploads (before tau they are the plain uploads)."""
+    args = {**RUN, "rounds": 1, "participation": 0.5, "tau": 5, "vertices": 3}
+    run = fl.api.run("floco", out=tmp_path / "lit", aggregation="literal", **args)
+    default = fl.api.run("floco", out=tmp_path / "par", **args)
+    n = {k: len(d) for k, d in run.client_datasets().items()}
+    total = sum(n.values())
+    g0, g1 = run.global_state(0), run.global_state(1)
+    clients = run.client_states(1)
+    assert len(clients) == 2
+    for key in g0:
+        if key.startswith("classifier."):
+            continue
+        expected = g0[key].double() + sum(n[k] / total * (clients[k][key].double() - g0[key].double())
+                                          for k in clients)
+        torch.testing.assert_close(g1[key].double(), expected, rtol=1e-5, atol=1e-6)
+    participants = sum(n[k] for k in clients)
+    for key in g0:
+        if not key.startswith("classifier."):
+            mean = sum(n[k] / participants * clients[k][key].double() for k in clients)
+            torch.testing.assert_close(default.global_state(1)[key].double(), mean, rtol=1e-5, atol=1e-6)
+
+
+class _BNNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(0)
+        self.flatten = torch.nn.Flatten()
+        self.hidden = torch.nn.Linear(64, 16)
+        self.bn = torch.nn.BatchNorm1d(16)
+        self.classifier = torch.nn.Linear(16, 10)
+        with torch.no_grad():
+            for layer in (self.hidden, self.classifier):
+                layer.weight.copy_(torch.randn(layer.weight.shape, generator=gen) / layer.in_features ** 0.5)
+                layer.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.relu(self.bn(self.hidden(self.flatten(x)))))
+
+
+def test_local_buffers_stay_with_their_client(tmp_path) -> None:
+    """local_buffers=True: a client's BatchNorm counter after round 2 is its own steps of both
+    rounds (its buffers were never replaced by the average); without it, the average of
+    round 1's counters plus its round-2 steps."""
+    args = {**RUN, "rounds": 2, "vertices": 3, "tau": 5, "batch_size": 32, "local_epochs": 1}
+    local = fl.api.run("floco", out=tmp_path / "local", model=_BNNet(), local_buffers=True, **args)
+    shared = fl.api.run("floco", out=tmp_path / "shared", model=_BNNet(), **args)
+    steps = {k: math.ceil(len(d) / 32) for k, d in local.client_datasets().items()}
+    key = "bn.num_batches_tracked"
+    for k, s in steps.items():
+        assert int(local.client_states(2)[k][key]) == 2 * s
+    assert int(shared.client_states(2)[0][key]) != 2 * steps[0]
+    # the global model keeps the participants' mean buffers for its own evaluation
+    mean = sum(len(d) * local.client_states(2)[k]["bn.running_mean"].double()
+               for k, d in local.client_datasets().items()) / sum(len(d) for d in local.client_datasets().values())
+    torch.testing.assert_close(local.global_state(2)["bn.running_mean"].double(), mean, rtol=1e-5, atol=1e-6)
 
 
 def test_subregions_assigned_at_tau_and_local_accuracy_at_client_points(runs) -> None:

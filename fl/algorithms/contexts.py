@@ -110,6 +110,8 @@ class RoundContext:
         ``train(clients, tag)`` runs ``client_update`` for those clients from
         ``global_state`` with generators seeded from ``(seed, tag, round, client)``; the
         client states it returns are not persisted.
+    client_sizes : list[int]
+        Training samples of every client of the run (client id -> count).
     """
 
     round: int
@@ -118,6 +120,7 @@ class RoundContext:
     sampled: list[int]
     num_clients: int
     train: Callable[[Sequence[int], str], dict[int, ClientUpdate]]
+    client_sizes: list[int] = field(default_factory=list)
 
 
 @dataclass

@@ -2,17 +2,28 @@
 NeurIPS 2024).
 
 Architecture (Sec. 3.1, Eq. 6): the model's final ``nn.Linear`` becomes a
-:class:`SimplexLinear` with ``endpoints`` weight matrices ``W_1..W_E`` (a shared bias);
-its weight at ``alpha`` in the simplex is ``sum_m alpha_m W_m``. All other layers are
-ordinary, trained and averaged as in FedAvg. ``endpoints`` counts vertices (the brief's
-M; the paper's notation would have M+1, see reference/floco.md §2.3), default 6.
+:class:`SimplexLinear` with ``vertices`` weight matrices ``W_1..W_V`` (its endpoints; a
+shared bias); its weight at ``alpha`` in the simplex is ``sum_m alpha_m W_m``. All other
+layers are ordinary, trained and averaged as in FedAvg. ``vertices`` counts the simplex's
+vertices: the paper's M is the simplex *dimension*, with M + 1 vertices, so the paper's
+M = 6 is ``vertices=7`` (the default); the authors' code and the Flower README count
+vertices directly (their ``endpoints: 10`` is ``vertices=10``).
 
 Local training (Eq. 7/10): one ``alpha`` per mini-batch, before subregion assignment from
 Dirichlet(1) (uniform on the simplex), afterwards uniform on the client's subregion
 ``R_k = {a in simplex : |a - alpha_k|_1 <= rho}`` (``subregion_sampler="exact"``; the
 authors' sampler is ``"reference"``). Autodiff gives Eq. 10's ``alpha_m``-scaled endpoint
-gradients. Aggregation (Eq. 11): participant-normalised FedAvg of every tensor (as in both
-official implementations).
+gradients. Aggregation (Eq. 11): ``aggregation="participants"`` (default, both official
+implementations) is FedAvg over the round's participants, weights ``N_k / sum_{j in S} N_j``;
+``aggregation="literal"`` is Eq. 11 as printed, ``theta <- theta + sum_{k in S} N_k / N *
+delta_k`` with ``N`` the samples of *all* clients (a damped step under partial participation;
+equal to the default under full participation). Every tensor follows the same rule.
+
+BatchNorm (``local_buffers``): False (default) averages the buffers with everything else;
+True keeps them local as in the authors' configurations: each client trains and is evaluated
+with its own running statistics (kept in its client state, the received ones the first time),
+the server never overwrites them, and the global model carries the sample-weighted mean of
+the participants' buffers only for the global test evaluation.
 
 Subregion assignment at round ``tau`` (Sec. 3.2, Algorithm 1, FL-bench variant): before
 that round's training every client runs one probe update from the global model (whole
@@ -28,9 +39,10 @@ Evaluation (Sec. 3.4): the global model is the simplex centre; ``local_accuracy`
 client's model at ``alpha_k`` (the centre before ``tau``) on its local test split
 (``local_test_fraction`` defaults to 0.2 here), unweighted mean over clients.
 
-Checkpoints: global and client checkpoints are the plain architecture with the classifier
-at the simplex centre (so the average of the stored client models is the stored global
-model); ``point_state`` materialises any other point. ``Run.algorithm_state(r)`` holds
+Checkpoints: the global checkpoint is the plain architecture at the simplex centre; each
+client checkpoint is that client's personalised model at its point ``alpha_k`` (the centre
+before ``tau``): for FLOCO its trained upload, for FLOCO+ its personal model, with its own
+buffers under ``local_buffers``; ``point_state`` materialises any other point. ``Run.algorithm_state(r)`` holds
 ``floco.endpoints`` (E, out, in), and once assigned ``floco.points`` (K, E),
 ``floco.kappa``, ``floco.z`` and ``floco.energy`` (the Riesz curve over the grid).
 
@@ -58,12 +70,11 @@ from landscape import ConfigError
 from ..options import Options, option
 from .base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext, State,
                    local_sgd, make_generator, sample_weighted_average)
-from .simplex import (SUBREGION_SAMPLERS, project_to_simplex, sample_subregion, sample_uniform_simplex,
+from .simplex import (SUBREGION_SAMPLERS, assign_points, pca_scores, sample_subregion, sample_uniform_simplex,
                       simplex_centre)
 
 PREFIX = "floco."
-Z_GRID = (1e-4, 1.0, 1000)
-MIN_DISTANCE = 1e-4
+AGGREGATIONS = ("participants", "literal")
 
 
 class SimplexLinear(nn.Module):
@@ -108,62 +119,24 @@ def sampling(layer: SimplexLinear, points: Tensor) -> Iterator[None]:
         layer.alpha_sampler = None
 
 
-# ----------------------------------------------------------------- client representation
-def pca_scores(signals: Tensor, n_components: int) -> Tensor:
-    """PCA coordinates ``(K, n_components)`` of the rows of ``signals`` (centred SVD).
-
-    Each principal axis is signed so that its largest-magnitude entry is positive; when
-    fewer components exist (``K - 1`` or the signal dimension), the rest are zero."""
-    x = signals.detach().double()
-    x = x - x.mean(dim=0, keepdim=True)
-    u, s, vh = torch.linalg.svd(x, full_matrices=False)
-    lead = vh.abs().argmax(dim=1)
-    signs = torch.sign(vh[torch.arange(len(vh)), lead])
-    signs[signs == 0] = 1.0
-    k = min(n_components, len(s))
-    out = torch.zeros(len(x), n_components, dtype=torch.float64)
-    out[:, :k] = (u[:, :k] * s[:k]) * signs[:k]
-    return out
-
-
-def riesz_energy(points: Tensor) -> Tensor:
-    """``log(mean_{i<j} 1 / max(|p_i - p_j|_2, 1e-4)^2)`` for point sets ``(..., K, E)``
-    (Eq. 8 with s = 2, up to the constant ``log(#pairs)``)."""
-    k = points.shape[-2]
-    i, j = torch.triu_indices(k, k, offset=1)
-    d = (points[..., i, :] - points[..., j, :]).norm(dim=-1).clamp_min(MIN_DISTANCE)
-    return torch.log((d ** -2).sum(dim=-1)) - math.log(len(i))
-
-
-def assign_points(kappa: Tensor, grid: Tensor | None = None) -> tuple[Tensor, float, Tensor, Tensor]:
-    """Client points ``alpha_k = proj_z(kappa_k) / z`` at the ``z`` of least Riesz energy.
-
-    Returns ``(points (K, E), z, energy over the grid, grid)``; non-finite energies are skipped."""
-    if kappa.shape[0] < 2:
-        raise ConfigError("FLOCO's subregion assignment needs at least 2 clients")
-    grid = torch.linspace(*Z_GRID, dtype=torch.float64) if grid is None else grid.double()
-    candidates = project_to_simplex(kappa.double()[None] / grid[:, None, None])  # proj_z(k)/z
-    energy = riesz_energy(candidates)
-    finite = torch.isfinite(energy)
-    if not bool(finite.any()):
-        raise ConfigError("FLOCO: the Riesz energy is not finite for any simplex scale")
-    best = int(torch.where(finite, energy, torch.inf).argmin())
-    return candidates[best], float(grid[best]), energy, grid
-
-
 # ------------------------------------------------------------------------- algorithm
 @dataclasses.dataclass(frozen=True)
 class FlocoOptions(Options):
     """Options of FLOCO (Grinwald et al., NeurIPS 2024)."""
 
-    endpoints: int = option(6, ge=2, le=10_000, help="simplex vertices E of the classifier",
-                            source="FLOCO Sec. 3.1, Eq. 6")
+    vertices: int = option(7, ge=2, le=10_000, help="vertices of the classifier simplex (the paper's M + 1; "
+                           "its M = 6 is 7)", source="FLOCO Sec. 3.1, Eq. 6 (M = 6)")
     tau: int | None = option(None, ge=1, help="round of the subregion assignment (default max(1, round(0.2 T)))",
                              source="FLOCO Sec. 3.2 (100 of 500 rounds)")
     rho: float = option(0.1, gt=0, le=2, help="L1 radius of a client's subregion", source="FLOCO Sec. 3.2")
     subregion_sampler: Literal[SUBREGION_SAMPLERS] = option(  # type: ignore[valid-type]
         "exact", help="exact: uniform on the subregion; reference: the authors' sampler",
         source="FLOCO Eq. 7 / official code")
+    aggregation: Literal[AGGREGATIONS] = option(  # type: ignore[valid-type]
+        "participants", help="participants: weights N_k / sum over participants (official code); literal: "
+        "Eq. 11's N_k / N over all clients", source="FLOCO Eq. 11")
+    local_buffers: bool = option(False, help="keep BatchNorm buffers on the clients (authors' configs)",
+                                 source="official code configs")
 
     def resolved(self, config: Mapping[str, Any]) -> "FlocoOptions":
         """``tau`` defaults to ``max(1, round(0.2 * rounds))``."""
@@ -199,9 +172,10 @@ class Floco(Algorithm):
 
     def __init__(self, options: Mapping[str, Any], config: Mapping[str, Any]):
         super().__init__(options, config)
-        self.n = int(self.opts["endpoints"])
+        self.n = int(self.opts["vertices"])
         self.classifier = ""
         self.template_keys: list[str] = []
+        self.buffer_keys: list[str] = []
 
     # -- architecture -------------------------------------------------------------
     def build_module(self, template: nn.Module) -> nn.Module:
@@ -215,6 +189,7 @@ class Floco(Algorithm):
 
         self.classifier = classifier_name(template)
         self.template_keys = list(template.state_dict().keys())
+        self.buffer_keys = [n for n, _ in template.named_buffers()]
         linear = template.get_submodule(self.classifier)
         layer = SimplexLinear(linear.in_features, linear.out_features, self.n, linear.bias is not None)
         gen = make_generator(self.seed, "floco-endpoints")
@@ -241,14 +216,27 @@ class Floco(Algorithm):
 
     def export_state(self, state: State, server_state: State, client: int | None = None,
                      client_state: State | None = None) -> State:
-        """Global and uploaded client models at the simplex centre (Sec. 3.4)."""
-        return self.point_state(state, simplex_centre(self.n))
+        """The global model at the simplex centre (Sec. 3.4); a client's personalised model
+        (:meth:`client_model`) at its point ``alpha_k`` (the centre before assignment)."""
+        if client is None:
+            return self.point_state(state, simplex_centre(self.n))
+        point = self.client_point(server_state, client)
+        return self.point_state(self.client_model(state, client_state),
+                                simplex_centre(self.n) if point is None else point)
+
+    def client_model(self, upload: State, client_state: State | None) -> State:
+        """The training state exported for a client: FLOCO's trained upload."""
+        return upload
 
     def init_server_state(self, global_state: State) -> State:
         return {f"{PREFIX}endpoints": global_state[f"{self.classifier}.endpoints"].detach().clone()}
 
     # -- subregion assignment ---------------------------------------------------------
     def begin_round(self, ctx: RoundContext) -> State:
+        """Record the clients' total sample count (Eq. 11's N); at round ``tau`` assign the
+        subregions (Sec. 3.2)."""
+        ctx = dataclasses.replace(ctx, server_state={
+            **ctx.server_state, f"{PREFIX}total_samples": torch.tensor(sum(ctx.client_sizes), dtype=torch.float64)})
         if ctx.round != int(self.opts["tau"]) or f"{PREFIX}points" in ctx.server_state:
             return ctx.server_state
         key = f"{self.classifier}.endpoints"
@@ -283,15 +271,36 @@ class Floco(Algorithm):
         with sampling(layer, self.draw_points(ctx, steps, generator)):
             return local_sgd(ctx, **kwargs)
 
+    def received(self, ctx: LocalContext) -> State:
+        """The model a client starts from: the global one, with the client's own BatchNorm
+        buffers under ``local_buffers`` (once it has some)."""
+        own = {n: ctx.client_state[PREFIX + "buffer." + n] for n in self.buffer_keys
+               if PREFIX + "buffer." + n in ctx.client_state}
+        return {**ctx.global_state, **own} if self.opts["local_buffers"] else ctx.global_state
+
+    def kept_buffers(self, trained: State) -> State:
+        """The client-state entries holding a client's buffers (none without ``local_buffers``)."""
+        if not self.opts["local_buffers"]:
+            return {}
+        return {PREFIX + "buffer." + n: trained[n].detach() for n in self.buffer_keys}
+
     def client_update(self, ctx: LocalContext) -> ClientUpdate:
         alpha_gen = make_generator(self.seed, "floco-alpha", ctx.round, ctx.client)
-        result = self._simplex_sgd(ctx, alpha_gen)
-        return ClientUpdate(result.state, len(ctx.y), None, {"train_loss": result.loss})
+        result = self._simplex_sgd(ctx, alpha_gen, state=self.received(ctx))
+        kept = self.kept_buffers(result.state)
+        return ClientUpdate(result.state, len(ctx.y), kept or None, {"train_loss": result.loss})
 
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate], server_state: State,
                   round: int) -> tuple[State, State]:
-        """Eq. 11 with participant-normalised weights; the global point stays the centre."""
+        """Eq. 11 (participant-normalised, or literal with the total N); the global point
+        stays the centre."""
         new = sample_weighted_average(global_state, updates)
+        if self.opts["aggregation"] == "literal" and updates:
+            total = float(server_state[f"{PREFIX}total_samples"])
+            for key, g in global_state.items():
+                if g.is_floating_point():
+                    step = sum(u.num_samples / total * (u.state[key].double() - g.double()) for u in updates.values())
+                    new[key] = (g.double() + step).to(g.dtype)
         alpha_key = f"{self.classifier}.alpha"
         new[alpha_key] = global_state[alpha_key].clone()
         endpoints = new[f"{self.classifier}.endpoints"].detach().clone()
@@ -299,8 +308,11 @@ class Floco(Algorithm):
 
     # -- evaluation -------------------------------------------------------------------
     def personal_state(self, ctx: EvalContext, client: int) -> State:
-        """The training state evaluated for ``client``'s local accuracy (FLOCO: the global)."""
-        return ctx.global_state
+        """The training state evaluated for ``client``'s local accuracy: the global one (with
+        the client's own buffers under ``local_buffers``)."""
+        own = ctx.client_states.get(client, {})
+        return {**ctx.global_state, **{n: own[PREFIX + "buffer." + n] for n in self.buffer_keys
+                                       if PREFIX + "buffer." + n in own}}
 
     def local_metrics(self, ctx: EvalContext) -> dict[str, float]:
         """Mean over clients of loss and accuracy at ``alpha_k`` on the local test splits."""
@@ -329,19 +341,28 @@ class FlocoPlus(Floco):
         """The FLOCO update, then ``personal_epochs`` of
         ``F_k(v_alpha) + lam/2 |v - w_received|^2`` from the client's personal model."""
         alpha_gen = make_generator(self.seed, "floco-alpha", ctx.round, ctx.client)
-        result = self._simplex_sgd(ctx, alpha_gen)
+        result = self._simplex_sgd(ctx, alpha_gen, state=self.received(ctx))
         lam = float(self.opts["lam"])
 
         def proximal(params: State, x: Tensor, y: Tensor, logits: Tensor) -> Tensor:
             sq = sum(((p - ctx.global_state[n]) ** 2).sum() for n, p in params.items())
             return 0.5 * lam * sq
 
-        start = ctx.client_state if ctx.client_state else ctx.global_state
+        start = _personal(ctx.client_state) or self.received(ctx)
         personal = self._simplex_sgd(ctx, alpha_gen, state=start, extra_loss=proximal,
                                      epochs=int(self.opts["personal_epochs"]))
-        return ClientUpdate(result.state, len(ctx.y), personal.state,
+        return ClientUpdate(result.state, len(ctx.y), {**personal.state, **self.kept_buffers(result.state)},
                             {"train_loss": result.loss, "personal_loss": personal.loss})
+
+    def client_model(self, upload: State, client_state: State | None) -> State:
+        """FLOCO+ exports the client's personal model (its upload until it has one)."""
+        return _personal(client_state or {}) or upload
 
     def personal_state(self, ctx: EvalContext, client: int) -> State:
         """The client's personal model (the global one until it has trained)."""
-        return ctx.client_states.get(client) or ctx.global_state
+        return _personal(ctx.client_states.get(client, {})) or ctx.global_state
+
+
+def _personal(client_state: Mapping[str, Tensor]) -> State:
+    """A FLOCO+ personal model: the client-state entries that are not FLOCO's own keys."""
+    return {n: t for n, t in client_state.items() if not n.startswith(PREFIX)}

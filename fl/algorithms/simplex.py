@@ -6,11 +6,15 @@ number of vertices (endpoints / pool members). Every sampler takes an explicit
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from landscape import ConfigError
 
 SUBREGION_SAMPLERS = ("exact", "reference")
+Z_GRID = (1e-4, 1.0, 1000)  # FLOCO's simplex scales z (reference implementation)
+MIN_DISTANCE = 1e-4         # distances clamped in the Riesz energy (reference implementation)
 
 
 def project_to_simplex(v: torch.Tensor, z: float = 1.0) -> torch.Tensor:
@@ -134,3 +138,46 @@ def sample_subregion(centre: torch.Tensor, rho: float, count: int, generator: to
     raise ConfigError(f"drew fewer than {count} points of the L1 ball of radius {rho} around "
                       f"{centre.tolist()} inside the simplex in {max_batches} batches; "
                       "the centre must be a point of the simplex (non-negative, summing to 1)")
+
+
+# ------------------------------------------- FLOCO's client representation (Sec. 3.2)
+def pca_scores(signals: Tensor, n_components: int) -> Tensor:
+    """PCA coordinates ``(K, n_components)`` of the rows of ``signals`` (centred SVD).
+
+    Each principal axis is signed so that its largest-magnitude entry is positive; when
+    fewer components exist (``K - 1`` or the signal dimension), the rest are zero."""
+    x = signals.detach().double()
+    x = x - x.mean(dim=0, keepdim=True)
+    u, s, vh = torch.linalg.svd(x, full_matrices=False)
+    lead = vh.abs().argmax(dim=1)
+    signs = torch.sign(vh[torch.arange(len(vh)), lead])
+    signs[signs == 0] = 1.0
+    k = min(n_components, len(s))
+    out = torch.zeros(len(x), n_components, dtype=torch.float64)
+    out[:, :k] = (u[:, :k] * s[:k]) * signs[:k]
+    return out
+
+
+def riesz_energy(points: Tensor) -> Tensor:
+    """``log(mean_{i<j} 1 / max(|p_i - p_j|_2, 1e-4)^2)`` for point sets ``(..., K, E)``
+    (Eq. 8 with s = 2, up to the constant ``log(#pairs)``)."""
+    k = points.shape[-2]
+    i, j = torch.triu_indices(k, k, offset=1)
+    d = (points[..., i, :] - points[..., j, :]).norm(dim=-1).clamp_min(MIN_DISTANCE)
+    return torch.log((d ** -2).sum(dim=-1)) - math.log(len(i))
+
+
+def assign_points(kappa: Tensor, grid: Tensor | None = None) -> tuple[Tensor, float, Tensor, Tensor]:
+    """Client points ``alpha_k = proj_z(kappa_k) / z`` at the ``z`` of least Riesz energy.
+
+    Returns ``(points (K, E), z, energy over the grid, grid)``; non-finite energies are skipped."""
+    if kappa.shape[0] < 2:
+        raise ConfigError("FLOCO's subregion assignment needs at least 2 clients")
+    grid = torch.linspace(*Z_GRID, dtype=torch.float64) if grid is None else grid.double()
+    candidates = project_to_simplex(kappa.double()[None] / grid[:, None, None])  # proj_z(k)/z
+    energy = riesz_energy(candidates)
+    finite = torch.isfinite(energy)
+    if not bool(finite.any()):
+        raise ConfigError("FLOCO: the Riesz energy is not finite for any simplex scale")
+    best = int(torch.where(finite, energy, torch.inf).argmin())
+    return candidates[best], float(grid[best]), energy, grid
