@@ -203,3 +203,19 @@ def test_batchnorm_reset_sets_running_statistics_to_the_batch_moments() -> None:
     with pytest.raises(landscape.ConfigError, match="bn='interpolate'"):
         repaired_interpolate(model, model, landscape.Evaluator(model, (x, torch.zeros(64, dtype=torch.long)),
                                                                device="cpu", bn="keep"), data=(x, x))
+
+
+def test_connected_modulo_permutation_verdict(trained_pair) -> None:
+    from landscape.connectivity.verdicts import connected_modulo_permutation
+
+    data, a, b = trained_pair
+    ev = landscape.Evaluator(a, (data.test_x, data.test_y), device="cpu")
+    verdict = connected_modulo_permutation(a, b, ev, data=(data.train_x, data.train_y), threshold=0.05,
+                                           metric="loss", alphas=11)
+    assert isinstance(verdict, landscape.Verdict) and verdict.holds
+    before = landscape.interpolate(a, b, ev, alphas=11).loss_barrier
+    assert verdict.numbers["loss_barrier[before]"] == pytest.approx(before)
+    assert verdict.numbers["loss_barrier[aligned]"] < before
+    assert set(verdict.results["paths"]) == {"before", "aligned", "aligned + REPAIR"}
+    strict = connected_modulo_permutation(a, b, ev, threshold=-1.0, metric="loss", alphas=11, repair=False)
+    assert strict.status == "fails" and "aligned" in strict.reason

@@ -113,3 +113,16 @@ def test_simplex_connects_two_models(pair) -> None:
     loss = float(ev.evaluate(point).loss[0])
     assert result.loss_barrier == pytest.approx(loss - result.coords[worst] @ result.vertex_loss, rel=1e-6)
     assert "vertices" in repr(result)
+
+
+def test_connected_by_curve_verdict(pair) -> None:
+    from landscape.connectivity.verdicts import connected_by_curve
+
+    data, a, b, ev = pair
+    verdict = connected_by_curve(a, b, ev, train_data=(data.train_x, data.train_y), threshold=0.05, metric="accuracy",
+                                 epochs=8, points=11)
+    curve_result = verdict.results["curve"]
+    assert verdict.numbers["curve_accuracy_barrier"] == curve_result.accuracy_barrier
+    assert verdict.numbers["line_accuracy_barrier"] > 0.3  # the straight line crosses a barrier
+    assert verdict.holds == (curve_result.accuracy_barrier <= 0.05)
+    assert "straight line" in verdict.reason
