@@ -186,3 +186,28 @@ def test_a_round_of_empty_clients_keeps_the_global_model(tmp_path):
     for before, after, changed in ((0, 1, False), (1, 2, True), (2, 3, False)):
         same = all(torch.equal(states[before][k], states[after][k]) for k in states[before])
         assert same != changed, (before, after)
+
+
+def test_a_diverging_run_stops_at_the_round_and_stays_resumable(tmp_path):
+    """A model whose logits are cubed overflows after one step at lr 10: the round is not
+    stored, the run is not complete, and a rerun stops at the same round again."""
+    from torch import nn
+
+    class Cube(nn.Module):
+        def forward(self, x):
+            return x ** 3
+
+    net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10), Cube())
+    with torch.no_grad():
+        for p in net.parameters():
+            p.mul_(0.1)
+    opts = dict(TINY, rounds=3, clients=2, device="cpu")
+    for _ in range(2):
+        with pytest.raises(ConfigError, match=r"round 1: the global model diverged .*rounds up to 0 are stored"):
+            fl.run("fedavg", model=net, out=tmp_path, **{**opts, "lr": 10.0})
+        run = fl.load_run(tmp_path, module=net)
+        assert run.rounds == [0] and not run.complete and [m["round"] for m in run.metrics] == [0]
+    with torch.no_grad():
+        net[1].weight[0, 0] = float("inf")
+    with pytest.raises(ConfigError, match="the initial model gives non-finite weights in 1.weight"):
+        fl.run("fedavg", model=net, out=tmp_path / "inf", **opts)
