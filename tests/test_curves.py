@@ -126,3 +126,33 @@ def test_connected_by_curve_verdict(pair) -> None:
     assert verdict.numbers["line_accuracy_barrier"] > 0.3  # the straight line crosses a barrier
     assert verdict.holds == (curve_result.accuracy_barrier <= 0.05)
     assert "straight line" in verdict.reason
+
+
+def test_connectivity_figures_render_from_real_results(pair, tmp_path) -> None:
+    import figures
+    from figures.connectivity import (alignment_figure, alignment_plotly, curve_figure, curve_plane_figure,
+                                      curve_plane_plotly, curve_plotly, curve_trace)
+    from landscape.connectivity.verdicts import connected_modulo_permutation
+
+    data, a, b, ev = pair
+    verdict = connected_modulo_permutation(a, b, ev, data=(data.train_x, data.train_y), alphas=11)
+    fig = alignment_figure(verdict)
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert any(label.startswith("aligned + REPAIR") for label in labels) and any(
+        label.startswith("before") for label in labels)
+    assert {t.name for t in alignment_plotly(verdict).data} >= {"before", "aligned", "aligned + REPAIR"}
+    result = curve(a, b, ev, train_data=(data.train_x, data.train_y), epochs=4, points=11)
+    fig = curve_figure(result)
+    assert fig.axes[0].get_xlabel().startswith("t") and len(fig.axes) == 2
+    curve_line = fig.axes[0].get_lines()[0]
+    assert np.allclose(curve_line.get_ydata(), result.loss)
+    assert {t.name for t in curve_plotly(result).data} >= {"bezier curve", "straight line"}
+    grid = curve_plane(result, ev, resolution=7)
+    trace = curve_trace(grid, result, points=5)
+    assert np.allclose(trace[0], [0.0, 0.0], atol=1e-6) and np.allclose(trace[-1], grid.models["b"], rtol=1e-6)
+    fig = curve_plane_figure(grid, result)
+    drawn = [line for line in fig.axes[0].get_lines() if line.get_label() == "bezier curve"]
+    assert drawn and np.allclose(drawn[0].get_xdata()[[0, -1]], trace[[0, -1], 0], atol=1e-6)
+    assert "bezier curve" in {t.name for t in curve_plane_plotly(grid, result).data}
+    out = figures.save(fig, tmp_path / "plane.png")
+    assert (tmp_path / "plane.png").stat().st_size > 1000, out
