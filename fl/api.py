@@ -12,9 +12,10 @@ from typing import Any, Callable
 
 from torch import nn
 
+from landscape.infra.devices import resolve_device
+
 from .config import config_digest
 from .engine import Engine, Federation
-from .evaluation import resolve_device
 from .reader import Run, load_run
 from .resolve import build_config, make_algorithm, merge_settings
 from .rundir import prepare_dir, split_clients

@@ -38,7 +38,19 @@ PARALLEL_BACKENDS = ("loky", "processes", "ray", "dask")  # through landscape.di
 
 @dataclass
 class Federation:
-    """The run's data on the device: the training pool split by client index arrays."""
+    """The run's data on the device: the training pool split by client index arrays.
+
+    Parameters
+    ----------
+    train_x, train_y, test_x, test_y : Tensor
+        Training pool and global test set.
+    client_train : list[Tensor]
+        Index tensors into ``train_x``, one per client.
+    client_test : list[Tensor]
+        Local test splits (index tensors into ``train_x``; may be empty).
+    num_classes : int
+        Number of classes.
+    """
 
     train_x: Tensor
     train_y: Tensor
@@ -51,6 +63,22 @@ class Federation:
     @classmethod
     def build(cls, bundle: Any, train_parts: Sequence[np.ndarray], test_parts: Sequence[np.ndarray],
               device: torch.device) -> "Federation":
+        """Move a dataset and its client split to ``device``.
+
+        Parameters
+        ----------
+        bundle : DataBundle
+            The dataset (``fl.datasets.load_dataset``).
+        train_parts, test_parts : Sequence[np.ndarray]
+            Client training and local test index arrays.
+        device : torch.device
+            Where the tensors go.
+
+        Returns
+        -------
+        Federation
+            The data of the run.
+        """
         def idx(p: np.ndarray) -> Tensor:
             return torch.as_tensor(np.asarray(p, dtype=np.int64), device=device)
 
@@ -60,7 +88,25 @@ class Federation:
 
 
 def sample_clients(seed: int, round: int, num_clients: int, participation: float) -> list[int]:
-    """``max(1, round(participation * K))`` clients drawn uniformly without replacement, sorted."""
+    """The clients of a round: ``max(1, round(participation * K))`` drawn uniformly without
+    replacement from the generator of ``(seed, "sample", round)``.
+
+    Parameters
+    ----------
+    seed : int
+        Run seed.
+    round : int
+        Training round.
+    num_clients : int
+        K.
+    participation : float
+        Share of clients per round, in (0, 1].
+
+    Returns
+    -------
+    list[int]
+        Sorted client ids (all of them when the share rounds to K).
+    """
     m = max(1, int(round_half_up(participation * num_clients)))
     if m >= num_clients:
         return list(range(num_clients))
@@ -69,6 +115,18 @@ def sample_clients(seed: int, round: int, num_clients: int, participation: float
 
 
 def round_half_up(x: float) -> int:
+    """``floor(x + 0.5)`` (Python's ``round`` rounds halves to even).
+
+    Parameters
+    ----------
+    x : float
+        A number.
+
+    Returns
+    -------
+    int
+        The nearest integer, halves up.
+    """
     return int(np.floor(x + 0.5))
 
 
@@ -77,7 +135,32 @@ def _to(state: Mapping[str, Tensor], device: torch.device) -> State:
 
 
 class Engine:
-    """Runs rounds ``last complete + 1 .. T`` of one run and stores each of them."""
+    """Runs rounds ``last complete + 1 .. T`` of one run and stores each of them.
+
+    Parameters
+    ----------
+    config : Mapping[str, Any]
+        The stored configuration.
+    store : RunStore
+        The run folder.
+    algorithm : Algorithm
+        The algorithm (``fl.resolve.make_algorithm``).
+    template : nn.Module
+        The plain architecture with the initial weights.
+    data : Federation
+        The data on the device.
+    device : torch.device
+        Where training runs.
+    progress : bool, optional
+        Show a tqdm bar (default: when stderr is a terminal).
+    on_round : callable, optional
+        ``f(round, metrics)`` after each stored round.
+
+    Raises
+    ------
+    ConfigError
+        For a back end that cannot train this run (``fl.vectorized.unsupported_reason``).
+    """
 
     def __init__(self, config: Mapping[str, Any], store: RunStore, algorithm: Algorithm,
                  template: nn.Module, data: Federation, device: torch.device,
@@ -108,6 +191,13 @@ class Engine:
 
     # --------------------------------------------------------------------- run
     def run(self) -> None:
+        """Start (round 0) or resume, then train and store every remaining round.
+
+        Raises
+        ------
+        ConfigError
+            When a round's global model or test loss is not finite (that round is not stored).
+        """
         from tqdm.auto import tqdm
 
         last = self.store.read_progress()

@@ -1,4 +1,4 @@
-"""Test-set evaluation of a state with a module (``torch.func.functional_call``) and device choice.
+"""Test-set evaluation of a state with a module (``torch.func.functional_call``).
 
 The loss is the sum of per-sample cross-entropies divided by the number of samples (never
 a mean of batch means); sums stay on the device and are synchronised once per call.
@@ -12,17 +12,35 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from landscape.infra.devices import resolve_device
-from landscape.infra.errors import DataError
+from landscape import DataError
 
 
 @torch.no_grad()
 def evaluate(module: nn.Module, state: Mapping[str, Tensor], x: Tensor, y: Tensor, *,
              batch_size: int = 1024) -> tuple[float, float]:
-    """(mean cross-entropy, accuracy) of ``module`` with the tensors of ``state`` on (x, y).
+    """Mean cross-entropy and accuracy of ``module`` with the tensors of ``state`` on (x, y).
 
-    ``module`` is put in eval mode (BatchNorm uses the running statistics in ``state``);
-    ``x``/``y`` should already be on the module's device."""
+    Parameters
+    ----------
+    module : nn.Module
+        The architecture; put in eval mode (BatchNorm uses the running statistics in ``state``).
+    state : Mapping[str, Tensor]
+        Its tensors (moved to the device of ``x``).
+    x, y : Tensor
+        Inputs and labels, already on the module's device.
+    batch_size : int
+        Samples per forward pass.
+
+    Returns
+    -------
+    tuple[float, float]
+        (sum of per-sample cross-entropies / N, share of correct argmax predictions).
+
+    Raises
+    ------
+    DataError
+        For an empty dataset.
+    """
     if len(y) == 0:
         raise DataError("cannot evaluate on an empty dataset")
     module.eval()

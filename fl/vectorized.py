@@ -91,10 +91,23 @@ def _num_steps(ctx: LocalContext) -> int:
 def train_clients(alg: Algorithm, contexts: Sequence[LocalContext]) -> dict[int, ClientUpdate]:
     """Local SGD of every context's client at once (see the module docstring).
 
-    All contexts must share the round, the received model, ``lr``, ``local_epochs``,
-    ``batch_size``, ``momentum`` and ``weight_decay`` (they do within an engine round).
     Clients are sorted by their number of steps, so each step computes only the clients
-    that still train (a prefix of the stacked parameters, updated in place)."""
+    that still train (a prefix of the stacked parameters, updated in place).
+
+    Parameters
+    ----------
+    alg : Algorithm
+        A vectorisable algorithm; its ``extra_loss`` is added to each client's objective.
+    contexts : Sequence[LocalContext]
+        One per client; all share the round, the received model, ``lr``, ``local_epochs``,
+        ``batch_size``, ``momentum`` and ``weight_decay`` (they do within an engine round).
+
+    Returns
+    -------
+    dict[int, ClientUpdate]
+        Client id -> update (state, sample count, ``train_loss``), equal to the sequential
+        back end's to floating-point tolerance.
+    """
     contexts = sorted(contexts, key=_num_steps, reverse=True)
     first = contexts[0]
     module = first.module

@@ -139,7 +139,18 @@ class FlocoOptions(Options):
                                  source="official code configs")
 
     def resolved(self, config: Mapping[str, Any]) -> "FlocoOptions":
-        """``tau`` defaults to ``max(1, round(0.2 * rounds))``."""
+        """``tau`` defaults to ``max(1, round(0.2 * rounds))``.
+
+        Parameters
+        ----------
+        config : Mapping[str, Any]
+            The run configuration.
+
+        Returns
+        -------
+        FlocoOptions
+            The options with the derived defaults set.
+        """
         if self.tau is not None:
             return self
         return dataclasses.replace(self, tau=max(1, round(0.2 * int(config["rounds"]))))
@@ -155,7 +166,18 @@ class FlocoPlusOptions(FlocoOptions):
                                          "(default: the run's local epochs)", source="Ditto: E_Ditto = E")
 
     def resolved(self, config: Mapping[str, Any]) -> "FlocoPlusOptions":
-        """FLOCO's defaults and ``personal_epochs`` = the run's local epochs."""
+        """FLOCO's defaults and ``personal_epochs`` = the run's local epochs.
+
+        Parameters
+        ----------
+        config : Mapping[str, Any]
+            The run configuration.
+
+        Returns
+        -------
+        FlocoPlusOptions
+            The options with the derived defaults set.
+        """
         out = super().resolved(config)
         if out.personal_epochs is not None:
             return out

@@ -62,7 +62,18 @@ class IMAOptions(Options):
                                                               "start_round, official code)", source="IMA Sec. 3.3")
 
     def resolved(self, config: Mapping[str, Any]) -> "IMAOptions":
-        """``start_round`` defaults to ``floor(0.75 * rounds) + 1`` (the paper's t_s = 0.75 R)."""
+        """``start_round`` defaults to ``floor(0.75 * rounds) + 1`` (the paper's t_s = 0.75 R).
+
+        Parameters
+        ----------
+        config : Mapping[str, Any]
+            The run configuration (``rounds``).
+
+        Returns
+        -------
+        IMAOptions
+            The options with ``start_round`` set.
+        """
         if self.start_round is not None:
             return self
         return dataclasses.replace(self, start_round=math.floor(0.75 * int(config["rounds"])) + 1)
@@ -83,7 +94,10 @@ class IMA(Wrapper):
 
     # -- schedules (Sec. 3.3) ---------------------------------------------------------
     def lr(self, round: int) -> float:
-        """The base's lr before ``start_round``, then the exploration schedule."""
+        """The base's lr before ``start_round``, then the exploration schedule.
+
+        Parameters and return value: see :meth:`Algorithm.lr`.
+        """
         s, sched = self.start, self.opts["schedule"]
         if round < s or sched in ("none", "epoch"):
             return self.base.lr(round)
@@ -97,19 +111,28 @@ class IMA(Wrapper):
         return (1 - tau) * hi + tau * float(self.opts["const_lr"])
 
     def local_epochs(self, round: int) -> int:
-        """The base's epochs; schedule ``"epoch"`` removes one every ``cycle`` rounds."""
+        """The base's epochs; schedule ``"epoch"`` removes one every ``cycle`` rounds.
+
+        Parameters and return value: see :meth:`Algorithm.local_epochs`.
+        """
         epochs = self.base.local_epochs(round)
         if self.opts["schedule"] == "epoch" and round >= self.start:
             return max(1, epochs - (round - self.start) // self.opts["cycle"])
         return epochs
 
     def init_server_state(self, global_state: State) -> State:
-        """The base's initial state plus an empty window (``ima.rounds``)."""
+        """The base's initial state plus an empty window (``ima.rounds``).
+
+        Parameters and return value: see :meth:`Algorithm.init_server_state`.
+        """
         return {**self.base.init_server_state(global_state), PREFIX + "rounds": torch.zeros(0, dtype=torch.int64)}
 
     def local_metrics(self, ctx: EvalContext) -> dict[str, float]:
         """The base's metrics plus, once IMA is active, the plain aggregate's test loss and
-        accuracy (``fma_test_loss``, ``fma_test_accuracy``)."""
+        accuracy (``fma_test_loss``, ``fma_test_accuracy``).
+
+        Parameters and return value: see :meth:`Algorithm.local_metrics`.
+        """
         metrics = dict(super().local_metrics(ctx))
         if ctx.round >= self.start:
             newest = _window(self.own(ctx.server_state))[-1]
@@ -121,7 +144,10 @@ class IMA(Wrapper):
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate],
                   server_state: State, round: int) -> tuple[State, State]:
         """Push the base's aggregate into the window; broadcast the window mean once IMA is
-        active and the window is full (Eq. 5), else the plain aggregate."""
+        active and the window is full (Eq. 5), else the plain aggregate.
+
+        Parameters and return value: see :meth:`Algorithm.aggregate`.
+        """
         plain, base_state = self.base.aggregate(global_state, updates, self.inner(server_state), round)
         window = _window(self.own(server_state)) + [plain]
         rounds = server_state[PREFIX + "rounds"].tolist() + [round]

@@ -134,7 +134,18 @@ class LSSOptions(Options):
                                            "of client ids", source="ours")
 
     def resolved(self, config: Mapping[str, Any]) -> "LSSOptions":
-        """``epochs_per_member`` defaults to the run's local epochs."""
+        """``epochs_per_member`` defaults to the run's local epochs.
+
+        Parameters
+        ----------
+        config : Mapping[str, Any]
+            The run configuration.
+
+        Returns
+        -------
+        LSSOptions
+            The options with the derived defaults set.
+        """
         if self.epochs_per_member is not None:
             return self
         return dataclasses.replace(self, epochs_per_member=int(config["local_epochs"]))

@@ -95,7 +95,10 @@ class Wrapper(Algorithm):
         return self.base.export_state(state, self.inner(server_state), client, client_state)
 
     def init_server_state(self, global_state: State) -> State:
-        """The base's initial server state (the wrapper adds its own entries by overriding)."""
+        """The base's initial server state (the wrapper adds its own entries by overriding).
+
+        Parameters and return value: see :meth:`Algorithm.init_server_state`.
+        """
         return self.base.init_server_state(global_state)
 
     def lr(self, round: int) -> float:
@@ -111,26 +114,41 @@ class Wrapper(Algorithm):
         return self.base.participants(round, sampled)
 
     def begin_round(self, ctx: RoundContext) -> State:
-        """The base's round start on its own server state; the wrapper's entries are kept."""
+        """The base's round start on its own server state; the wrapper's entries are kept.
+
+        Parameters and return value: see :meth:`Algorithm.begin_round`.
+        """
         inner = dataclasses.replace(ctx, server_state=self.inner(ctx.server_state))
         return {**self.base.begin_round(inner), **self.own(ctx.server_state)}
 
     def client_update(self, ctx: LocalContext) -> ClientUpdate:
-        """The base's client update, seeing only the base's server state."""
+        """The base's client update, seeing only the base's server state.
+
+        Parameters and return value: see :meth:`Algorithm.client_update`.
+        """
         return self.base.client_update(dataclasses.replace(ctx, server_state=self.inner(ctx.server_state)))
 
     def extra_loss(self, ctx: LocalContext, params: State, x: Tensor, y: Tensor,
                    logits: Tensor) -> Tensor | None:
-        """The base's extra loss (used by the vectorised back end)."""
+        """The base's extra loss (used by the vectorised back end).
+
+        Parameters and return value: see :meth:`Algorithm.extra_loss`.
+        """
         return self.base.extra_loss(dataclasses.replace(ctx, server_state=self.inner(ctx.server_state)),
                                     params, x, y, logits)
 
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate],
                   server_state: State, round: int) -> tuple[State, State]:
-        """The base's server step; the wrapper's entries are kept."""
+        """The base's server step; the wrapper's entries are kept.
+
+        Parameters and return value: see :meth:`Algorithm.aggregate`.
+        """
         new, base_state = self.base.aggregate(global_state, updates, self.inner(server_state), round)
         return new, {**base_state, **self.own(server_state)}
 
     def local_metrics(self, ctx: EvalContext) -> dict[str, float]:
-        """The base's personalised metrics, computed on the base's server state."""
+        """The base's personalised metrics, computed on the base's server state.
+
+        Parameters and return value: see :meth:`Algorithm.local_metrics`.
+        """
         return self.base.local_metrics(dataclasses.replace(ctx, server_state=self.inner(ctx.server_state)))
