@@ -43,7 +43,7 @@ _EXPORTS: dict[str, str] = {
     # curvature
     "hessian_eigen": "curvature.functions", "hessian_eigenvalues": "curvature.functions",
     "hessian_trace": "curvature.functions", "hessian_density": "curvature.functions",
-    "curvature_along_path": "curvature.functions", "curvature_plane": "curvature.functions",
+    "curvature_along_path": "curvature.along", "curvature_plane": "curvature.along",
     # decomposition
     "decompose": "decomposition.ima", "decompose_run": "decomposition.ima",
     "averaging_curve": "decomposition.ima", "cka_matrix": "decomposition.ima",

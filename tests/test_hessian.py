@@ -12,13 +12,15 @@ from torch import nn
 from torch.func import functional_call, hessian
 
 from landscape.cache.store import Cache
-from landscape.curvature.functions import (broadened_density, curvature_along_path, curvature_plane, hessian_eigen,
-                                 hessian_eigenvalues, hessian_density, hessian_trace)
+from landscape.curvature.along import curvature_along_path, curvature_plane
+from landscape.curvature.density import broadened_density, slq
+from landscape.curvature.functions import hessian_density, hessian_eigen, hessian_eigenvalues, hessian_trace
 from landscape.results.curvature import HessianEigen, SpectralDensity, TraceEstimate
 from landscape.infra.errors import ConfigError
 from landscape.evaluation.evaluator import Evaluator
-from landscape.curvature.operators import HessianOperator
-from landscape.curvature.lanczos import lanczos_top, power_iteration, slq
+from landscape.curvature.operators import HessianOperator, MatrixOperator
+from landscape.curvature.lanczos import lanczos_top
+from landscape.curvature.power import power_iteration
 from landscape.results.base import PlaneResult
 from landscape.curvature.trace import hutchinson, hutchpp
 
@@ -37,8 +39,8 @@ def test_lanczos_top_k_algebraic_matches_eigvalsh():
     rng = np.random.default_rng(1)
     eigs = np.concatenate([[9.0, 7.0, 6.5, -12.0], rng.uniform(-2, 2, 116)])  # |-12| dominates
     a = symmetric(eigs)
-    res = lanczos_top(lambda v: a @ v, 120, 3, tol=1e-8, max_iter=120, generator=gen(),
-                      dtype=torch.float64, return_vectors=True)
+    res = lanczos_top(MatrixOperator(a), 3, tol=1e-8, max_iter=120, generator=gen(),
+                      return_vectors=True)
     np.testing.assert_allclose(res.values, [9.0, 7.0, 6.5], rtol=1e-7)
     assert res.converged and res.matvecs < 120
     for value, vec, r in zip(res.values, res.vectors, res.residuals):
@@ -49,7 +51,7 @@ def test_lanczos_top_k_algebraic_matches_eigvalsh():
 def test_lanczos_residual_bounds_eigenvalue_error_at_loose_tolerance():
     eigs = np.linspace(0.0, 10.0, 200) ** 2 / 10
     a = symmetric(eigs, seed=3)
-    res = lanczos_top(lambda v: a @ v, 200, 4, tol=1e-2, max_iter=200, generator=gen(2), dtype=torch.float64)
+    res = lanczos_top(MatrixOperator(a), 4, tol=1e-2, max_iter=200, generator=gen(2))
     exact = np.sort(eigs)[::-1][:4]
     assert np.all(np.abs(res.values - exact) <= res.residuals + 1e-12)
     assert np.all(np.abs(res.values - exact) <= 1e-2 * np.abs(exact))
@@ -58,22 +60,21 @@ def test_lanczos_residual_bounds_eigenvalue_error_at_loose_tolerance():
 def test_lanczos_finds_repeated_eigenvalues():
     eigs = np.concatenate([[5.0, 5.0, 5.0], np.linspace(-1, 1, 57)])
     a = symmetric(eigs, seed=4)
-    res = lanczos_top(lambda v: a @ v, 60, 4, tol=1e-9, max_iter=60, generator=gen(), dtype=torch.float64)
+    res = lanczos_top(MatrixOperator(a), 4, tol=1e-9, max_iter=60, generator=gen())
     np.testing.assert_allclose(res.values, [5.0, 5.0, 5.0, 1.0], atol=1e-8)
 
 
 def test_power_iteration_agrees_with_eigvalsh_on_psd_matrix():
     eigs = np.concatenate([[10.0, 6.0, 3.0], np.linspace(0, 1, 47)])
     a = symmetric(eigs, seed=5)
-    res = power_iteration(lambda v: a @ v, 50, 3, tol=1e-10, max_iter=2000, generator=gen(),
-                          dtype=torch.float64)
+    res = power_iteration(MatrixOperator(a), 3, tol=1e-10, max_iter=2000, generator=gen())
     np.testing.assert_allclose(res.values, [10.0, 6.0, 3.0], rtol=1e-6)
 
 
 def test_slq_with_full_krylov_space_reproduces_moments_exactly():
     eigs = np.random.default_rng(6).normal(size=40)
     a = symmetric(eigs, seed=6)
-    nodes, weights = slq(lambda v: a @ v, 40, steps=40, runs=3, generator=gen(7), dtype=torch.float64)
+    nodes, weights = slq(MatrixOperator(a), 40, runs=3, generator=gen(7))
     np.testing.assert_allclose(weights.sum(axis=1), 1.0, atol=1e-10)
     np.testing.assert_allclose(np.sort(nodes[0]), np.sort(eigs), atol=1e-8)
     # quadrature with a unit Rademacher probe z: sum w theta^p = z^T A^p z
@@ -98,7 +99,7 @@ def test_broadened_density_integrates_to_one_and_keeps_the_mean():
 
 def test_hutchinson_is_exact_on_a_diagonal_matrix():
     d = torch.arange(1.0, 31.0, dtype=torch.float64)
-    est = hutchinson(lambda v: d * v, 30, tol=1e-3, max_iter=50, generator=gen(), dtype=torch.float64)
+    est = hutchinson(MatrixOperator(torch.diag(d)), tol=1e-3, max_iter=50, generator=gen())
     assert est.value == pytest.approx(float(d.sum()), rel=1e-12)
     assert est.stderr == pytest.approx(0.0, abs=1e-9) and est.matvecs == 10 and est.converged
 
@@ -106,11 +107,11 @@ def test_hutchinson_is_exact_on_a_diagonal_matrix():
 def test_hutchpp_exact_when_sketch_spans_and_unbiased_within_stderr():
     eigs = np.concatenate([[50.0, 30.0, 20.0], np.random.default_rng(8).uniform(-1, 1, 27)])
     a = symmetric(eigs, seed=8)
-    full = hutchpp(lambda v: a @ v, 30, tol=1e-3, max_iter=90, generator=gen(), dtype=torch.float64)
+    full = hutchpp(MatrixOperator(a), tol=1e-3, max_iter=90, generator=gen())
     assert full.value == pytest.approx(eigs.sum(), rel=1e-10) and full.stderr == 0.0
     estimates, stderrs = [], []
     for seed in range(12):
-        est = hutchpp(lambda v: a @ v, 30, tol=0.0, max_iter=24, generator=gen(seed), dtype=torch.float64)
+        est = hutchpp(MatrixOperator(a), tol=0.0, max_iter=24, generator=gen(seed))
         assert est.matvecs == 24 and est.samples.size == 24 - 2 * 8
         estimates.append(est.value)
         stderrs.append(est.stderr)
@@ -119,7 +120,7 @@ def test_hutchpp_exact_when_sketch_spans_and_unbiased_within_stderr():
     spread = np.std(estimates, ddof=1) / np.sqrt(len(estimates))
     assert abs(np.mean(estimates) - eigs.sum()) < 4 * spread + 1e-9
     # deflating the three big eigenvalues beats plain Hutchinson's variance at equal budget
-    plain = [hutchinson(lambda v: a @ v, 30, tol=0.0, max_iter=24, generator=gen(s), dtype=torch.float64).value
+    plain = [hutchinson(MatrixOperator(a), tol=0.0, max_iter=24, generator=gen(s)).value
              for s in range(12)]
     assert np.std(estimates) < np.std(plain)
 

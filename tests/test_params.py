@@ -71,7 +71,7 @@ def test_layout_digest_and_select():
     expected = sum(e.numel for e in space.entries if e.kind == "parameter" and e.name.endswith(".weight"))
     assert int(mask.sum()) == expected and not (mask & ~space.param_mask).any()
     assert torch.equal(space.select(None), space.param_mask)
-    with pytest.raises(ConfigError, match="no parameter matches"):
+    with pytest.raises(ConfigError, match="no trainable parameter matches"):
         space.select("running_*")
 
 

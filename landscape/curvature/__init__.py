@@ -1,6 +1,14 @@
-"""Curvature: Hessian-vector-product operators, eigen-solvers, trace estimators and spectral densities."""
-from .functions import (curvature_along_path, curvature_plane, hessian_density, hessian_eigen,
-                        hessian_eigenvalues, hessian_trace)
+"""Curvature: symmetric operators (the Hessian of an evaluator's loss), eigen-solvers, trace
+estimators and spectral densities.
+
+* ``operators`` -- the operator interface and the Hessian-vector products;
+* ``registry`` -- eigen-solvers and trace estimators by name (a new method goes in a module
+  here, decorated with ``@eigen_solver`` / ``@trace_estimator``);
+* ``lanczos``, ``power`` -- eigen-solvers; ``trace`` -- trace estimators; ``density`` -- SLQ;
+* ``functions`` -- the public functions at one point; ``along`` -- along paths and on planes.
+"""
+from .along import curvature_along_path, curvature_plane
+from .functions import hessian_density, hessian_eigen, hessian_eigenvalues, hessian_trace
 
 __all__ = ["curvature_along_path", "curvature_plane", "hessian_density", "hessian_eigen",
            "hessian_eigenvalues", "hessian_trace"]

@@ -1,4 +1,9 @@
-"""Exact Hessian-vector products of an evaluator's loss, with ``torch.func``.
+"""Symmetric linear operators for the curvature solvers, and the exact Hessian of an evaluator's loss.
+
+Every solver in this package sees only the :class:`SymmetricOperator` interface (``size``,
+``dtype``, ``device``, ``matvec``, ``to_scipy``): :class:`MatrixOperator` wraps an explicit
+matrix (tests, small problems), :class:`HessianOperator` the Hessian of an evaluator's loss
+computed with ``torch.func``.
 
 The loss is ``L(theta) = (1/N) sum_i l(f(x_i; theta), y_i)`` over *all* of the evaluator's
 data (sums of per-sample losses divided by the sample count, so a short last batch gets its
@@ -21,7 +26,7 @@ number of products).
 from __future__ import annotations
 
 import warnings
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import torch
@@ -34,17 +39,109 @@ HVP_MODES = ("auto", "forward-over-reverse", "reverse-over-reverse", "retained")
 RETAINED_BUDGET = 512 << 20  # bytes of autograd graphs "auto" may keep alive
 
 
+@runtime_checkable
+class SymmetricOperator(Protocol):
+    """What a curvature solver needs of a symmetric operator ``A``.
+
+    Attributes
+    ----------
+    size
+        The dimension ``n`` (``A`` is ``n x n``).
+    dtype, device
+        Of the vectors ``matvec`` takes and returns.
+    matvecs
+        Products computed so far.
+    """
+
+    size: int
+    dtype: torch.dtype
+    device: torch.device
+    matvecs: int
+
+    def matvec(self, v: torch.Tensor) -> torch.Tensor:
+        """``A v`` for a vector of length ``size``."""
+
+    def to_scipy(self) -> Any:
+        """A ``scipy.sparse.linalg.LinearOperator`` view (float64)."""
+
+
+def scipy_view(op: SymmetricOperator) -> Any:
+    """A ``scipy.sparse.linalg.LinearOperator`` (float64 in and out) of a symmetric operator.
+
+    Parameters
+    ----------
+    op
+        The operator.
+
+    Returns
+    -------
+    scipy.sparse.linalg.LinearOperator
+    """
+    from scipy.sparse.linalg import LinearOperator
+
+    def mv(x: np.ndarray) -> np.ndarray:
+        v = torch.as_tensor(np.asarray(x, dtype=np.float64).reshape(-1))
+        return op.matvec(v.to(op.device, op.dtype)).double().cpu().numpy()
+
+    return LinearOperator((op.size, op.size), matvec=mv, rmatvec=mv, dtype=np.float64)
+
+
+class MatrixOperator:
+    """An explicit symmetric matrix as a :class:`SymmetricOperator`.
+
+    Parameters
+    ----------
+    matrix
+        A symmetric ``(n, n)`` tensor (not checked for symmetry).
+    """
+
+    def __init__(self, matrix: torch.Tensor):
+        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+            raise ConfigError(f"a matrix operator needs a square matrix, got shape {tuple(matrix.shape)}")
+        self.matrix = matrix
+        self.size = int(matrix.shape[0])
+        self.dtype = matrix.dtype
+        self.device = matrix.device
+        self.matvecs = 0
+
+    def matvec(self, v: torch.Tensor) -> torch.Tensor:
+        """``A v``."""
+        self.matvecs += 1
+        return self.matrix @ v.to(self.device, self.dtype)
+
+    __call__ = matvec
+
+    def to_scipy(self) -> Any:
+        """A ``scipy.sparse.linalg.LinearOperator`` view (float64)."""
+        return scipy_view(self)
+
+
 class HessianOperator:
     """The Hessian of an evaluator's loss at one point, as a symmetric linear operator.
 
-    ``point`` is a model-like or a flat vector of the evaluator's space. ``params`` are
-    ``fnmatch`` name patterns of the parameters to differentiate (``None``: all of them).
-    ``matvecs`` counts the Hessian-vector products computed so far.
+    Parameters
+    ----------
+    evaluator
+        The evaluator whose loss (over all of its data) is differentiated.
+    point
+        A model-like or a flat vector of the evaluator's space (its buffers used as they are).
+    params
+        ``fnmatch`` name patterns of the parameters to differentiate (``None``: every
+        trainable parameter).
+    mode
+        How products are computed (:data:`HVP_MODES`).
+    include_frozen
+        Also differentiate parameters with ``requires_grad=False``.
+    check_determinism
+        Refuse a model whose outputs differ between two identical calls (dropout in eval mode).
+
+    ``matvecs`` counts the Hessian-vector products computed so far; ``size`` (= ``dim``) is the
+    number of differentiated parameters.
     """
 
     def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
                  params: Sequence[str] | str | None = None, mode: str = "auto",
-                 check_determinism: bool = True):
+                 include_frozen: bool = False, check_determinism: bool = True):
         if mode not in HVP_MODES:
             raise ConfigError(f"mode must be one of {HVP_MODES}, got {mode!r}")
         self.evaluator = evaluator
@@ -54,7 +151,7 @@ class HessianOperator:
         if vec.shape != (space.size,):
             raise ConfigError(f"a flat vector must have shape ({space.size},), got {tuple(vec.shape)}")
         vec = vec.detach().to(evaluator.device, evaluator.dtype)
-        mask = space.select(params)
+        mask = space.select(params, include_frozen=include_frozen)
         selected = [e for e in space.entries if bool(mask[e.offset])]
         self.names = [e.name for e in selected]
         self.shapes = [e.shape for e in selected]
@@ -64,6 +161,7 @@ class HessianOperator:
         self._fixed = {name: t for name, t in tensors.items() if name not in chosen}
         self.theta = torch.cat([tensors[n].reshape(-1) for n in self.names])
         self.dim = int(self.theta.numel())
+        self.size = self.dim
         self.device = evaluator.device
         self.dtype = evaluator.dtype
         self.matvecs = 0
@@ -138,15 +236,9 @@ class HessianOperator:
         eye = torch.eye(self.dim, device=self.device, dtype=self.dtype)
         return torch.stack([self.matvec(e) for e in eye])
 
-    def to_scipy(self):
+    def to_scipy(self) -> Any:
         """A ``scipy.sparse.linalg.LinearOperator`` (float64 in and out) of this Hessian."""
-        from scipy.sparse.linalg import LinearOperator
-
-        def mv(x: np.ndarray) -> np.ndarray:
-            v = torch.as_tensor(np.asarray(x, dtype=np.float64).reshape(-1))
-            return self.matvec(v).double().cpu().numpy()
-
-        return LinearOperator((self.dim, self.dim), matvec=mv, rmatvec=mv, dtype=np.float64)
+        return scipy_view(self)
 
     # ---------------------------------------------------------------- checks
     def _check_determinism(self) -> None:

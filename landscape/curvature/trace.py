@@ -1,4 +1,7 @@
-"""Stochastic trace estimators on a symmetric operator given as a matrix-vector product.
+"""Stochastic trace estimators of a symmetric operator (registered in :mod:`.registry`).
+
+A new estimator is a function here (or in a new module of this package), decorated with
+``@trace_estimator("name")``, taking ``(op, *, tol, max_iter, generator, min_samples)``.
 
 * Hutchinson (1989): ``tr A = E[z^T A z]`` for Rademacher ``z``; the estimate is the sample
   mean, its standard error ``std / sqrt(m)``.
@@ -17,37 +20,69 @@ import math
 import numpy as np
 import torch
 
-from ..results.curvature import TraceEstimate
 from ..infra.errors import ConfigError
-from .lanczos import MatVec, rademacher_vector
+from ..results.curvature import TraceEstimate
+from .lanczos import rademacher_vector
+from .operators import SymmetricOperator
+from .registry import trace_estimator
 
-TRACE_METHODS = ("hutchinson", "hutch++")
 
+@trace_estimator("hutchinson")
+def hutchinson(op: SymmetricOperator, *, tol: float = 1e-3, max_iter: int = 100,
+               generator: torch.Generator, min_samples: int = 10) -> TraceEstimate:
+    """Hutchinson's estimator with Rademacher probes and a relative-stderr stopping rule.
 
-def hutchinson(matvec: MatVec, dim: int, *, tol: float = 1e-3, max_iter: int = 100,
-               generator: torch.Generator, device: torch.device | str = "cpu",
-               dtype: torch.dtype = torch.float32, min_samples: int = 10) -> TraceEstimate:
-    """Hutchinson's estimator with Rademacher probes and a relative-stderr stopping rule."""
+    Parameters
+    ----------
+    op
+        The operator.
+    tol
+        Stop once ``stderr <= tol |estimate|`` (after ``min_samples`` samples).
+    max_iter
+        Budget of products.
+    generator
+        Seeded generator of the probes.
+    min_samples
+        Least number of samples before the stopping rule applies.
+
+    Returns
+    -------
+    TraceEstimate
+    """
     _check_budget(max_iter, 1)
-    samples = _sample_quadratic_forms(matvec, dim, max_iter, tol, 0.0, min_samples,
-                                      generator, device, dtype, project=None)
+    dim = op.size
+    samples = _sample_quadratic_forms(op, max_iter, tol, 0.0, min_samples, generator, project=None)
     value, stderr = _mean_stderr(samples)
     converged = stderr <= tol * abs(value)
     return TraceEstimate(value=value, stderr=stderr, samples=samples, method="hutchinson",
                          matvecs=len(samples), dim=dim, converged=bool(converged))
 
 
-def hutchpp(matvec: MatVec, dim: int, *, tol: float = 1e-3, max_iter: int = 100,
-            generator: torch.Generator, device: torch.device | str = "cpu",
-            dtype: torch.dtype = torch.float32, sketch: int | None = None,
+@trace_estimator("hutch++")
+def hutchpp(op: SymmetricOperator, *, tol: float = 1e-3, max_iter: int = 100,
+            generator: torch.Generator, sketch: int | None = None,
             min_samples: int = 10) -> TraceEstimate:
-    """Hutch++ with a sketch of ``sketch`` vectors (default ``max_iter // 3``).
+    """Hutch++ (Meyer et al. 2021, Alg. 1) with a sketch of ``sketch`` vectors.
 
-    Costs ``2 * sketch`` matvecs for the exact part, then at most ``max_iter - 2 * sketch``
+    Costs ``2 * sketch`` products for the exact part, then at most ``max_iter - 2 * sketch``
     Hutchinson samples of the deflated remainder. If the sketch spans the whole space the
     trace is exact (``stderr == 0``).
+
+    Parameters
+    ----------
+    op
+        The operator.
+    tol, max_iter, generator, min_samples
+        As for :func:`hutchinson`.
+    sketch
+        Sketch size (default ``max_iter // 3``).
+
+    Returns
+    -------
+    TraceEstimate
     """
     _check_budget(max_iter, 3)
+    dim, device, dtype, matvec = op.size, op.device, op.dtype, op.matvec
     s = min(dim, sketch if sketch is not None else max(1, max_iter // 3))
     if s < 1 or 2 * s > max_iter:
         raise ConfigError(f"the Hutch++ sketch ({s} vectors) needs 2x{s} matvecs, more than max_iter={max_iter}")
@@ -64,8 +99,8 @@ def hutchpp(matvec: MatVec, dim: int, *, tol: float = 1e-3, max_iter: int = 100,
     def project(z: torch.Tensor) -> torch.Tensor:
         return z - q @ (q.T @ z)
 
-    samples = _sample_quadratic_forms(matvec, dim, max_iter - used, tol, exact, min_samples,
-                                      generator, device, dtype, project=project)
+    samples = _sample_quadratic_forms(op, max_iter - used, tol, exact, min_samples, generator,
+                                      project=project)
     mean, stderr = _mean_stderr(samples)
     value = exact + mean
     return TraceEstimate(value=value, stderr=stderr, samples=samples, method="hutch++",
@@ -73,16 +108,15 @@ def hutchpp(matvec: MatVec, dim: int, *, tol: float = 1e-3, max_iter: int = 100,
                          converged=bool(stderr <= tol * abs(value)), exact=exact)
 
 
-def _sample_quadratic_forms(matvec: MatVec, dim: int, budget: int, tol: float, offset: float,
-                            min_samples: int, generator: torch.Generator, device, dtype,
-                            project) -> np.ndarray:
+def _sample_quadratic_forms(op: SymmetricOperator, budget: int, tol: float, offset: float,
+                            min_samples: int, generator: torch.Generator, project) -> np.ndarray:
     """``z^T A z`` for Rademacher (optionally projected) ``z`` until ``stderr <= tol |offset + mean|``."""
     samples: list[float] = []
     for _ in range(budget):
-        z = rademacher_vector(dim, generator, device, dtype)
+        z = rademacher_vector(op.size, generator, op.device, op.dtype)
         if project is not None:
             z = project(z)
-        samples.append(float(torch.dot(z.double(), matvec(z).double())))
+        samples.append(float(torch.dot(z.double(), op.matvec(z).double())))
         if len(samples) >= min(min_samples, budget) and len(samples) > 1:
             mean, stderr = _mean_stderr(np.asarray(samples))
             if stderr <= tol * abs(offset + mean):

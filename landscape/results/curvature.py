@@ -30,7 +30,42 @@ class HessianEigen(Result):
     method: str
     dim: int
     vectors: np.ndarray | None = None
+    restarts: int = 0
     array_fields: ClassVar[tuple[str, ...]] = ("values", "residuals", "vectors")
+
+
+class Eigenvalues(np.ndarray):
+    """The top Hessian eigenvalues (descending) as a plain array that remembers how it was obtained.
+
+    Returned by :func:`landscape.hessian_eigenvalues`: it behaves as the ``np.ndarray`` of the API
+    contract, and ``.converged``, ``.residuals``, ``.matvecs`` and ``.result`` (the full
+    :class:`HessianEigen`) tell whether the solver met its tolerance.
+    """
+
+    result: "HessianEigen | None"
+
+    def __new__(cls, result: HessianEigen) -> "Eigenvalues":
+        obj = np.asarray(result.values, dtype=np.float64).view(cls)
+        obj.result = result
+        return obj
+
+    def __array_finalize__(self, obj: object) -> None:
+        self.result = getattr(obj, "result", None)
+
+    @property
+    def converged(self) -> bool | None:
+        """Whether every eigenvalue met the solver's tolerance (None for derived arrays)."""
+        return None if self.result is None else bool(self.result.converged)
+
+    @property
+    def residuals(self) -> np.ndarray | None:
+        """``||H x - theta x||`` of each eigenpair."""
+        return None if self.result is None else self.result.residuals
+
+    @property
+    def matvecs(self) -> int | None:
+        """Hessian-vector products used."""
+        return None if self.result is None else self.result.matvecs
 
 
 @register

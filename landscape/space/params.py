@@ -16,7 +16,7 @@ from typing import Iterable, Mapping, Sequence, Union
 import torch
 from torch import nn
 
-from ..infra.errors import ArchitectureMismatchError, ConfigError, NonFiniteWeightsError
+from ..infra.errors import ArchitectureMismatchError, CheckpointError, ConfigError, NonFiniteWeightsError
 
 ModelLike = Union[nn.Module, Mapping[str, torch.Tensor], str, "os.PathLike[str]"]
 
@@ -38,6 +38,9 @@ class ParameterSpace:
     def __init__(self, module: nn.Module):
         self.module = module
         param_names = {name for name, _ in module.named_parameters(remove_duplicate=False)}
+        #: names of parameters with ``requires_grad=False`` (excluded from curvature by default)
+        self.frozen = frozenset(name for name, p in module.named_parameters(remove_duplicate=False)
+                                if not p.requires_grad)
         state = module.state_dict(keep_vars=True)
         entries: list[TensorSpec] = []
         fixed: dict[str, torch.Tensor] = {}
@@ -79,24 +82,42 @@ class ParameterSpace:
         text = ";".join(f"{e.name}:{e.shape}:{e.kind}" for e in self.entries)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def select(self, patterns: Sequence[str] | str | None) -> torch.Tensor:
-        """Boolean mask over the vector of parameter entries whose name matches a pattern.
+    def select(self, patterns: Sequence[str] | str | None, *, include_frozen: bool = False) -> torch.Tensor:
+        """Boolean mask over the flat vector of the parameter entries to differentiate.
 
-        Patterns are ``fnmatch`` globs (``"fc.*"``, ``"*.weight"``); ``None`` selects all
-        parameters.
+        Parameters
+        ----------
+        patterns
+            ``fnmatch`` globs of parameter names (``"fc.*"``, ``"*.weight"``); ``None``
+            selects every parameter.
+        include_frozen
+            Also select parameters with ``requires_grad=False`` (default: they are left out,
+            as curvature is about the trainable parameters).
+
+        Returns
+        -------
+        torch.Tensor
+            Boolean mask of length ``size``.
+
+        Raises
+        ------
+        ConfigError
+            Nothing is selected.
         """
         from fnmatch import fnmatch
 
-        if patterns is None:
-            return self.param_mask.clone()
         if isinstance(patterns, str):
             patterns = [patterns]
         mask = torch.zeros(self.size, dtype=torch.bool)
         for e in self.entries:
-            if e.kind == "parameter" and any(fnmatch(e.name, p) for p in patterns):
+            if e.kind != "parameter" or (e.name in self.frozen and not include_frozen):
+                continue
+            if patterns is None or any(fnmatch(e.name, p) for p in patterns):
                 mask[e.offset:e.offset + e.numel] = True
         if not mask.any():
-            raise ConfigError(f"no parameter matches {list(patterns)}; names are {self.names[:10]}...")
+            what = "no trainable parameter" if patterns is None else f"no trainable parameter matches {list(patterns)}"
+            raise ConfigError(f"{what}; names are {self.names[:10]}... (frozen parameters are left out "
+                              "unless include_frozen=True)")
         return mask
 
     # --------------------------------------------------------------- conversion
@@ -112,6 +133,12 @@ class ParameterSpace:
                  if k in state and tuple(state[k].shape) != tuple(expected[k])]
         if missing or unexpected or wrong:
             raise ArchitectureMismatchError(missing, unexpected, wrong, source)
+        not_float = [f"{e.name} ({state[e.name].dtype})" for e in self.entries
+                     if not torch.is_floating_point(state[e.name])]
+        if not_float:
+            raise CheckpointError(source, f"integer or boolean tensors where the template holds floating-point "
+                                          f"weights: {', '.join(not_float[:4])}{' ...' if len(not_float) > 4 else ''};"
+                                          " they are not cast silently: save the weights as floating point")
 
     def flatten(self, state: Mapping[str, torch.Tensor], *, dtype: torch.dtype = torch.float32,
                 check_finite: bool = True, source: str = "state_dict") -> torch.Tensor:

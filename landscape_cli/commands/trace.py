@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
-    from landscape.curvature.trace import TRACE_METHODS
+    from landscape.curvature.functions import TRACE_METHODS
 
     p = add_analysis_command(sub, "trace", func=run, parents=(curvature_parent(),), default_models=["global"],
                              nmodels=(1, None), help="Hessian trace (Hutchinson or Hutch++) with its standard error")
