@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 
 import figures as F  # noqa: E402
 from landscape import FileWriteError  # noqa: E402
-from landscape.results.base import PathResult  # noqa: E402
+from landscape.results import PathResult  # noqa: E402
 
 OUTSIDE = b"an unrelated file of the user\n"
 
@@ -124,3 +124,76 @@ def test_landscape_report_refuses_or_avoids_planted_links(tiny_run, tmp_path, ou
         assert len(err.strip().splitlines()) == 1
     if planted == "report":
         assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+@pytest.fixture
+def full_fs(tmp_path):
+    """A 256 KiB tmpfs filled to the last byte (root only)."""
+    import subprocess
+
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)]).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 512):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def _cli(args: list[str]) -> "subprocess.CompletedProcess[str]":
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).with_name("landscape")
+    return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> list[Path]:
+    from fl.models import build_model
+    from landscape import save_state_dict
+
+    folder = tmp_path_factory.mktemp("ckpt")
+    return [save_state_dict(build_model("mlp", num_classes=10, input_shape=(1, 8, 8), seed=s).state_dict(),
+                            folder / f"m{s}.pt") for s in (0, 1)]
+
+
+def test_cli_cache_on_a_full_disk_fails_in_one_line_twice_and_leaves_nothing(full_fs, checkpoints, tmp_path):
+    """Issue 15 item 2: an uncaught h5py OSError, then a segmentation fault (exit 139) on the
+    second run, and temporary cache files filling the rest of the disk."""
+    args = ["path", "--module", "mlp", "--checkpoints", *checkpoints, "--data", "digits", "--alphas", 5,
+            "--out", tmp_path / "out", "--cache", full_fs / "cache"]
+    for _ in range(2):
+        proc = _cli(args)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert lines[0].startswith(f"landscape: error: {full_fs / 'cache'}") and "the disk is full" in lines[0]
+        assert "bytes" in lines[0]
+        assert [p for p in full_fs.rglob("*") if ".tmp-" in p.name] == []
+
+
+def test_cli_figures_to_a_read_only_out_folder_fail_in_one_line(checkpoints, tmp_path):
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("remounting needs root")
+    out = tmp_path / "ro"
+    out.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(out)]).returncode:
+        pytest.skip("cannot mount a tmpfs")
+    try:
+        proc = _cli(["path", "--module", "mlp", "--checkpoints", *checkpoints, "--data", "digits", "--alphas", 5,
+                     "--out", out, "--no-cache"])
+    finally:
+        subprocess.run(["umount", "-l", str(out)], check=True)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith(f"landscape: error: {out}") and "read-only" in lines[0]
