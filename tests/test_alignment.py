@@ -47,11 +47,11 @@ def _check_identity(model: nn.Module, x: torch.Tensor, strict: bool = True) -> N
     assert all(torch.equal(back[k], v) for k, v in model.state_dict().items())
 
 
-@pytest.mark.parametrize("name", ZOO)
+@pytest.mark.parametrize("name", ZOO + ["mnist1d_mlp", "mnist1d_cnn"])
 def test_permutation_keeps_outputs_zoo(name: str) -> None:
-    torch.manual_seed(0)
-    model = _randomise_norms(build_model(name, num_classes=5, input_shape=(1, 8, 8), seed=0), 0)
-    _check_identity(model, torch.randn(6, 1, 8, 8, generator=torch.Generator().manual_seed(2)))
+    shape = (1, 40) if name.startswith("mnist1d") else (1, 8, 8)
+    model = _randomise_norms(build_model(name, num_classes=5, input_shape=shape, seed=0), 0)
+    _check_identity(model, torch.randn(6, *shape, generator=torch.Generator().manual_seed(2)))
 
 
 def test_permutation_keeps_outputs_torchvision_resnet18() -> None:
