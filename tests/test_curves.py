@@ -156,3 +156,20 @@ def test_connectivity_figures_render_from_real_results(pair, tmp_path) -> None:
     assert "bezier curve" in {t.name for t in curve_plane_plotly(grid, result).data}
     out = figures.save(fig, tmp_path / "plane.png")
     assert (tmp_path / "plane.png").stat().st_size > 1000, out
+
+
+def test_command_entry_points_write_and_summarise(pair, tmp_path) -> None:
+    from landscape.connectivity.commands import align_file, curve_summary
+
+    data, a, b, ev = pair
+    info = align_file(b, a, tmp_path / "b_aligned.safetensors", template=a)
+    aligned = landscape.load_state_dict(info["out"])
+    copy_ = MLP((1, 8, 8), 10, hidden=(16, 16))
+    copy_.load_state_dict(aligned)
+    with torch.no_grad():
+        assert torch.allclose(copy_(data.test_x), b(data.test_x), atol=1e-5)
+    assert info["units"] == 32 and 0 < info["units_moved"] <= 32 and info["objective"] >= info["objective_before"]
+    summary = curve_summary(a, b, ev, train_data=(data.train_x, data.train_y), epochs=1, points=5,
+                            cache=tmp_path / "c.h5")
+    stored = landscape.Cache(tmp_path / "c.h5").load_result(summary["key"])
+    assert stored.loss_barrier == summary["loss_barrier"] and len(summary["history"]) == 1
