@@ -135,16 +135,18 @@ def full_fs(tmp_path):
     mnt.mkdir()
     if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)]).returncode:
         pytest.skip("mounting a small tmpfs needs root")
-    fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
     try:
-        while os.write(fd, b"\0" * 512):
+        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 512):
+                pass
+        except OSError:
             pass
-    except OSError:
-        pass
+        finally:
+            os.close(fd)
+        yield mnt
     finally:
-        os.close(fd)
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=True)
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
 def _cli(args: list[str]) -> "subprocess.CompletedProcess[str]":
