@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 
 from landscape import Cache
-from landscape.results.base import PlaneResult
+from landscape.results import PlaneResult
 
 
 def plane_result(resolution: int, seed: int) -> PlaneResult:

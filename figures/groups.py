@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from matplotlib.figure import Figure
 
 from landscape.infra.errors import ConfigError
-from landscape.results.base import BarrierMatrix, GroupResult
+from landscape.results import BarrierMatrix, GroupResult
 
 from .style import (MASKED_COLOR, MATRIX_CMAP, PLOTLY_MATRIX, color, finite, fmt, masked_cmap, masked_note, new_figure,
                     style_context, style_plotly)

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 
 from landscape.infra.errors import ConfigError
-from landscape.results.base import PathResult
+from landscape.results import PathResult
 
 from .style import bn_note, color, finite, fmt, masked_note, new_figure, style_context, style_plotly
 

@@ -21,7 +21,7 @@ from matplotlib.ticker import NullFormatter
 from scipy.interpolate import RegularGridInterpolator
 
 from landscape.infra.errors import ConfigError
-from landscape.results.base import PlaneResult
+from landscape.results import PlaneResult
 
 from .style import (MASKED_COLOR, PLOTLY_SEQUENTIAL, SEQUENTIAL_CMAP, ROLES, bn_note, fmt, masked_note,
                     new_figure, role_of, style_context, style_plotly)

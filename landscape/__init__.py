@@ -50,12 +50,13 @@ _EXPORTS: dict[str, str] = {
     "linear_cka": "decomposition.ima",
     # claims and results
     "Verdict": "claims.verdicts",
-    "Metrics": "results.base", "PathResult": "results.base", "GroupResult": "results.base",
-    "BarrierMatrix": "results.base", "PlaneResult": "results.base",
+    "Metrics": "results.geometry", "PathResult": "results.geometry", "GroupResult": "results.geometry",
+    "BarrierMatrix": "results.geometry", "PlaneResult": "results.geometry",
     "HessianEigen": "results.curvature", "TraceEstimate": "results.curvature",
     "SpectralDensity": "results.curvature", "CurvatureProfile": "results.curvature",
-    "CurvaturePlane": "results.curvature", "Decomposition": "results.curvature",
-    "AveragingCurve": "results.curvature", "CKAMatrix": "results.curvature",
+    "CurvaturePlane": "results.curvature", "Eigenvalues": "results.curvature",
+    "Decomposition": "results.decomposition", "AveragingCurve": "results.decomposition",
+    "CKAMatrix": "results.decomposition",
     # cache
     "Cache": "cache.store",
 }

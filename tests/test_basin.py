@@ -7,7 +7,7 @@ import pytest
 from landscape.geometry.basin import BasinResult, basin, sublevel_components
 from landscape.cache.store import Cache
 from landscape.infra.errors import ConfigError
-from landscape.results.base import PathResult, PlaneResult
+from landscape.results import PathResult, PlaneResult
 
 
 def synthetic_plane(fn, models, n=41, lim=2.0):

@@ -263,7 +263,7 @@ def test_scattered_cached_points_are_read_and_only_the_gaps_computed(tmp_path, d
 
 # ------------------------------------------------------------------ one file per entry
 def _plane_result(seed: int, size: int = 5):
-    from landscape.results.base import PlaneResult
+    from landscape.results import PlaneResult
 
     rng = np.random.default_rng(seed)
     grid = np.linspace(-1, 1, size)
@@ -372,7 +372,7 @@ FORMAT1 = TESTS / "data" / "cache_format1.h5"  # written by the format-1 cache (
 
 
 def _format1_plane():
-    from landscape.results.base import PlaneResult
+    from landscape.results import PlaneResult
 
     values = np.linspace(0.5, 2.0, 8)
     return PlaneResult(x=values[:2], y=values[:3], loss=np.ones((3, 2)), accuracy=np.ones((3, 2)), origin=values,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from landscape.results.curvature import Decomposition
+from landscape.results import Decomposition
 from landscape.cache.store import Cache
 from landscape.decomposition.ima import (averaging_curve, cka_matrix, decompose, decompose_run, linear_cka,
                                      round_clients)

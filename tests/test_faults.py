@@ -36,7 +36,7 @@ from fl.store import RunStore
 from landscape import (ArchitectureMismatchError, Cache, CacheError, CheckpointError, ConfigError, DataError,
                        Evaluator, FileWriteError, NonFiniteWeightsError, ParameterSpace, interpolate, load_state_dict,
                        random_plane, save_state_dict)
-from landscape.results.base import PlaneResult
+from landscape.results import PlaneResult
 
 TESTS = Path(__file__).parent
 COUNTS = {"kills survived": 0, "corrupt inputs tried": 0, "bad inputs rejected": 0}

@@ -21,7 +21,7 @@ from landscape.evaluation.evaluator import Evaluator
 from landscape.curvature.operators import HessianOperator, MatrixOperator
 from landscape.curvature.lanczos import lanczos_top
 from landscape.curvature.power import power_iteration
-from landscape.results.base import PlaneResult
+from landscape.results import PlaneResult
 from landscape.curvature.trace import hutchinson, hutchpp
 
 

@@ -20,7 +20,7 @@ from landscape.geometry.barriers import (accuracy_barrier_curve, barrier_from_cu
 from landscape.cache.store import make_key
 from landscape.space.checkpoints import save_state_dict
 from landscape.space.points import PointSet
-from landscape.results.base import GroupResult, Metrics, PathResult
+from landscape.results import GroupResult, Metrics, PathResult
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -34,7 +34,8 @@ from ..geometry.groups import group_barrier, group_barrier_by_size
 from ..space.params import ModelLike
 from ..geometry.paths import interpolate
 from ..geometry.planes import pca_plane, plane
-from ..results.base import PathResult, Result, _jsonable
+from ..results import PathResult
+from ..results.base import Result, jsonable
 
 #: Default barrier threshold: a relative accuracy drop of 5% (Eq. 4/10), or 0.05 nats of loss.
 DEFAULT_THRESHOLD = 0.05
@@ -73,7 +74,7 @@ class Verdict:
         """JSON-ready summary (numbers, thresholds, verdict; result objects are left out)."""
         return {"kind": self.kind, "claim": self.claim, "holds": self.holds, "status": self.status,
                 "reason": self.reason, "reference": self.reference,
-                "numbers": _jsonable(dict(self.numbers)), "thresholds": _jsonable(dict(self.thresholds))}
+                "numbers": jsonable(dict(self.numbers)), "thresholds": jsonable(dict(self.thresholds))}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, allow_nan=True)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ..infra.errors import ConfigError
-from ..results.base import PlaneResult
+from ..results import PlaneResult
 from ..results.curvature import CurvaturePlane, CurvatureProfile
 from ..space.params import ModelLike
 from .functions import Params, hessian_eigen, spec_of, with_bn_mode

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..results.curvature import AveragingCurve, CKAMatrix, Decomposition
+from ..results import AveragingCurve, CKAMatrix, Decomposition
 from ..evaluation.data import prepare_data
 from ..infra.errors import ConfigError, DataError
 from ..space.params import ModelLike

@@ -36,7 +36,7 @@ from torch.func import functional_call
 from ..cache.store import Cache, make_key
 from ..infra.devices import resolve_device
 from ..infra.errors import ConfigError, DataError
-from ..results.base import Metrics
+from ..results import Metrics
 from ..space.params import ModelLike, ParameterSpace, vector_digest
 from ..space.points import PointSet
 from .batchnorm import BatchNormModes

@@ -27,7 +27,8 @@ import numpy as np
 from scipy import ndimage
 
 from ..infra.errors import ConfigError
-from ..results.base import PathResult, PlaneResult, Result, register
+from ..results import PathResult, PlaneResult
+from ..results.base import Result, register
 
 ALGORITHM_VERSION = "basin-1"
 

@@ -12,7 +12,8 @@ from ..infra.errors import ConfigError
 from ..evaluation.evaluator import Evaluator
 from ..space.params import ModelLike
 from ..space.points import PointSet
-from ..results.base import GroupResult, Result, register
+from ..results import GroupResult
+from ..results.base import Result, register
 
 
 def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,

@@ -14,7 +14,7 @@ from ..infra.errors import ConfigError
 from ..evaluation.evaluator import Evaluator
 from ..space.params import ModelLike
 from ..space.points import PointSet
-from ..results.base import BarrierMatrix, PathResult
+from ..results import BarrierMatrix, PathResult
 
 
 def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:

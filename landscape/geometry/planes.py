@@ -21,7 +21,7 @@ from ..infra.errors import ConfigError
 from ..evaluation.evaluator import Evaluator
 from ..space.params import ModelLike, ParameterSpace
 from ..space.points import PointSet
-from ..results.base import PlaneResult
+from ..results import PlaneResult
 
 NORMALIZATIONS = ("filter", "layer", "none")
 

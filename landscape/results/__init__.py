@@ -1,1 +1,16 @@
-"""Frozen result classes (numpy arrays plus the spec that produced them), grouped by domain."""
+"""Frozen result classes (numpy arrays plus the spec that produced them), grouped by domain.
+
+* ``base`` -- :class:`Result` (cache records, summaries) and the registry of result types;
+* ``geometry`` -- metrics, paths, groups, barrier matrices, planes;
+* ``curvature`` -- Hessian eigenvalues, traces, densities, curvature along paths and planes;
+* ``decomposition`` -- the IMA decomposition, averaging curves, CKA matrices.
+"""
+from .base import RESULT_TYPES, Result, register
+from .curvature import (CurvaturePlane, CurvatureProfile, Eigenvalues, HessianEigen, SpectralDensity,
+                        TraceEstimate)
+from .decomposition import AveragingCurve, CKAMatrix, Decomposition
+from .geometry import BarrierMatrix, GroupResult, Metrics, PathResult, PlaneResult
+
+__all__ = ["RESULT_TYPES", "AveragingCurve", "BarrierMatrix", "CKAMatrix", "CurvaturePlane", "CurvatureProfile",
+           "Decomposition", "Eigenvalues", "GroupResult", "HessianEigen", "Metrics", "PathResult", "PlaneResult",
+           "Result", "SpectralDensity", "TraceEstimate", "register"]

@@ -1,37 +1,63 @@
-"""Frozen result dataclasses: numpy arrays plus the spec that produced them.
+"""The base of every result: a frozen dataclass of numpy arrays plus the spec that produced it.
 
-Every result round-trips through the HDF5 cache (:mod:`landscape.cache`): array fields
-become datasets, everything else a JSON attribute. No pickles.
+Every registered result round-trips through the HDF5 cache (:mod:`landscape.cache`): array
+fields become datasets, everything else a JSON attribute. No pickles. Every result prints a
+short summary (``repr``: the numbers a reader wants, never whole arrays) and renders as a small
+HTML table in a notebook (``_repr_html_``).
 """
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from ..geometry.barriers import (accuracy_barrier_curve, barrier_from_curve, group_accuracy_barrier,
-                       group_loss_barrier, loss_barrier_curve)
-
+#: class name -> result class, for reading results back from the cache
 RESULT_TYPES: dict[str, type] = {}
 
 
 def register(cls: type) -> type:
+    """Register a result class (for the cache) and give it the summary ``repr``.
+
+    Parameters
+    ----------
+    cls
+        A dataclass subclass of :class:`Result`.
+
+    Returns
+    -------
+    type
+        The class itself.
+    """
     RESULT_TYPES[cls.__name__] = cls
+    cls.__repr__ = Result.__repr__  # the dataclass-generated repr would print whole arrays
     return cls
 
 
 @dataclass(frozen=True)
 class Result:
-    """Base class: conversion to and from a flat record of arrays and JSON values."""
+    """Base class: conversion to and from a flat record of arrays and JSON values, and summaries.
+
+    Subclasses list their array fields in ``array_fields`` and the scalar numbers their summary
+    shows first (fields or properties) in ``summary_fields``.
+    """
 
     spec: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
 
     array_fields: ClassVar[tuple[str, ...]] = ()
+    summary_fields: ClassVar[tuple[str, ...]] = ()
 
     def to_record(self) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+        """Arrays (datasets) and JSON attributes of this result, for the cache.
+
+        Returns
+        -------
+        tuple of dict
+        """
         arrays, attrs = {}, {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -39,17 +65,28 @@ class Result:
                 if value is not None:
                     arrays[f.name] = np.asarray(value)
             else:
-                attrs[f.name] = json.dumps(_jsonable(value))
+                attrs[f.name] = json.dumps(jsonable(value))
         return arrays, attrs
 
     @classmethod
     def from_record(cls, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, str]) -> "Result":
+        """The result stored as ``arrays`` and ``attrs`` (see :meth:`to_record`).
+
+        Parameters
+        ----------
+        arrays, attrs
+            As written by :meth:`to_record`.
+
+        Returns
+        -------
+        Result
+        """
         kwargs: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             if f.name in cls.array_fields:
                 kwargs[f.name] = arrays.get(f.name)
             elif f.name in attrs:
-                kwargs[f.name] = _from_json(json.loads(attrs[f.name]))
+                kwargs[f.name] = from_json(json.loads(attrs[f.name]))
         return cls(**kwargs)
 
     def __eq__(self, other: object) -> bool:
@@ -60,216 +97,124 @@ class Result:
             if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
                 if a is None or b is None or not np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True):
                     return False
-            elif _jsonable(a) != _jsonable(b):
+            elif jsonable(a) != jsonable(b):
                 return False
         return True
 
     __hash__ = None  # type: ignore[assignment]
 
+    # ------------------------------------------------------------------ summaries
+    def summary(self) -> dict[str, str]:
+        """The numbers a reader wants, formatted: ``summary_fields`` first, then the other scalar
+        fields, then the shapes of the arrays (never their contents).
 
-def _jsonable(value: Any) -> Any:
+        Returns
+        -------
+        dict
+            name -> formatted value.
+        """
+        out: dict[str, str] = {}
+        for name in self.summary_fields:
+            out[name] = format_value(getattr(self, name))
+        for f in dataclasses.fields(self):
+            if f.name in out or f.name == "spec":
+                continue
+            value = getattr(self, f.name)
+            if f.name in self.array_fields:
+                if value is not None:
+                    out[f.name] = "array" + str(tuple(np.shape(value))).replace(",)", ")")
+            else:
+                out[f.name] = format_value(value)
+        bn = self.spec.get("evaluator", {}).get("bn") if isinstance(self.spec, Mapping) else None
+        if bn is not None:
+            out["bn"] = str(bn)
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(" + ", ".join(f"{k}={v}" for k, v in self.summary().items()) + ")"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+                       for k, v in self.summary().items())
+        return f"<table><caption><b>{html.escape(type(self).__name__)}</b></caption>{rows}</table>"
+
+
+def format_value(value: Any) -> str:
+    """A short text for a summary: 4 significant digits for floats, sizes for containers.
+
+    Parameters
+    ----------
+    value
+        Any field or property value.
+
+    Returns
+    -------
+    str
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        return repr(v) if not math.isfinite(v) else f"{v:.4g}"
+    if isinstance(value, np.ndarray):
+        if value.size <= 6:
+            return "[" + ", ".join(format_value(v) for v in value.reshape(-1)) + "]"
+        return "array" + str(tuple(value.shape)).replace(",)", ")")
+    if isinstance(value, Mapping):
+        keys = list(value)[:4]
+        more = ", ..." if len(value) > 4 else ""
+        return "{" + ", ".join(map(str, keys)) + more + "}" + f" ({len(value)})"
+    if isinstance(value, (list, tuple)):
+        if len(value) <= 6 and all(isinstance(v, (str, int, float)) for v in value):
+            return "[" + ", ".join(format_value(v) if not isinstance(v, str) else v for v in value) + "]"
+        return f"list({len(value)})"
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON-compatible data (arrays as lists, non-finite floats tagged).
+
+    Parameters
+    ----------
+    value
+        Numbers, strings, arrays, mappings, sequences.
+
+    Returns
+    -------
+    Any
+    """
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, (np.floating, np.integer)):
         return value.item()
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, float) and not np.isfinite(value):
         return {"__float__": repr(value)}
     return value
 
 
-def _from_json(value: Any) -> Any:
+def from_json(value: Any) -> Any:
+    """Inverse of :func:`jsonable` (arrays come back as lists).
+
+    Parameters
+    ----------
+    value
+        Parsed JSON.
+
+    Returns
+    -------
+    Any
+    """
     if isinstance(value, dict):
         if set(value) == {"__float__"}:
             return float(value["__float__"])
-        return {k: _from_json(v) for k, v in value.items()}
+        return {k: from_json(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_from_json(v) for v in value]
+        return [from_json(v) for v in value]
     return value
-
-
-@register
-@dataclass(frozen=True, eq=False)
-class Metrics(Result):
-    """Loss and accuracy of a list of models, one entry per model."""
-
-    loss: np.ndarray
-    accuracy: np.ndarray
-    array_fields: ClassVar[tuple[str, ...]] = ("loss", "accuracy")
-
-
-@register
-@dataclass(frozen=True, eq=False)
-class PathResult(Result):
-    """Metrics along ``(1 - alpha) * a + alpha * b`` (FedGuCci Eq. 3/4).
-
-    Barriers use the grid points with alpha in [0, 1]; 0 and 1 must be on the grid.
-    """
-
-    alphas: np.ndarray
-    loss: np.ndarray
-    accuracy: np.ndarray
-    array_fields: ClassVar[tuple[str, ...]] = ("alphas", "loss", "accuracy")
-
-    @property
-    def loss_curve(self) -> np.ndarray:
-        """L(alpha) - [(1 - alpha) L(0) + alpha L(1)] on the [0, 1] part of the grid."""
-        return loss_barrier_curve(self.alphas, self.loss)
-
-    @property
-    def accuracy_curve(self) -> np.ndarray:
-        """1 - A(alpha) / [(1 - alpha) A(0) + alpha A(1)] on the [0, 1] part of the grid."""
-        return accuracy_barrier_curve(self.alphas, self.accuracy)
-
-    @property
-    def loss_barrier(self) -> float:
-        """FedGuCci Eq. 3: max over alpha of the loss above the endpoints' line."""
-        return barrier_from_curve(self.loss_curve)
-
-    @property
-    def accuracy_barrier(self) -> float:
-        """FedGuCci Eq. 4: max over alpha of the relative accuracy drop below the line."""
-        return barrier_from_curve(self.accuracy_curve)
-
-    @property
-    def loss_barrier_midpoint(self) -> float:
-        """Midpoint variant: L(0.5) - (L(0) + L(1)) / 2 (needs 0.5 on the grid)."""
-        return float(_at(self.alphas, self.loss, 0.5) - 0.5 * (_at(self.alphas, self.loss, 0.0)
-                                                               + _at(self.alphas, self.loss, 1.0)))
-
-    @property
-    def accuracy_barrier_midpoint(self) -> float:
-        """Midpoint variant: 1 - A(0.5) / ((A(0) + A(1)) / 2), FedGuCci Table 1's columns."""
-        ind = 0.5 * (_at(self.alphas, self.accuracy, 0.0) + _at(self.alphas, self.accuracy, 1.0))
-        return float(1.0 - _at(self.alphas, self.accuracy, 0.5) / ind) if ind > 0 else float("nan")
-
-    @property
-    def accuracy_barrier_code(self) -> float:
-        """The FedGuCci code's variant: gap d = line - A at its argmax, divided by the line there."""
-        from ..geometry.barriers import code_accuracy_barrier
-
-        return code_accuracy_barrier(self.alphas, self.accuracy)
-
-    @property
-    def nonfinite(self) -> int:
-        """Number of grid points whose loss overflowed to inf or NaN."""
-        return int((~np.isfinite(self.loss)).sum())
-
-
-def _at(alphas: np.ndarray, values: np.ndarray, alpha: float) -> float:
-    idx = np.flatnonzero(np.isclose(alphas, alpha, atol=1e-9))
-    if idx.size == 0:
-        raise ValueError(f"alpha={alpha} is not on the path grid {np.round(alphas, 4).tolist()}")
-    return float(values[idx[0]])
-
-
-@register
-@dataclass(frozen=True, eq=False)
-class GroupResult(Result):
-    """Group barrier of K models (FedGuCci Definition 3.6, Eq. 9/10) around their fused model."""
-
-    weights: np.ndarray
-    member_loss: np.ndarray
-    member_accuracy: np.ndarray
-    fused_loss: float
-    fused_accuracy: float
-    array_fields: ClassVar[tuple[str, ...]] = ("weights", "member_loss", "member_accuracy")
-
-    @property
-    def loss_barrier(self) -> float:
-        """L(fused) - sum_i mu_i L(w_i)."""
-        return group_loss_barrier(self.fused_loss, self.member_loss, self.weights)
-
-    @property
-    def accuracy_barrier(self) -> float:
-        """1 - A(fused) / sum_i mu_i A(w_i)."""
-        return group_accuracy_barrier(self.fused_accuracy, self.member_accuracy, self.weights)
-
-
-@register
-@dataclass(frozen=True, eq=False)
-class BarrierMatrix(Result):
-    """Pairwise path barriers among n models; entry (i, j) is the barrier of the i-j path."""
-
-    loss_barrier: np.ndarray
-    accuracy_barrier: np.ndarray
-    labels: list = field(default_factory=list)
-    array_fields: ClassVar[tuple[str, ...]] = ("loss_barrier", "accuracy_barrier")
-
-
-@register
-@dataclass(frozen=True, eq=False)
-class PlaneResult(Result):
-    """Metrics on a 2-D grid ``origin + x u + y v`` (u, v orthonormal over parameters).
-
-    ``loss`` and ``accuracy`` have shape ``(len(y), len(x))``. ``models`` maps labels of the
-    models that define or were placed in the plane to their ``(x, y)`` coordinates.
-    """
-
-    x: np.ndarray
-    y: np.ndarray
-    loss: np.ndarray
-    accuracy: np.ndarray
-    origin: np.ndarray
-    u: np.ndarray
-    v: np.ndarray
-    param_mask: np.ndarray
-    models: Mapping[str, Any] = field(default_factory=dict)
-    layout: list = field(default_factory=list)  # [[name, offset, numel], ...] of the space
-    array_fields: ClassVar[tuple[str, ...]] = ("x", "y", "loss", "accuracy", "origin", "u", "v",
-                                                "param_mask")
-
-    def project(self, model: Any) -> tuple[float, float, float]:
-        """``(x, y, residual)`` of a model: its plane coordinates and its distance to the plane."""
-        vec = self._vector(model)
-        m = self.param_mask.astype(bool)
-        d = (vec - self.origin)[m].astype(np.float64)
-        u, v = self.u[m].astype(np.float64), self.v[m].astype(np.float64)
-        gram = np.array([[u @ u, u @ v], [u @ v, v @ v]])
-        x, y = np.linalg.solve(gram, np.array([d @ u, d @ v]))  # least squares; u, v need not be orthonormal
-        residual = float(np.linalg.norm(d - x * u - y * v))
-        x, y = float(x), float(y)
-        return x, y, residual
-
-    def coordinates(self, model: Any) -> tuple[float, float]:
-        """Projection ``(<w - origin, u>, <w - origin, v>)`` of any model onto the plane."""
-        x, y, _ = self.project(model)
-        return x, y
-
-    def with_models(self, **labelled: Any) -> "PlaneResult":
-        """A copy with more models placed in the plane (label -> model-like)."""
-        placed = dict(self.models)
-        for label, model in labelled.items():
-            placed[label] = list(self.coordinates(model))
-        return dataclasses.replace(self, models=placed)
-
-    def _vector(self, model: Any) -> np.ndarray:
-        import torch
-
-        if isinstance(model, np.ndarray):
-            return model.astype(np.float64)
-        if isinstance(model, torch.Tensor):
-            return model.detach().double().cpu().numpy()
-        if isinstance(model, torch.nn.Module):
-            model = model.state_dict()
-        if not isinstance(model, Mapping):
-            from ..space.checkpoints import load_state_dict
-
-            model = load_state_dict(model, template_keys=[n for n, _, _ in self.layout])
-        parts = []
-        for name, _offset, numel in self.layout:
-            if name not in model:
-                raise KeyError(f"model has no entry {name!r} of the plane's parameter space")
-            t = model[name].detach().double().reshape(-1).cpu()
-            if t.numel() != numel:
-                raise ValueError(f"{name}: expected {numel} values, got {t.numel()}")
-            parts.append(t.numpy())
-        return np.concatenate(parts)
-
-    @property
-    def nonfinite(self) -> int:
-        """Number of grid points whose loss overflowed to inf or NaN."""
-        return int((~np.isfinite(self.loss)).sum())

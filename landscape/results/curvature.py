@@ -1,4 +1,4 @@
-"""Result dataclasses of the curvature and loss-decomposition analyses.
+"""Result dataclasses of the curvature analyses.
 
 All subclass :class:`landscape.results.Result` and are registered, so they round-trip
 through the HDF5 cache (arrays as datasets, the rest as JSON attributes).
@@ -22,6 +22,8 @@ class HessianEigen(Result):
     errors), for Lanczos and power iteration alike.
     ``vectors``: eigenvectors as rows (over the selected parameters) when requested.
     """
+
+    summary_fields: ClassVar[tuple[str, ...]] = ('values', 'converged', 'matvecs', 'restarts')
 
     values: np.ndarray
     residuals: np.ndarray
@@ -78,6 +80,8 @@ class TraceEstimate(Result):
     and ``samples`` the Hutchinson samples of the deflated remainder.
     """
 
+    summary_fields: ClassVar[tuple[str, ...]] = ('value', 'stderr', 'relative_stderr', 'converged', 'matvecs')
+
     value: float
     stderr: float
     samples: np.ndarray
@@ -102,6 +106,8 @@ class SpectralDensity(Result):
     ``grid``; it integrates to one. ``nodes``/``weights`` (shape ``(runs, m)``) are the raw
     quadrature.
     """
+
+    summary_fields: ClassVar[tuple[str, ...]] = ('trace', 'mean', 'sigma', 'matvecs')
 
     grid: np.ndarray
     density: np.ndarray
@@ -133,6 +139,8 @@ class SpectralDensity(Result):
 class CurvatureProfile(Result):
     """Top Hessian eigenvalues along ``(1 - alpha) a + alpha b``: ``eigenvalues[i, j]``."""
 
+    summary_fields: ClassVar[tuple[str, ...]] = ('max_top',)
+
     alphas: np.ndarray
     eigenvalues: np.ndarray
     residuals: np.ndarray
@@ -144,6 +152,11 @@ class CurvatureProfile(Result):
         """Largest eigenvalue at each alpha."""
         return self.eigenvalues[:, 0]
 
+    @property
+    def max_top(self) -> float:
+        """Largest top eigenvalue along the path."""
+        return float(np.nanmax(self.top))
+
 
 @register
 @dataclass(frozen=True, eq=False)
@@ -153,6 +166,8 @@ class CurvaturePlane(Result):
     The grid is the one of the :class:`~landscape.results.PlaneResult` it was computed on
     (possibly every ``stride``-th point), so it overlays that plane's loss surface.
     """
+
+    summary_fields: ClassVar[tuple[str, ...]] = ('max_top',)
 
     x: np.ndarray
     y: np.ndarray
@@ -167,88 +182,7 @@ class CurvaturePlane(Result):
         """Largest eigenvalue at each grid point, shape ``(len(y), len(x))``."""
         return self.eigenvalues[..., 0]
 
-
-@register
-@dataclass(frozen=True, eq=False)
-class Decomposition(Result):
-    """IMA paper Theorem 1 terms (reference/ima.md section 2.7), all means over D.
-
-    Identities (exact): ``wens_loss == bias + variance + covariance`` and
-    ``bias == train_bias + heter_bias + cross``. ``locality[k] = ||w_k - w_FMA||_2`` over
-    trainable parameters (mean over realizations). ``client_train_bias[k]`` /
-    ``client_heter_bias[k]`` are the per-client diagnostics ``tb_k`` (mean ``||y - mu_k||^2``
-    on D_k) and ``hb_k`` (on D minus D_k, NaN when empty).
-    """
-
-    bias: float
-    train_bias: float
-    heter_bias: float
-    cross: float
-    variance: float
-    covariance: float
-    wens_loss: float
-    fma_loss: float
-    gap: float
-    output_gap: float
-    locality: np.ndarray
-    weights: np.ndarray
-    client_sizes: np.ndarray
-    client_train_bias: np.ndarray
-    client_heter_bias: np.ndarray
-    num_samples: int
-    realizations: int
-    array_fields: ClassVar[tuple[str, ...]] = ("locality", "weights", "client_sizes",
-                                                "client_train_bias", "client_heter_bias")
-
     @property
-    def max_locality(self) -> float:
-        """``Delta = max_k ||w_k - w_FMA||``."""
-        return float(np.max(self.locality))
-
-
-@register
-@dataclass(frozen=True, eq=False)
-class AveragingCurve(Result):
-    """Loss and error of weight averages of ``m`` random client models (IMA Fig. 4).
-
-    ``loss[i, s]`` / ``error[i, s]``: ``s``-th random subset of size ``sizes[i]`` (NaN where
-    fewer distinct subsets exist).
-    """
-
-    sizes: np.ndarray
-    loss: np.ndarray
-    error: np.ndarray
-    array_fields: ClassVar[tuple[str, ...]] = ("sizes", "loss", "error")
-
-    @property
-    def loss_mean(self) -> np.ndarray:
-        return np.nanmean(self.loss, axis=1)
-
-    @property
-    def loss_std(self) -> np.ndarray:
-        return np.nanstd(self.loss, axis=1)
-
-    @property
-    def error_mean(self) -> np.ndarray:
-        return np.nanmean(self.error, axis=1)
-
-    @property
-    def error_std(self) -> np.ndarray:
-        return np.nanstd(self.error, axis=1)
-
-
-@register
-@dataclass(frozen=True, eq=False)
-class CKAMatrix(Result):
-    """Linear CKA (Kornblith et al. 2019) between models' outputs on a probe set."""
-
-    matrix: np.ndarray
-    labels: list = field(default_factory=list)
-    array_fields: ClassVar[tuple[str, ...]] = ("matrix",)
-
-    @property
-    def mean_offdiagonal(self) -> float:
-        """Mean CKA over pairs ``k < k'``."""
-        n = self.matrix.shape[0]
-        iu = np.triu_indices(n, k=1)
-        return float(np.mean(self.matrix[iu])) if n > 1 else float("nan")
+    def max_top(self) -> float:
+        """Largest top eigenvalue on the grid."""
+        return float(np.nanmax(self.top))
