@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -183,3 +184,43 @@ def test_fl_run_train_group_decompose_and_report(tmp_path, capsys):
     assert code == 0, err
     page = (run_dir / "report" / "index.html").read_text()
     assert "Shared basin" in page and "Group barrier" in page and f"{api.accuracy_barrier:.4g}" in page
+
+
+def test_curvature_commands_pass_every_option_to_the_api(ckpts, capsys, tmp_path):
+    from landscape import hessian_density, hessian_eigen, hessian_trace
+
+    _, paths, data, template = ckpts
+    base = ["--module", "mlp", "--checkpoints", paths[0], "--data", "digits", "--out", tmp_path, "--json",
+            "--no-figures", "--no-cache", "--quiet", "--hvp", "reverse-over-reverse", "--seed", 3]
+    ev = Evaluator(template, data, progress=False)
+    code, out, err = run_cli(["trace", *base, "--method", "hutch++", "--max-iter", 24, "--min-samples", 4,
+                              "--tol", 1e-9], capsys)
+    assert code == 0, err
+    api = hessian_trace(paths[0], ev, method="hutch++", max_iter=24, min_samples=4, tol=1e-9, seed=3,
+                        hvp="reverse-over-reverse")
+    nums = json.loads(out)["numbers"]["m0"]
+    assert nums["method"] == "hutch++" and nums["hvps"] == api.matvecs
+    assert nums["trace"] == pytest.approx(api.value, rel=1e-9) and nums["stderr"] == pytest.approx(api.stderr, rel=1e-9)
+    code, out, err = run_cli(["density", *base, "--iterations", 12, "--runs", 2, "--grid-size", 101], capsys)
+    assert code == 0, err
+    dens = hessian_density(paths[0], ev, iterations=12, runs=2, grid_size=101, seed=3, hvp="reverse-over-reverse")
+    nums = json.loads(out)["numbers"]["m0"]
+    assert nums["grid_range"] == pytest.approx([dens.grid[0], dens.grid[-1]], rel=1e-9)
+    assert nums["largest_node"] == pytest.approx(float(dens.nodes.max()), rel=1e-9)
+    code, out, err = run_cli(["hessian", *base, "--method", "power", "--k", 2, "--max-iter", 30], capsys)
+    assert code == 0, err
+    eig = hessian_eigen(paths[0], ev, method="power", k=2, max_iter=30, seed=3, hvp="reverse-over-reverse")
+    np.testing.assert_allclose(json.loads(out)["numbers"]["m0"]["eigenvalues"], eig.values, rtol=1e-9)
+
+
+def test_train_has_every_flag_of_fl_run(capsys):
+    from fl.cli import main as fl_main
+
+    with pytest.raises(SystemExit) as stop:  # fl-run's --help exits through argparse
+        fl_main(["--help"])
+    assert stop.value.code == 0
+    fl_help = capsys.readouterr()[0]
+    code, train_help, _ = run_cli(["train", "--help"], capsys)
+    assert code == 0
+    fl_flags = set(re.findall(r"(--[a-z][a-z0-9+-]*)", fl_help))
+    assert len(fl_flags) > 20 and fl_flags <= set(re.findall(r"(--[a-z][a-z0-9+-]*)", train_help))

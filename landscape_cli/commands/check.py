@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.claim == "shared-basin":
         check_points(args.resolution ** 2, f"--resolution {args.resolution}",
-                     f"a {args.resolution} x {args.resolution} grid")
+                     f"a {args.resolution} x {args.resolution} grid", figures=not args.no_figures)
     check_weights(getattr(args, "weights", None))
     ctx = Context(args)
     models = list(ctx.models.values())

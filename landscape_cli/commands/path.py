@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     lo, hi = args.alpha_range
     if not hi > lo:
         raise ConfigError(f"--alpha-range needs LO < HI, got {lo} {hi}")
-    check_points(args.alphas + 2, f"--alphas {args.alphas}", "a path of that many points")
+    check_points(args.alphas + 2, f"--alphas {args.alphas}", "a path", figures=not args.no_figures)
     ctx = Context(args)
     alphas = np.union1d(np.linspace(lo, hi, args.alphas), [0.0, 1.0])
     (la, a), (lb, b) = ctx.models.items()

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from landscape import basin, pca_plane, plane, random_plane
 
     check_points(args.resolution ** 2, f"--resolution {args.resolution}",
-                 f"a {args.resolution} x {args.resolution} grid")
+                 f"a {args.resolution} x {args.resolution} grid", figures=not args.no_figures)
     ctx = Context(args)
     labels = list(ctx.models)
     models = list(ctx.models.values())

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.run:
         raise ConfigError("report needs --run DIR (an FL run directory)")
     check_points(args.resolution ** 2, f"--resolution {args.resolution}",
-                 f"a {args.resolution} x {args.resolution} grid")
+                 f"a {args.resolution} x {args.resolution} grid", figures=True)
     if args.out == "landscape_out":
         args.out = str(Path(args.run) / "report")
     args.models = args.models or ["clients", "global"]
