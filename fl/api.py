@@ -6,6 +6,7 @@ run from its last complete round, or just returns a finished one.
 """
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -14,12 +15,13 @@ from torch import nn
 
 from landscape.infra.devices import resolve_device
 
-from .config import config_digest
+from .config import RunConfig, config_digest
 from .engine import Engine, Federation
 from .reader import Run, load_run
 from .resolve import build_config, make_algorithm, merge_settings
 from .rundir import prepare_dir, split_clients
 from .store import RunStore
+from .options import field_default
 from .template import build_template, check_model_fits, state_digest
 
 
@@ -99,5 +101,23 @@ def run(algorithm: str | None = None, *, recipe: str | None = None, model: str |
             Engine(config, store, alg, template, data, device, progress, on_round).run()
     return Run(path, module=model if isinstance(model, nn.Module) else None)
 
+
+def _documented_signature() -> inspect.Signature:
+    """``run``'s signature as help() and IDEs show it: every RunConfig field with its default.
+
+    The function itself takes them through ``**settings`` so that it knows which were passed
+    explicitly (those override a recipe's settings).
+    """
+    own = inspect.signature(run).parameters
+    types_ = RunConfig.types()
+    fields = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=field_default(f), annotation=types_[n])
+              for n, f in RunConfig.fields().items() if n not in own]
+    head = [own["algorithm"].replace(default="fedavg")] + [own[n] for n in ("recipe", "model", "out")]
+    tail = [own[n] for n in ("progress", "on_round")]
+    options = inspect.Parameter("options", inspect.Parameter.VAR_KEYWORD, annotation=Any)
+    return inspect.Signature([*head, *fields, *tail, options], return_annotation=Run)
+
+
+run.__signature__ = _documented_signature()  # type: ignore[attr-defined]
 
 __all__ = ["Run", "build_config", "load_run", "make_algorithm", "run"]

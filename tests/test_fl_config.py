@@ -172,3 +172,14 @@ def test_bad_invocations_print_one_line_and_exit_2(tmp_path, capsys, argv):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("fl-run: error:"), err
     assert "Traceback" not in err
+
+
+def test_help_shows_every_setting_with_its_default():
+    import inspect
+
+    params = inspect.signature(fl.run).parameters
+    for name, default in RunConfig.defaults().items():
+        if name != "model":
+            assert params[name].default == default, name
+    config, _ = build_config("fedavg")  # nothing passed: the documented defaults
+    assert all(config[k] == v for k, v in RunConfig.defaults().items() if k != "model")
