@@ -182,4 +182,5 @@ def test_help_shows_every_setting_with_its_default():
         if name != "model":
             assert params[name].default == default, name
     config, _ = build_config("fedavg")  # nothing passed: the documented defaults
-    assert all(config[k] == v for k, v in RunConfig.defaults().items() if k != "model")
+    assert all(config[k] == v for k, v in RunConfig.defaults().items() if k not in ("model", "ima"))
+    assert config["model"] == "mlp" and config["ima"] is None  # resolved: the dataset's model, IMA off
