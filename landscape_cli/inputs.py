@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from landscape import ConfigError, DataError
-from landscape_cli import modelspec
+from landscape_cli import datafiles, modelspec, runs
 from landscape_cli.evaluator_flags import evaluator_options
 from landscape_cli.parsing import positive_int
 
@@ -161,13 +161,13 @@ class Context:
     def _from_run(self, args: argparse.Namespace) -> None:
         if args.checkpoints:
             raise ConfigError("--checkpoints goes with --module; with --run select models with --models")
-        self.run = modelspec.open_run(args.run)
+        self.run = runs.open_run(args.run)
         self.module = self.run.module()
-        self.data = modelspec.run_data(self.run, args.split)
+        self.data = runs.run_data(self.run, args.split)
         selectors = args.models or args.default_models
         if selectors is None:
             raise ConfigError("name the models with --models, e.g. --models client:0 client:1 global")
-        self.models = modelspec.run_models(self.run, selectors, args.round)
+        self.models = runs.run_models(self.run, selectors, args.round)
         keep = getattr(args, "keep_clients", None)
         if not args.models and keep:  # default selection: the first clients of the round (+ global)
             clients = [k for k in self.models if k.startswith("client")][:keep]
@@ -180,12 +180,12 @@ class Context:
             raise ConfigError("--module needs --data (digits, a dataset name, or a .pt/.npz file)")
         if args.models:
             raise ConfigError("--models selects models of a run; with --module list --checkpoints")
-        self.data = modelspec.load_data(args.data, split=args.split, root=args.data_root)
+        self.data = datafiles.load_data(args.data, split=args.split, root=args.data_root)
         check_labels(self.data[1], args.loss, f"--data {args.data}")
         kwargs = json_object(args.module_kwargs, "--module-kwargs")
         self.module = modelspec.build_module(
             args.module, input_shape=tuple(self.data[0].shape[1:]),
-            num_classes=args.num_classes or modelspec.infer_classes(self.data[1]), kwargs=kwargs)
+            num_classes=args.num_classes or datafiles.infer_classes(self.data[1]), kwargs=kwargs)
         self.models = modelspec.checkpoint_models(args.checkpoints, args.labels)
 
     @property

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Mapping
 
-from landscape_cli import modelspec
+from landscape_cli import runs
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.commands.group import check_weights
 from landscape_cli.commands.hessian import lanczos_parent
@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     int
         0 when the claim holds, 1 when it does not (or is not applicable).
     """
+    from figures.verdicts import verdict_figure
     from landscape import claims
 
     if args.claim == "shared-basin":
@@ -108,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         baseline = None
         if args.baseline:
             if ctx.run is not None:
-                baseline = tuple(modelspec.run_models(ctx.run, list(args.baseline), args.round).values())
+                baseline = tuple(runs.run_models(ctx.run, list(args.baseline), args.round).values())
             else:
                 baseline = tuple(Path(p) for p in args.baseline)
         verdict = claims.transitivity(*models, ctx.evaluator, baseline=baseline, threshold=args.threshold,
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"Claim: {verdict.claim}")
     emit(ctx, numbers, flat_results(verdict.results),
-         (lambda: {f"check_{args.claim}.png": verdict.figure()}) if drawn else None)
+         (lambda: {f"check_{args.claim}.png": verdict_figure(verdict)}) if drawn else None)
     return 0 if verdict.holds else 1
 
 

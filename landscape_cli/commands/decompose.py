@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from landscape import ConfigError
-from landscape_cli import modelspec
+from landscape_cli import datafiles, runs
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.commands.group import check_weights
 from landscape_cli.inputs import Context, check_labels
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if ctx.run is not None:
         if args.client_data:
             raise ConfigError("--client-data goes with --module; a run knows its clients' data")
-        by_client = modelspec.run_client_data(ctx.run)
+        by_client = runs.run_client_data(ctx.run)
         ids = [int(label.split()[1]) for label in ctx.models if label.startswith("client")]
         if len(ids) != len(ctx.models):
             raise ConfigError("decompose takes client models only (--models clients or client:K ...)")
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not args.client_data or len(args.client_data) != len(ctx.models):
             raise ConfigError(f"--client-data needs one data file per checkpoint ({len(ctx.models)})")
-        client_data = [modelspec.load_tensor_file(p) for p in args.client_data]
+        client_data = [datafiles.load_tensor_file(p) for p in args.client_data]
         for path, (_, targets) in zip(args.client_data, client_data):
             check_labels(targets, args.loss, f"--client-data {path}")
     dec = decompose(list(ctx.models.values()), client_data, ctx.evaluator, weights=args.weights)

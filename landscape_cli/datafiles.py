@@ -1,0 +1,129 @@
+"""Data named on the command line: ``--data`` and ``--client-data``.
+
+A **data spec** is ``digits`` or another dataset of the FL engine (``mnist``, ``cifar10``,
+..., read from a local root, never downloaded here), or a data file: ``.npz`` (read without
+pickles) or ``.pt``/``.pth`` (read with ``weights_only=True``) holding inputs and targets.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from landscape import ConfigError, DataError
+
+TensorPair = tuple[torch.Tensor, torch.Tensor]
+_INPUT_KEYS = ("inputs", "x", "data", "images", "features")
+_TARGET_KEYS = ("targets", "y", "labels", "target", "label")
+
+
+def load_data(spec: str, *, split: str = "test", root: str | None = None) -> TensorPair:
+    """``(inputs, targets)`` for a dataset name or a tensor file.
+
+    Parameters
+    ----------
+    spec : str
+        A dataset name of the FL engine (``digits``, ...) or a ``.pt``/``.pth``/``.npz`` file
+        (see :func:`load_tensor_file`).
+    split : str
+        ``train`` or ``test`` (datasets only).
+    root : str, optional
+        Folder of torchvision datasets (never downloaded here).
+
+    Returns
+    -------
+    tuple[torch.Tensor, torch.Tensor]
+        Inputs and targets.
+
+    Raises
+    ------
+    ConfigError, DataError
+        Unknown split, unreadable file or dataset.
+    """
+    if split not in ("train", "test"):
+        raise ConfigError(f"split must be 'train' or 'test', got {split!r}")
+    path = Path(spec)
+    if path.suffix in (".pt", ".pth", ".npz"):
+        return load_tensor_file(path)
+    from fl.datasets import load_dataset
+
+    bundle = load_dataset(spec, root=root, download=False)
+    return (bundle.train_x, bundle.train_y) if split == "train" else (bundle.test_x, bundle.test_y)
+
+
+def load_tensor_file(path: str | Path) -> TensorPair:
+    """``(inputs, targets)`` from ``.pt``/``.pth`` (weights only, no pickles) or ``.npz`` (no pickles).
+
+    Accepted layouts: a pair ``(inputs, targets)``, or a mapping with an inputs key
+    (``inputs``, ``x``, ``data``, ``images``, ``features``) and a targets key (``targets``,
+    ``y``, ``labels``, ...); an ``.npz`` may also hold exactly two unnamed arrays.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+
+    Returns
+    -------
+    tuple[torch.Tensor, torch.Tensor]
+        Inputs and targets (integer targets as int64).
+
+    Raises
+    ------
+    DataError
+        A missing file, pickled content, an unknown layout or mismatched lengths.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"data file {path} not found")
+    if path.suffix == ".npz":
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                obj: Any = {k: npz[k] for k in npz.files}
+        except (ValueError, OSError) as exc:
+            raise DataError(f"{path}: not a readable .npz file without pickled objects: {exc}") from None
+        if set(obj) == {"arr_0", "arr_1"}:
+            obj = (obj["arr_0"], obj["arr_1"])
+    else:
+        try:
+            obj = torch.load(str(path), map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises assorted errors on pickles and garbage
+            raise DataError(f"{path}: cannot be read as tensors with weights_only=True "
+                            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                            "save a tuple (inputs, targets) of tensors") from None
+    if isinstance(obj, Mapping):
+        x = next((obj[k] for k in _INPUT_KEYS if k in obj), None)
+        y = next((obj[k] for k in _TARGET_KEYS if k in obj), None)
+        if x is None or y is None:
+            raise DataError(f"{path}: a mapping of data needs an inputs key {_INPUT_KEYS} and a targets key "
+                            f"{_TARGET_KEYS}; found {sorted(obj)}")
+        obj = (x, y)
+    if not isinstance(obj, (tuple, list)) or len(obj) != 2:
+        raise DataError(f"{path}: expected (inputs, targets), found {type(obj).__name__}")
+    x, y = (torch.as_tensor(t) for t in obj)
+    if len(x) != len(y):
+        raise DataError(f"{path}: {len(x)} inputs but {len(y)} targets")
+    if not torch.is_floating_point(y):
+        y = y.long()
+    return x, y
+
+
+def infer_classes(targets: torch.Tensor) -> int:
+    """Number of model outputs the targets call for.
+
+    Parameters
+    ----------
+    targets : torch.Tensor
+        Integer class labels, or float regression targets.
+
+    Returns
+    -------
+    int
+        ``max + 1`` for integer labels; the number of target columns (1 for a vector) for
+        float targets.
+    """
+    if torch.is_floating_point(targets):
+        return int(targets.shape[1]) if targets.ndim > 1 else 1
+    return int(targets.max()) + 1
