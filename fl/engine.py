@@ -14,7 +14,6 @@ floating-point tolerance.
 """
 from __future__ import annotations
 
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -195,8 +194,8 @@ class Engine:
 
         Raises
         ------
-        ConfigError
-            When a round's global model or test loss is not finite (that round is not stored).
+        RunDivergedError
+            When a round's global model or a metric is not finite (that round is not stored).
         """
         from tqdm.auto import tqdm
 
@@ -226,7 +225,6 @@ class Engine:
         self.server_state = _to(self.alg.init_server_state(self.global_state), self.device)
         start = time.perf_counter()
         loss, acc = self._evaluate(self.global_state)
-        self._check_finite(0, loss)
         record = {"round": 0, "test_loss": loss, "test_accuracy": acc, "time": time.perf_counter() - start}
         self._write(0, {}, {}, record)
 
@@ -259,7 +257,6 @@ class Engine:
                 self.client_states[k] = {n: t.detach() for n, t in u.client_state.items()}
         self.global_state, self.server_state = self.alg.aggregate(sent, updates, round_server_state, r)
         loss, acc = self._evaluate(self.global_state)
-        self._check_finite(r, loss)
         record: dict[str, Any] = {"round": r, "test_loss": loss, "test_accuracy": acc,
                                   "lr": self.alg.lr(r), "clients": list(clients)}
         record.update(_client_metrics(updates))
@@ -271,18 +268,6 @@ class Engine:
                     for k, u in updates.items()} if self._save_clients(r) else {}
         self._write(r, exported, self.client_states, record)
         return record
-
-    def _check_finite(self, r: int, loss: float) -> None:
-        """Refuse to store a round whose global model or test loss is not finite (the run
-        stays resumable at its last good round)."""
-        bad = [k for k, v in self.global_state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-        if bad or not math.isfinite(loss):
-            what = f"non-finite weights in {', '.join(bad[:3])}" if bad else f"test loss {loss}"
-            if r == 0:
-                raise ConfigError(f"the initial model gives {what}; check its weights and the data")
-            raise ConfigError(f"round {r}: the global model diverged ({what}); rounds up to {r - 1} are stored "
-                              f"and resumable; lower lr (now {self.config['lr']}) or momentum "
-                              f"(now {self.config['momentum']})")
 
     def _train(self, r: int, ids: Sequence[int], tag: str, sent: State, server_state: State
                ) -> dict[int, ClientUpdate]:

@@ -11,6 +11,7 @@ import torch
 import fl
 from fl.cli import main
 from fl.engine import sample_clients
+from fl.store import RunDivergedError
 from landscape.infra.errors import ConfigError
 
 TINY = dict(dataset="digits", clients=4, rounds=3, batch_size=64, lr=0.1, progress=False)
@@ -203,11 +204,11 @@ def test_a_diverging_run_stops_at_the_round_and_stays_resumable(tmp_path):
             p.mul_(0.1)
     opts = dict(TINY, rounds=3, clients=2, device="cpu")
     for _ in range(2):
-        with pytest.raises(ConfigError, match=r"round 1: the global model diverged .*rounds up to 0 are stored"):
+        with pytest.raises(RunDivergedError, match=r"diverged in round 1: non-finite values in .*keeps rounds 0\.\.0"):
             fl.run("fedavg", model=net, out=tmp_path, **{**opts, "lr": 10.0})
         run = fl.load_run(tmp_path, module=net)
         assert run.rounds == [0] and not run.complete and [m["round"] for m in run.metrics] == [0]
     with torch.no_grad():
         net[1].weight[0, 0] = float("inf")
-    with pytest.raises(ConfigError, match="the initial model gives non-finite weights in 1.weight"):
+    with pytest.raises(RunDivergedError, match="diverged in round 0: non-finite values in 1.weight"):
         fl.run("fedavg", model=net, out=tmp_path / "inf", **opts)
