@@ -259,6 +259,44 @@ def test_pickle_payloads_are_never_executed(tmp_path):
     assert not marker.exists()
 
 
+# ------------------------------------------------------------------------ planted links
+def test_links_planted_where_files_are_written_are_never_followed(tmp_path):
+    """Issue 15 item 1: every writer (checkpoints, cache entries, figures, report pages, JSON)
+    refuses a target that is a link and ignores links at the fixed temporary names older
+    writers used; the file the links point to never changes."""
+    import figures
+    from landscape.infra.files import write_json
+    from landscape.results import PathResult
+
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"keep")
+    path_result = PathResult(alphas=np.linspace(0, 1, 3), loss=np.ones(3), accuracy=np.ones(3))
+    writers: dict[str, Callable[[Path], Any]] = {
+        "m.safetensors": lambda p: save_state_dict(make_mlp(0).state_dict(), p),
+        "m.pt": lambda p: save_state_dict(make_mlp(0).state_dict(), p),
+        "result-r.h5": lambda p: Cache(p.parent).save_result("r", path_result),
+        "points-k.h5": lambda p: Cache(p.parent).add_points("k", 2, np.arange(2), np.ones(2), np.ones(2), force=True),
+        "path.png": lambda p: figures.save(figures.path_figure({"a": path_result}), p),
+        "path.html": lambda p: figures.save(figures.path_plotly({"a": path_result}), p),
+        "index.html": lambda p: figures.Report("t").write(p),
+        "report.json": lambda p: write_json(p, {"a": 1}),
+    }
+    for name, write in writers.items():
+        folder = tmp_path / name.replace(".", "_")
+        folder.mkdir()
+        if name.endswith(".h5"):  # an existing cache folder
+            Cache(folder).save_result("other", path_result)
+        target = folder / name
+        target.symlink_to(outside)
+        with pytest.raises((FileWriteError, CacheError), match=f"{name}: is a symbolic link"):
+            write(target)  # a cache entry is refused when it is read before being merged
+        target.unlink()
+        for fixed in (f".{name}.tmp", f".{name}.tmp-{os.getpid()}"):
+            (folder / fixed).symlink_to(outside)
+        write(target)
+        assert target.is_file() and not target.is_symlink() and outside.read_bytes() == b"keep", name
+        COUNTS["bad inputs rejected"] += 2
+
 # ----------------------------------------------------------------------- corrupt inputs
 def _mutations(data: bytes, rng: np.random.Generator, flips: int, cuts: int) -> list[tuple[str, bytes]]:
     """Single-bit flips at random offsets and in every byte of the first 8 and last 22 bytes

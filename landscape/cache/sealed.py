@@ -11,6 +11,7 @@ broken state (issue 15 saw a segmentation fault after a failed on-disk write).
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
@@ -66,15 +67,26 @@ def corrupt(path: str | os.PathLike, detail: object) -> CacheError:
                       "Move it away to recompute what it held.")
 
 
-def read_bytes(path: Path) -> bytes | None:
-    """The whole content of ``path`` (one read of one version, even if it is replaced meanwhile), or None if absent."""
+def read_bytes(path: Path, *, follow_links: bool = True) -> bytes | None:
+    """The whole content of ``path`` (one read of one version, even if it is replaced meanwhile), or None if absent.
+
+    Raises
+    ------
+    CacheError
+        ``path`` cannot be read, or is a symbolic link and ``follow_links`` is False.
+    """
+    flags = os.O_RDONLY | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
+        fd = os.open(path, flags)
     except FileNotFoundError:
         return None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CacheError(f"{path}: is a symbolic link; cache entries are never read or written through "
+                             "links. Remove it if you did not put it there") from None
         raise corrupt(path, exc.strerror or exc) from None
+    with open(fd, "rb") as fh:
+        return fh.read()
 
 
 @contextmanager

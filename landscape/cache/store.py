@@ -104,7 +104,7 @@ class Cache:
     def _entry(self, kind: str, key: str) -> Iterator[Any]:
         """The open root group of entry ``key`` (None if absent), after its seal is checked."""
         path = self.path / entry_name(kind, key)
-        data = read_bytes(path)
+        data = read_bytes(path, follow_links=False)
         if data is None:
             yield None
             return
