@@ -49,7 +49,7 @@ _EXPORTS: dict[str, str] = {
     "averaging_curve": "decomposition.ima", "cka_matrix": "decomposition.ima",
     "linear_cka": "decomposition.ima",
     # claims and results
-    "Verdict": "claims.verdicts",
+    "Verdict": "claims.verdict",
     "Metrics": "results.geometry", "PathResult": "results.geometry", "GroupResult": "results.geometry",
     "BarrierMatrix": "results.geometry", "PlaneResult": "results.geometry",
     "HessianEigen": "results.curvature", "TraceEstimate": "results.curvature",

@@ -16,8 +16,9 @@ import pytest
 import torch
 from torch import nn
 
-from landscape import Evaluator, interpolate
-from landscape.claims.verdicts import Verdict, flatter, group_connectivity, shared_basin, transitivity
+from landscape import ConfigError, Evaluator, interpolate
+from landscape.claims import Verdict, flatter, group_connectivity, replicate, shared_basin, transitivity
+from figures.verdicts import verdict_figure
 
 S = 6.0  # weight scale of the ReLU construction (large: confident, near-zero loss endpoints)
 
@@ -128,7 +129,7 @@ def test_group_by_size_reports_mean_per_k(xor_free_data):
     v = group_connectivity(models, ev, by_size=True, draws=3, seed=1, metric="loss", threshold=1e-9)
     assert set(v.numbers["mean_barrier_by_size"]) == {2, 3, 4}
     assert all(b <= 1e-9 for b in v.numbers["mean_barrier_by_size"].values())
-    fig = v.figure()
+    fig = verdict_figure(v)
     assert fig.axes
 
 
@@ -149,7 +150,7 @@ def test_shared_basin_holds_for_convex_loss(xor_free_data):
     assert v.numbers["global_distance_to_plane"] > 0  # four clients: the average is off the 3-client plane
     walls = sum(bool(np.all(np.diff(interpolate(c, global_state, ev, alphas=11).loss) <= 1e-12)) for c in clients)
     assert v.numbers["clients_on_wall"] == walls
-    assert "basin bottom" in [t.get_text() for t in v.figure().axes[0].texts]
+    assert "basin bottom" in [t.get_text() for t in verdict_figure(v).axes[0].texts]
     pca = shared_basin(clients, global_state, ev, plane_kind="pca", resolution=11)
     assert pca.holds and pca.numbers["global_distance_to_plane"] < 1e-6 * np.linalg.norm(
         ev.vector(global_state).numpy())
@@ -212,7 +213,36 @@ def test_verdict_renders_numbers_everywhere(permuted_pair, xor_free_data):
     d = v.to_dict()
     assert d["holds"] is False and d["numbers"]["barrier_w1_w2"] == v.numbers["barrier_w1_w2"]
     assert set(v.results["paths"]) == {"w1-anchor", "w2-anchor", "w1-w2"}
-    fig = v.figure()
+    fig = verdict_figure(v)
     assert len(fig.axes) == 2
     with pytest.raises(Exception, match="status"):
         Verdict(kind="x", claim="c", status="maybe", reason="", numbers={}, thresholds={})
+
+
+def test_replicate_reports_mean_spread_and_disagreement(xor_free_data):
+    models = linear_models(4)
+    ev = evaluator(models[0], xor_free_data)
+    cases = [(models[0], models[1]), (models[2], models[3]), (models[0], models[3])]
+    singles = [group_connectivity(list(c), ev, metric="loss", threshold=0.5) for c in cases]
+    rep = replicate(group_connectivity, [(list(c),) for c in cases], evaluator=ev, metric="loss", threshold=0.5)
+    values = np.array([v.numbers["group_barrier"] for v in singles])
+    assert rep.replicates == 3 and len(rep.results["verdicts"]) == 3
+    assert rep.numbers["group_barrier"] == pytest.approx(values.mean())
+    assert rep.numbers["group_barrier_std"] == pytest.approx(values.std(ddof=1))
+    held = sum(v.holds for v in singles)
+    assert rep.numbers["holds_in"] == f"{held}/3"
+    expected = "holds" if held == 3 else "fails" if held == 0 else "inconclusive"
+    assert rep.status == expected
+    assert "Over 3 replicates" in str(rep) and "no spread" in str(singles[0])
+    with pytest.raises(ConfigError, match="at least two cases"):
+        replicate(group_connectivity, [(models[:2],)], evaluator=ev)
+
+
+def test_verdicts_explain_their_numbers_and_mark_informational_ones(permuted_pair, xor_free_data):
+    w1, w2 = permuted_pair
+    ev = evaluator(w1, xor_free_data)
+    v = transitivity(w1, w2, w1, ev)
+    text = str(v)
+    assert "ind_acc (info)" in text and "mean accuracy of w1 and w2" in text
+    assert "docs/methods/fedgucci.md" in v.reference and "reference/" not in v.reference
+    assert set(v.informational) <= set(v.legend)

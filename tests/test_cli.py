@@ -13,7 +13,7 @@ import torch
 
 from landscape import Evaluator, group_barrier, interpolate
 from landscape_cli.main import build_parser, main
-from landscape.claims.verdicts import transitivity
+from landscape.claims import transitivity
 
 SUBCOMMANDS = [["train"], ["path"], ["plane"], ["group"], ["hessian"], ["decompose"], ["check"], ["report"],
                ["check", "transitivity"], ["check", "group"], ["check", "shared-basin"], ["check", "flatter"]]

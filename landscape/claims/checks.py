@@ -1,169 +1,76 @@
-"""Checks of the papers' landscape claims on the user's own models, returning a :class:`Verdict`.
+"""Checks of the papers' landscape claims on the user's own models, each returning a :class:`Verdict`.
 
-* :func:`transitivity` -- FedGuCci Hypothesis 3.1 / Table 1 (reference/fedgucci.md section 9,
-  claims 1 and 4): two models each linearly connected to one anchor are connected to each
-  other (or, given a baseline pair, less disconnected than it).
-* :func:`group_connectivity` -- FedGuCci Definition 3.6 (Eq. 9/10; claims 5 and 15): the group
-  barrier of K models around their centroid is small.
-* :func:`shared_basin` -- IMA paper section 4 (reference/ima.md section 6, C2/C3): client models
-  and the global model lie in one basin of a plane through the clients, with no linear barrier
-  between each client and the global model; also reports how far the global model is from
-  the basin bottom.
+* :func:`transitivity` -- FedGuCci Hypothesis 3.1 / Table 1: two models each linearly connected
+  to one anchor are connected to each other (or, given a baseline pair, less disconnected than it).
+* :func:`group_connectivity` -- FedGuCci Definition 3.6 (Eq. 9/10): the group barrier of K
+  models around their centroid is small.
+* :func:`shared_basin` -- IMA section 4 (C2/C3): client models and the global model lie in one
+  basin of a plane through the clients, with no linear barrier between each client and the
+  global model; also reports how far the global model is from the basin bottom.
 * :func:`flatter` -- FedGuCci+ / IMA C15: model a sits in a flatter region than model b (lower
   top Hessian eigenvalue of the evaluator's loss).
 
-Thresholds are explicit keyword arguments; every verdict carries the numbers, the thresholds
-and the result objects it was decided from, and renders itself as text, Markdown and HTML.
+Thresholds are explicit keyword arguments; every verdict carries the numbers, a legend of their
+names, the thresholds and the result objects it was decided from. The barrier conventions are
+in ``docs/barriers.md``; the methods in ``docs/methods/``.
 """
 from __future__ import annotations
 
 import dataclasses
-import html
-import json
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from ..geometry.basin import basin
 from ..curvature.functions import hessian_density, hessian_eigen
-from ..infra.errors import ConfigError
 from ..evaluation.evaluator import Evaluator
+from ..geometry.basin import basin
 from ..geometry.groups import group_barrier, group_barrier_by_size
-from ..space.params import ModelLike
 from ..geometry.paths import interpolate
 from ..geometry.planes import pca_plane, plane
+from ..infra.errors import ConfigError
 from ..results import PathResult
-from ..results.base import Result, jsonable
+from ..results.base import Result
+from ..space.params import ModelLike
+from .verdict import DEFAULT_THRESHOLD, METRICS, Verdict
 
-#: Default barrier threshold: a relative accuracy drop of 5% (Eq. 4/10), or 0.05 nats of loss.
-DEFAULT_THRESHOLD = 0.05
-METRICS = ("accuracy", "loss")
-STATUSES = ("holds", "fails", "not applicable")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome of a claim check.
-
-    ``status`` is ``"holds"``, ``"fails"`` or ``"not applicable"`` (a premise of the claim is
-    not met, e.g. the models are not connected to the anchor); ``holds`` is True only for
-    ``"holds"``. ``numbers`` are the measured values, ``thresholds`` the decision thresholds,
-    ``results`` the result objects behind the numbers, ``reason`` one sentence saying why.
-    """
-
-    kind: str
-    claim: str
-    status: str
-    reason: str
-    numbers: Mapping[str, Any]
-    thresholds: Mapping[str, Any]
-    results: Mapping[str, Any] = field(default_factory=dict)
-    reference: str = ""
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ConfigError(f"status must be one of {STATUSES}, got {self.status!r}")
-
-    @property
-    def holds(self) -> bool:
-        return self.status == "holds"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary (numbers, thresholds, verdict; result objects are left out)."""
-        return {"kind": self.kind, "claim": self.claim, "holds": self.holds, "status": self.status,
-                "reason": self.reason, "reference": self.reference,
-                "numbers": jsonable(dict(self.numbers)), "thresholds": jsonable(dict(self.thresholds))}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, allow_nan=True)
-
-    # ------------------------------------------------------------- rendering
-    def _rows(self) -> list[tuple[str, str]]:
-        return [(k, _fmt(v)) for k, v in self.numbers.items()]
-
-    def __str__(self) -> str:
-        rows = self._rows()
-        width = max((len(k) for k, _ in rows), default=0)
-        lines = [f"Claim: {self.claim}", f"Verdict: {self.status.upper()} -- {self.reason}"]
-        lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
-        lines.append("Thresholds: " + ", ".join(f"{k}={_fmt(v)}" for k, v in self.thresholds.items()))
-        if self.reference:
-            lines.append(f"Reference: {self.reference}")
-        return "\n".join(lines)
-
-    def _repr_markdown_(self) -> str:
-        mark = {"holds": "✅ holds", "fails": "❌ fails", "not applicable": "➖ not applicable"}[self.status]
-        lines = [f"**{self.claim}**", "", f"Verdict: **{mark}** — {self.reason}", "",
-                 "| quantity | value |", "|---|---|"]
-        lines += [f"| {k} | {v} |" for k, v in self._rows()]
-        lines += ["", "Thresholds: " + ", ".join(f"`{k}={_fmt(v)}`" for k, v in self.thresholds.items())]
-        if self.reference:
-            lines += ["", f"_{self.reference}_"]
-        return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        colour = {"holds": "#1a7f37", "fails": "#cf222e", "not applicable": "#6e7781"}[self.status]
-        rows = "".join(f"<tr><td style='text-align:left'>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
-                       for k, v in self._rows())
-        thresholds = ", ".join(f"{html.escape(k)}={html.escape(_fmt(v))}" for k, v in self.thresholds.items())
-        ref = f"<div><em>{html.escape(self.reference)}</em></div>" if self.reference else ""
-        return (f"<div><div><strong>{html.escape(self.claim)}</strong></div>"
-                f"<div>Verdict: <strong style='color:{colour}'>{html.escape(self.status)}</strong> — "
-                f"{html.escape(self.reason)}</div><table><thead><tr><th>quantity</th><th>value</th></tr>"
-                f"</thead><tbody>{rows}</tbody></table><div>Thresholds: {thresholds}</div>{ref}</div>")
-
-    def figure(self, **options: Any):
-        """A matplotlib figure of the evidence, drawn by the ``figures`` package.
-
-        transitivity: the three (four) interpolation curves; group_connectivity: the group
-        barrier against K (needs ``by_size=True``); shared_basin: the plane with the models;
-        flatter: the two Hessian spectral densities (needs ``density=True``).
-        """
-        try:
-            import figures  # noqa: F401  (optional: landscape does not depend on figures)
-        except ImportError as exc:  # pragma: no cover - figures ships with this toolkit
-            raise ConfigError(f"figures are drawn by the 'figures' package, which cannot be imported: {exc}") from None
-        if self.kind == "transitivity":
-            from figures.paths import path_figure
-
-            return path_figure(dict(self.results["paths"]), title="Transitivity of LMC", **options)
-        if self.kind == "group_connectivity":
-            sizes = self.results.get("by_size")
-            if sizes is None:
-                raise ConfigError("the group barrier figure shows barriers against K: run "
-                                  "group_connectivity(..., by_size=True)")
-            from figures.groups import group_size_figure
-
-            metric = self.thresholds.get("metric", "accuracy")
-            values = sizes.accuracy_barrier if metric == "accuracy" else sizes.loss_barrier
-            series = {"group": {int(k): list(map(float, row)) for k, row in zip(sizes.sizes, values)}}
-            return group_size_figure(series, metric=metric, **options)
-        if self.kind == "shared_basin":
-            from figures.planes import plane_figure
-
-            grid, found = self.results["plane"], self.results["basin"]
-            marked = dataclasses.replace(grid, models={**grid.models, "basin bottom": list(found.refined_bottom)})
-            return plane_figure(marked, title="Shared basin", **options)
-        if self.kind == "flatter":
-            densities = self.results.get("densities")
-            if densities is None:
-                raise ConfigError("the flatness figure shows Hessian densities: run flatter(..., density=True)")
-            from figures.curvature import spectral_density_figure
-
-            return spectral_density_figure(dict(densities), **options)
-        raise ConfigError(f"no figure for claim kind {self.kind!r}")
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, (bool, np.bool_)):
-        return "yes" if value else "no"
-    if isinstance(value, (float, np.floating)):
-        return f"{float(value):.4g}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    return str(value)
+TRANSITIVITY_LEGEND = {
+    "barrier_w1_anchor": "barrier of the path w1-anchor (Eq. 4 accuracy / Eq. 3 loss)",
+    "barrier_w2_anchor": "barrier of the path w2-anchor",
+    "barrier_w1_w2": "barrier of the path w1-w2, the conclusion",
+    "ind_acc": "mean accuracy of w1 and w2 (FedGuCci Table 1 'Ind. Acc.')",
+    "fused_acc": "accuracy of (w1 + w2) / 2 (Table 1 'Fused Acc.')",
+    "baseline_barrier": "barrier of the baseline pair (e.g. trained without the connectivity loss)",
+    "relative_reduction": "(baseline barrier - w1-w2 barrier) / baseline barrier",
+    "baseline_ind_acc": "mean accuracy of the baseline pair",
+    "baseline_fused_acc": "accuracy of the baseline pair's midpoint",
+}
+GROUP_LEGEND = {
+    "group_barrier": "the decisive group barrier (Eq. 10 accuracy or Eq. 9 loss); negative when the fused "
+                     "model beats its members on average",
+    "fused_loss": "loss of the fused (weighted average) model", "fused_accuracy": "its accuracy",
+    "mean_member_accuracy": "weighted mean accuracy of the members",
+    "mean_barrier_by_size": "mean group barrier of random subsets of each size K (FedGuCci Fig. 4)",
+}
+BASIN_LEGEND = {
+    "common_basin": "the plane's clients and the global model share one component of the sublevel set",
+    "level": "loss level c of the sublevel set {L <= c} (highest loss at the plane's clients)",
+    "components": "connected components of the sublevel set on the grid",
+    "basin_size": "grid cells of the shared component",
+    "max_client_global_barrier": "largest barrier of a client-global linear path (decisive)",
+    "clients_on_wall": "clients whose loss falls monotonically towards the global model (IMA C2)",
+    "global_distance_to_bottom": "distance from the global model to the basin's lowest point (IMA C3)",
+    "global_loss_gap": "global model's loss minus the basin bottom's",
+    "global_off_bottom": "the global model is farther from the bottom than one grid-cell diagonal",
+    "cell_diagonal": "length of one grid cell's diagonal (the resolution of 'off bottom')",
+    "global_distance_to_plane": "distance of the global model from the plane (it is projected onto it)",
+}
+FLATNESS_LEGEND = {
+    "top_eigenvalue_a": "largest Hessian eigenvalue at model a (decisive)",
+    "top_eigenvalue_b": "largest Hessian eigenvalue at model b (decisive)",
+    "ratio_a_to_b": "top eigenvalue of a divided by that of b",
+    "converged": "whether both Lanczos runs met their tolerance",
+}
 
 
 def _check_metric(metric: str) -> None:
@@ -238,7 +145,8 @@ def transitivity(w1: ModelLike, w2: ModelLike, anchor: ModelLike, evaluator: Eva
               "connected to each other",
         thresholds={"metric": metric, "threshold": threshold,
                     **({"min_reduction": min_reduction} if baseline is not None else {})},
-        results={"paths": paths}, reference="FedGuCci Hypothesis 3.1, Table 1 (reference/fedgucci.md section 9)")
+        results={"paths": paths}, reference="FedGuCci Hypothesis 3.1, Table 1; docs/methods/fedgucci.md",
+        legend=TRANSITIVITY_LEGEND, informational=("ind_acc", "fused_acc", "baseline_ind_acc", "baseline_fused_acc"))
 
 
 # ------------------------------------------------------------------ group barrier
@@ -272,7 +180,10 @@ def group_connectivity(models: Sequence[ModelLike], evaluator: Evaluator, *, thr
         claim=f"Group connectivity: the {len(models)} models share a low-{metric}-barrier region "
               "around their centroid",
         numbers=numbers, thresholds={"metric": metric, "threshold": threshold}, results=results,
-        reference="FedGuCci Definition 3.6, Eq. 9/10, Figure 4 (reference/fedgucci.md section 1.4)")
+        reference="FedGuCci Definition 3.6, Eq. 9/10, Figure 4; docs/methods/fedgucci.md",
+        legend=GROUP_LEGEND,
+        informational=("loss_barrier", "accuracy_barrier", "fused_loss", "fused_accuracy", "mean_member_accuracy",
+                       "mean_barrier_by_size"))
 
 
 # ------------------------------------------------------------------- shared basin
@@ -353,7 +264,11 @@ def shared_basin(client_models: Sequence[ModelLike] | Mapping[str, ModelLike], g
         thresholds={"metric": metric, "barrier_threshold": barrier_threshold, "level": found.level,
                     "plane": plane_kind, "resolution": resolution},
         results={"plane": grid, "basin": found, "paths": paths, "metrics": metrics},
-        reference="IMA section 4, claims C2/C3 (reference/ima.md sections 1.4 and 6)")
+        reference="IMA section 4, claims C2/C3; docs/methods/ima.md",
+        legend=BASIN_LEGEND,
+        informational=("components", "basin_size", "clients_on_wall", "global_loss", "min_client_loss",
+                       "bottom_loss", "global_distance_to_bottom", "global_loss_gap", "global_off_bottom",
+                       "cell_diagonal", "global_distance_to_plane"))
 
 
 # ------------------------------------------------------------------------ flatness
@@ -387,7 +302,8 @@ def flatter(model_a: ModelLike, model_b: ModelLike, evaluator: Evaluator, *, k: 
                f"{'' if margin == 0 else f'{1 - margin:g} x '}{lb:.4g} (b)",
         claim="Flatness: model a lies in a flatter region than model b (smaller top Hessian eigenvalue)",
         numbers=numbers, thresholds={"margin": margin, "k": k, "tol": tol}, results=results,
-        reference="FedGuCci+ (SAM, reference/fedgucci.md section 4.2); IMA C15")
+        reference="FedGuCci+ (SAM); IMA C15; docs/methods/fedgucci.md",
+        legend=FLATNESS_LEGEND, informational=("ratio_a_to_b", "eigenvalues_a", "eigenvalues_b", "converged"))
 
 
 __all__ = ["Verdict", "flatter", "group_connectivity", "shared_basin", "transitivity"]
