@@ -46,8 +46,8 @@ _EXPORTS: dict[str, str] = {
     "curvature_along_path": "curvature.along", "curvature_plane": "curvature.along",
     # decomposition
     "decompose": "decomposition.ima", "decompose_run": "decomposition.ima",
-    "averaging_curve": "decomposition.ima", "cka_matrix": "decomposition.ima",
-    "linear_cka": "decomposition.ima",
+    "averaging_curve": "decomposition.similarity", "cka_matrix": "decomposition.similarity",
+    "linear_cka": "decomposition.similarity",
     # claims and results
     "Verdict": "claims.verdict",
     "Metrics": "results.geometry", "PathResult": "results.geometry", "GroupResult": "results.geometry",

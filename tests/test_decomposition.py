@@ -10,8 +10,8 @@ from torch import nn
 
 from landscape.results import Decomposition
 from landscape.cache.store import Cache
-from landscape.decomposition.ima import (averaging_curve, cka_matrix, decompose, decompose_run, linear_cka,
-                                     round_clients)
+from landscape.decomposition.ima import decompose, decompose_run, round_clients
+from landscape.decomposition.similarity import averaging_curve, cka_matrix, linear_cka
 from landscape.infra.errors import ConfigError, DataError
 from landscape.evaluation.evaluator import Evaluator
 
@@ -115,7 +115,9 @@ def test_single_realization_has_no_variance_or_covariance():
     xs, ys, data, models = client_setup(realizations=1)
     ev = evaluator_for()
     flat = [m[0] for m in models]  # plain model-likes, not lists
-    dec = decompose(flat, data, ev)
+    with pytest.warns(UserWarning, match="one realization per client"):
+        dec = decompose(flat, data, ev)
+    assert not dec.variance_estimated and "variance_estimated=False" in repr(dec)
     assert dec.variance == 0.0 and dec.covariance == pytest.approx(0.0, abs=1e-15)
     assert dec.wens_loss == pytest.approx(dec.bias, rel=1e-12)
     ref = numpy_decomposition(xs, ys, models)

@@ -1,6 +1,4 @@
-"""The IMA paper's decomposition of a federated global model's loss (Theorem 1), and the
-analyses around it: error versus the number of averaged client models and linear CKA
-between client models (IMA paper Fig. 4; reference/ima.md section 2.7).
+"""The IMA paper's decomposition of a federated global model's loss (Theorem 1; ``docs/methods/ima.md``).
 
 Outputs are softmax probabilities, targets one-hot, errors squared L2 norms. ``D`` is the
 union of the clients' data (samples identified by content, so a sample held by several
@@ -21,8 +19,7 @@ hold exactly.
 from __future__ import annotations
 
 import hashlib
-import itertools
-import math
+import warnings
 from collections.abc import Mapping
 from typing import Any, Sequence
 
@@ -30,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..results import AveragingCurve, CKAMatrix, Decomposition
+from ..results import Decomposition
 from ..evaluation.data import prepare_data
 from ..infra.errors import ConfigError, DataError
 from ..space.params import ModelLike
@@ -54,7 +51,7 @@ def decompose(client_models: Sequence[ModelLike | Sequence[ModelLike]], client_d
     if len(client_data) != k_clients:
         raise ConfigError(f"{k_clients} clients have models but {len(client_data)} have data")
     x, y, member, sizes = _union(client_data, evaluator)
-    p = _weights(weights, sizes)
+    p = client_weights(weights, sizes)
     fma = torch.einsum("k,ksd->sd", torch.as_tensor(p), vectors)  # (S, D)
     locality = np.array([np.mean([float(evaluator.space.norm(vectors[k, s] - fma[s])) for s in range(s_real)])
                          for k in range(k_clients)])
@@ -109,6 +106,10 @@ def decompose(client_models: Sequence[ModelLike | Sequence[ModelLike]], client_d
     with np.errstate(invalid="ignore", divide="ignore"):
         tb = own_sq.cpu().numpy() / count_in
         hb = np.where(count_out > 0, other_sq.cpu().numpy() / count_out, np.nan)
+    if s_real == 1:
+        warnings.warn("decompose: one realization per client, so variance and covariance are 0 by construction "
+                      "and wens_loss equals bias; pass several realizations per client (e.g. the client models "
+                      "of runs with different seeds) to estimate them", stacklevel=2)
     return Decomposition(
         **means, gap=means["fma_loss"] - means["wens_loss"], locality=locality, weights=p,
         client_sizes=sizes, client_train_bias=tb, client_heter_bias=hb, num_samples=n,
@@ -165,84 +166,25 @@ def _union(client_data: Sequence[Any], evaluator: Any
     return torch.stack(xs), torch.stack(ys), member, np.asarray(sizes, dtype=np.float64)
 
 
-def _weights(weights: Sequence[float] | None, sizes: np.ndarray) -> np.ndarray:
+def client_weights(weights: Sequence[float] | None, sizes: np.ndarray) -> np.ndarray:
+    """Normalised client weights ``p_k`` (default: proportional to ``sizes``).
+
+    Parameters
+    ----------
+    weights
+        Non-negative weights with a positive sum, or None.
+    sizes
+        Client data sizes ``|D_k|``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Weights summing to one.
+    """
     p = np.asarray(sizes if weights is None else weights, dtype=np.float64)
     if p.shape != sizes.shape or np.any(p < 0) or not np.isfinite(p).all() or p.sum() <= 0:
         raise ConfigError(f"weights must be {len(sizes)} non-negative numbers with a positive sum, got {weights}")
     return p / p.sum()
-
-
-# ------------------------------------------------------- averaging more models
-def averaging_curve(client_models: Sequence[ModelLike], evaluator: Any, *,
-                    weights: Sequence[float] | None = None, sizes: Sequence[int] | None = None,
-                    subsets: int = 10, seed: int = 0) -> AveragingCurve:
-    """Loss and error (1 - accuracy) on the evaluator's data of weight averages of ``m``
-    client models, for ``m`` in ``sizes`` (default ``1..K``), over up to ``subsets`` random
-    subsets each (all subsets when there are at most that many). A subset ``T`` is averaged
-    with weights ``weights[k] / sum_T weights`` (uniform by default). IMA paper Fig. 4.
-    """
-    vectors = torch.stack([evaluator.vector(m) for m in client_models])
-    k_clients = len(vectors)
-    w = np.ones(k_clients) if weights is None else _weights(weights, np.ones(k_clients))
-    sizes = np.arange(1, k_clients + 1) if sizes is None else np.asarray(sizes, dtype=int)
-    if np.any(sizes < 1) or np.any(sizes > k_clients):
-        raise ConfigError(f"subset sizes must lie in [1, {k_clients}], got {sizes.tolist()}")
-    rng = np.random.default_rng(seed)
-    loss = np.full((len(sizes), subsets), np.nan)
-    error = np.full((len(sizes), subsets), np.nan)
-    for i, m in enumerate(sizes):
-        chosen = _subsets(k_clients, int(m), subsets, rng)
-        coeffs = np.zeros((len(chosen), k_clients))
-        for j, subset in enumerate(chosen):
-            coeffs[j, list(subset)] = w[list(subset)] / w[list(subset)].sum()
-        metrics = evaluator.evaluate(torch.as_tensor(coeffs) @ vectors)
-        loss[i, :len(chosen)] = metrics.loss
-        error[i, :len(chosen)] = 1.0 - np.asarray(metrics.accuracy)
-    return AveragingCurve(sizes=sizes, loss=loss, error=error,
-                          spec={"evaluator": evaluator.fingerprint(), "seed": seed, "subsets": subsets,
-                                "weights": w.tolist()})
-
-
-def _subsets(n: int, m: int, count: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
-    if math.comb(n, m) <= count:
-        return list(itertools.combinations(range(n), m))
-    seen: set[tuple[int, ...]] = set()
-    while len(seen) < count:
-        seen.add(tuple(sorted(rng.choice(n, size=m, replace=False).tolist())))
-    return sorted(seen)
-
-
-# ------------------------------------------------------------------------ CKA
-def linear_cka(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> float:
-    """Linear CKA ``|A~^T B~|_F^2 / (|A~^T A~|_F |B~^T B~|_F)`` of column-centred (n, d) features."""
-    a = torch.as_tensor(a, dtype=torch.float64).reshape(len(a), -1)
-    b = torch.as_tensor(b, dtype=torch.float64).reshape(len(b), -1)
-    if len(a) != len(b):
-        raise ConfigError(f"CKA needs features of the same samples; got {len(a)} and {len(b)} rows")
-    a = a - a.mean(0)
-    b = b - b.mean(0)
-    denom = torch.linalg.matrix_norm(a.T @ a) * torch.linalg.matrix_norm(b.T @ b)
-    return float(torch.linalg.matrix_norm(a.T @ b) ** 2 / denom) if denom > 0 else float("nan")
-
-
-def cka_matrix(models: Sequence[ModelLike], evaluator: Any, *, outputs: str = "softmax",
-               labels: Sequence[str] | None = None) -> CKAMatrix:
-    """Pairwise linear CKA of the models' outputs (``"softmax"`` or ``"logits"``) on the
-    evaluator's data, the IMA paper's proxy for the covariance term (Fig. 4)."""
-    if outputs not in ("softmax", "logits"):
-        raise ConfigError(f"outputs must be 'softmax' or 'logits', got {outputs!r}")
-    feats = []
-    with torch.no_grad():
-        for m in models:
-            params = evaluator.space.unflatten(evaluator.vector(m).to(evaluator.device, evaluator.dtype))
-            out = torch.cat([evaluator.forward(params, x).to(torch.float64) for x, _ in evaluator.batches])
-            feats.append(torch.softmax(out, -1) if outputs == "softmax" else out)
-    n = len(feats)
-    matrix = np.ones((n, n))
-    for i, j in itertools.combinations(range(n), 2):
-        matrix[i, j] = matrix[j, i] = linear_cka(feats[i], feats[j])
-    return CKAMatrix(matrix=matrix, labels=list(labels) if labels is not None else [str(i) for i in range(n)],
-                     spec={"evaluator": evaluator.fingerprint(), "outputs": outputs})
 
 
 # ------------------------------------------------------------------ FL runs

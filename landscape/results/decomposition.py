@@ -12,7 +12,7 @@ from .base import Result, register
 @register
 @dataclass(frozen=True, eq=False)
 class Decomposition(Result):
-    """IMA paper Theorem 1 terms (reference/ima.md section 2.7), all means over D.
+    """IMA paper Theorem 1 terms (``docs/methods/ima.md``), all means over D.
 
     Identities (exact): ``wens_loss == bias + variance + covariance`` and
     ``bias == train_bias + heter_bias + cross``. ``locality[k] = ||w_k - w_FMA||_2`` over
@@ -21,7 +21,8 @@ class Decomposition(Result):
     on D_k) and ``hb_k`` (on D minus D_k, NaN when empty).
     """
 
-    summary_fields: ClassVar[tuple[str, ...]] = ('wens_loss', 'bias', 'variance', 'covariance', 'fma_loss', 'gap', 'max_locality')
+    summary_fields: ClassVar[tuple[str, ...]] = ('wens_loss', 'bias', 'variance', 'covariance', 'variance_estimated',
+                                                  'fma_loss', 'gap', 'max_locality')
 
     bias: float
     train_bias: float
@@ -42,6 +43,12 @@ class Decomposition(Result):
     realizations: int
     array_fields: ClassVar[tuple[str, ...]] = ("locality", "weights", "client_sizes",
                                                 "client_train_bias", "client_heter_bias")
+
+    @property
+    def variance_estimated(self) -> bool:
+        """False with one realization per client: variance and covariance are then 0 by
+        construction, not measured."""
+        return self.realizations > 1
 
     @property
     def max_locality(self) -> float:
