@@ -122,7 +122,6 @@ def emit(ctx: Context, numbers: Mapping[str, Any], results: Mapping[str, Any],
     """
     args = ctx.args
     name = ctx.command.replace(" ", "_")
-    ctx.out.mkdir(parents=True, exist_ok=True)
     record = {"command": ctx.command, "models": list(ctx.models), "numbers": plain(numbers)}
     written = [write_json(ctx.out / f"{name}.json", record)]
     if ctx.evaluator.cache is not None:

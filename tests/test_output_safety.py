@@ -192,10 +192,11 @@ def test_cli_figures_to_a_read_only_out_folder_fail_in_one_line(checkpoints, tmp
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(out)]).returncode:
         pytest.skip("cannot mount a tmpfs")
     try:
-        proc = _cli(["path", "--module", "mlp", "--checkpoints", *checkpoints, "--data", "digits", "--alphas", 5,
-                     "--out", out, "--no-cache"])
+        procs = [_cli(["path", "--module", "mlp", "--checkpoints", *checkpoints, "--data", "digits", "--alphas", 5,
+                       "--out", folder, "--no-cache"]) for folder in (out, out / "new" / "sub")]
     finally:
         subprocess.run(["umount", "-l", str(out)], check=True)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert lines[0].startswith(f"landscape: error: {out}") and "read-only" in lines[0]
+    for proc in procs:  # an existing folder, and one that would have to be created
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert lines[0].startswith(f"landscape: error: {out}") and "read-only" in lines[0]
