@@ -21,13 +21,10 @@ from typing import Any, Literal, Sequence, Union
 
 from landscape import LandscapeError
 
+from . import resolve
 from .algorithms import registry
 from .config import RunConfig
 from .options import describe_range, field_default
-from . import resolve
-
-#: Settings reached through flags outside the generated ones.
-EXTRA_DESTS = ("recipe", "out", "option", "no_progress")
 
 
 class OneLineParser(argparse.ArgumentParser):

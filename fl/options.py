@@ -203,7 +203,7 @@ def did_you_mean(key: str, valid: Sequence[str] | Mapping[str, Any]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def check_value(name: str, value: Any, tp: Any, meta: Mapping[str, Any], depth: int = 0) -> Any:
+def check_value(name: str, value: Any, tp: Any, meta: Mapping[str, Any]) -> Any:
     """Validate one value against an annotation and the range of ``meta``.
 
     Parameters
@@ -216,8 +216,6 @@ def check_value(name: str, value: Any, tp: Any, meta: Mapping[str, Any], depth: 
         The field's annotation.
     meta : Mapping[str, Any]
         The field's metadata (bounds ``ge``/``gt``/``le``/``lt``).
-    depth : int
-        Nesting depth of ``value`` inside the option (for list and dict values).
 
     Returns
     -------
@@ -230,7 +228,7 @@ def check_value(name: str, value: Any, tp: Any, meta: Mapping[str, Any], depth: 
     ConfigError
         With one line naming the option, what is expected and what was given.
     """
-    ok, out = _match(value, tp, depth)
+    ok, out = _match(value, tp, 0)
     if not ok:
         raise ConfigError(f"{name} must be {describe_type(tp)}, got {_show(value)}")
     where = _non_finite(out)
@@ -357,8 +355,6 @@ def _non_finite(value: Any) -> str | None:
 
 def _out_of_range(x: float, meta: Mapping[str, Any]) -> str:
     """The violated bounds as text, or ``""``."""
-    if not math.isfinite(x):
-        return "a finite number"
     tests = {"ge": x >= meta.get("ge", -math.inf), "gt": x > meta.get("gt", -math.inf),
              "le": x <= meta.get("le", math.inf), "lt": x < meta.get("lt", math.inf)}
     return describe_range(meta) if not all(tests.values()) else ""
