@@ -91,13 +91,41 @@ def write_atomic(path: str | os.PathLike, data: bytes | bytearray | memoryview, 
 
 
 def write_text(path: str | os.PathLike, text: str, *, mode: int | None = None) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` with :func:`write_atomic`; returns ``path``."""
+    """Write ``text`` encoded as UTF-8 with :func:`write_atomic`.
+
+    Parameters
+    ----------
+    path, mode:
+        As for :func:`write_atomic`.
+    text:
+        The complete new content.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
     return write_atomic(path, text.encode("utf-8"), mode=mode)
 
 
 def write_json(path: str | os.PathLike, value: Any, *, indent: int | None = 2, sort_keys: bool = False,
                mode: int | None = None) -> Path:
-    """Write ``value`` as JSON (and a final newline) with :func:`write_atomic`; returns ``path``."""
+    """Write ``value`` as JSON text and a final newline with :func:`write_atomic`.
+
+    Parameters
+    ----------
+    path, mode:
+        As for :func:`write_atomic`.
+    value:
+        Anything :func:`json.dumps` accepts.
+    indent, sort_keys:
+        Passed to :func:`json.dumps`.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
     return write_text(path, json.dumps(value, indent=indent, sort_keys=sort_keys) + "\n", mode=mode)
 
 
