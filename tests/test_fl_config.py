@@ -184,3 +184,18 @@ def test_help_shows_every_setting_with_its_default():
     config, _ = build_config("fedavg")  # nothing passed: the documented defaults
     assert all(config[k] == v for k, v in RunConfig.defaults().items() if k not in ("model", "ima"))
     assert config["model"] == "mlp" and config["ima"] is None  # resolved: the dataset's model, IMA off
+
+
+def test_a_folder_written_before_recipes_existed_is_reopened(tmp_path):
+    """config.json of the previous writer (no ``recipe`` key): it loads, its digest is the
+    previous formula's, and the same call reopens the run instead of retraining it."""
+    first = fl.run("fedprox", out=tmp_path, mu=0.2, **TINY)
+    old = {k: v for k, v in first.config.items() if k != "recipe"}
+    (tmp_path / "config.json").write_text(json.dumps(old, indent=2, sort_keys=True))
+    previous_volatile = ("device", "data_root", "download", "backend", "n_jobs")
+    stable = {k: v for k, v in old.items() if k not in previous_volatile}
+    assert config_digest(old) == hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:10]
+    assert config_digest(old) == config_digest(first.config)
+    calls = []
+    again = fl.run("fedprox", out=tmp_path, mu=0.2, on_round=lambda r, m: calls.append(r), **TINY)
+    assert calls == [] and again.complete and "recipe" not in again.config
