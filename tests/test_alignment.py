@@ -219,3 +219,17 @@ def test_connected_modulo_permutation_verdict(trained_pair) -> None:
     assert set(verdict.results["paths"]) == {"before", "aligned", "aligned + REPAIR"}
     strict = connected_modulo_permutation(a, b, ev, threshold=-1.0, metric="loss", alphas=11, repair=False)
     assert strict.status == "fails" and "aligned" in strict.reason
+
+
+def test_weight_matching_converges_when_a_group_sits_on_both_axes_of_a_weight() -> None:
+    # mnist1d_mlp's residual ties linear1's and linear2's units: linear2's square weight holds the group
+    # on both axes, where the assignment step is only a linearisation
+    a = build_model("mnist1d_mlp_w64", num_classes=10, input_shape=(1, 40), seed=0)
+    b = build_model("mnist1d_mlp_w64", num_classes=10, input_shape=(1, 40), seed=1)
+    found = match(b, to=a)
+    assert len(found.perms) == 1 and found.info["sweeps"] < 100
+    assert found.info["objective"] > found.info["objective_before"]
+    spec = found.spec
+    shuffled = apply_permutation(a, spec, random_permutations(spec, seed=3))
+    recovered = align(shuffled, to=a, spec=spec)
+    assert all(torch.equal(recovered.state_dict()[k], v) for k, v in a.state_dict().items())

@@ -3,8 +3,9 @@
 Git Re-Basin (Ainsworth et al. 2023), section 3.1: for each group, the permutation maximising
 ``sum_i corr(Z^A_i, Z^B_{perm[i]})``, where ``Z`` are the units' activations on the same data
 (every sample and spatial position is an observation), is a linear assignment problem. The
-activation of a group is read at its probe node (:class:`~.graph.Group.probe`, the last
-nonlinearity its units pass through), by running the traced ATen graph.
+activations of a group are read at its probe nodes (:class:`~.graph.Group`, the last few
+nonlinearity outputs and residual sums its units pass through), by running the traced ATen
+graph; the correlation matrices of the probes are averaged.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from torch import nn
 
 from landscape import ConfigError
 
-from .graph import PermutationSpec, trace, unique_state
+from .graph import Member, PermutationSpec, trace, unique_state
 from .permute import unit_view
 from .weight_matching import assignment
 
@@ -23,7 +24,7 @@ from .weight_matching import assignment
 def probe_activations(module: nn.Module, spec: PermutationSpec, x: torch.Tensor) -> dict[str, torch.Tensor]:
     """Outputs of the probe nodes of every group on inputs ``x`` (no gradients)."""
     graph, names = trace(module, x)
-    wanted = {g.probe[0] for g in spec.groups if g.probe is not None}
+    wanted = {name for g in spec.groups for name, _ in g.probes}
     captured: dict[str, torch.Tensor] = {}
 
     class Capture(torch.fx.Interpreter):
@@ -41,6 +42,11 @@ def probe_activations(module: nn.Module, spec: PermutationSpec, x: torch.Tensor)
         raise ConfigError(f"the traced graph at batch size {len(x)} lacks nodes {sorted(missing)[:3]}: the model's "
                           "graph depends on the batch size; pass data with the example batch's size")
     return captured
+
+
+def _units(value: torch.Tensor, m: Member) -> torch.Tensor:
+    """The member's units of an activation as rows: (units, observations)."""
+    return unit_view(value, m)[:, m.start:m.start + m.size].transpose(0, 1).reshape(m.size, -1)
 
 
 def correlation(za: torch.Tensor, zb: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -71,13 +77,11 @@ def activation_matching(spec: PermutationSpec, a: nn.Module, b: nn.Module, x: to
     acts_a, acts_b = probe_activations(a, spec, x), probe_activations(b, spec, x)
     perms, before, after = [], [], []
     for group in spec.groups:
-        if group.probe is None:  # units that never carry data: nothing to correlate
+        if not group.probes:  # units that never carry data: nothing to correlate
             perms.append(torch.arange(group.size))
             continue
-        node, m = group.probe
-        za = unit_view(acts_a[node], m)[:, m.start:m.start + m.size].transpose(0, 1).reshape(m.size, -1)
-        zb = unit_view(acts_b[node], m)[:, m.start:m.start + m.size].transpose(0, 1).reshape(m.size, -1)
-        corr = correlation(za, zb)
+        corr = sum(correlation(_units(acts_a[node], m), _units(acts_b[node], m)) for node, m in group.probes)
+        corr = corr / len(group.probes)
         perm = assignment(corr, group.block)
         perms.append(perm)
         before.append(float(corr.diagonal().mean()))

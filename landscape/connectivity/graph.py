@@ -52,13 +52,14 @@ class Member:
 @dataclass(frozen=True)
 class Group:
     """Hidden units permuted together. ``block``: permutations stay within contiguous blocks
-    of that many units (GroupNorm groups); 0 means free. ``probe`` is the activation (graph
-    node and unit view) used by activation matching."""
+    of that many units (GroupNorm groups); 0 means free. ``probes`` are the activations (graph
+    node name and unit view) that activation matching correlates: the last few nonlinearity
+    outputs and residual sums carrying the units (else the last value carrying them)."""
 
     size: int
     block: int
     members: tuple[Member, ...]
-    probe: tuple[str, Member] | None
+    probes: tuple[tuple[str, Member], ...]
 
 
 @dataclass(frozen=True)
@@ -194,8 +195,11 @@ def _fixed_value(val: Any, why: str) -> Any:
     return None
 
 
-_NONLINEAR = {"relu", "relu_", "leaky_relu", "leaky_relu_", "gelu", "silu", "silu_", "sigmoid", "tanh",
-              "hardtanh", "hardtanh_", "elu", "elu_", "hardswish", "mish", "softplus"}
+#: activations that activation matching correlates: nonlinearity outputs and residual sums
+_PROBE_OPS = {"relu", "relu_", "leaky_relu", "leaky_relu_", "gelu", "silu", "silu_", "sigmoid", "tanh",
+              "hardtanh", "hardtanh_", "elu", "elu_", "hardswish", "mish", "softplus", "add", "add_"}
+#: the last this many of them (in graph order) are used per group
+PROBES_PER_GROUP = 3
 
 
 def _collect(members: list[tuple[str, int, Slot]], env: dict, probes: list[tuple[Any, str]],
@@ -213,7 +217,7 @@ def _collect(members: list[tuple[str, int, Slot]], env: dict, probes: list[tuple
             roots.setdefault(id(root), root)
             by_root.setdefault(id(root), []).append(
                 Member(name, axis, lay.outer, lay.units, offset, root.size, lay.inner))
-    best: dict[int, tuple[int, str, Member]] = {}
+    found: dict[int, list[tuple[bool, int, Member]]] = {}
     for rank, (node, op) in enumerate(probes):
         value = env.get(node)
         if not isinstance(value, list):
@@ -225,14 +229,15 @@ def _collect(members: list[tuple[str, int, Slot]], env: dict, probes: list[tuple
             for leaf, offset in leaf_runs(lay):
                 key = id(find(leaf))
                 if key in by_root:
-                    score = rank + (10 ** 9 if op in _NONLINEAR else 0)
-                    if key not in best or score >= best[key][0]:
-                        best[key] = (score, node.name, Member(node.name, axis, lay.outer, lay.units, offset,
-                                                              find(leaf).size, lay.inner))
+                    found.setdefault(key, []).append(
+                        (op in _PROBE_OPS, rank, Member(node.name, axis, lay.outer, lay.units, offset,
+                                                        find(leaf).size, lay.inner)))
     groups = []
     for key, mems in by_root.items():
         root = roots[key]
-        probe = (best[key][1], best[key][2]) if key in best else None
-        groups.append(Group(root.size, root.block if 0 < root.block < root.size else 0, tuple(mems), probe))
+        ranked = sorted(found.get(key, []), key=lambda c: (c[0], c[1]), reverse=True)
+        chosen = [c for c in ranked if c[0]][:PROBES_PER_GROUP] or ranked[:1]
+        groups.append(Group(root.size, root.block if 0 < root.block < root.size else 0, tuple(mems),
+                            tuple((m.name, m) for _, _, m in chosen)))
     pinned = tuple(dict.fromkeys(reasons))
     return PermutationSpec(tuple(groups), pinned, input_shape)

@@ -83,9 +83,15 @@ def weight_matching(spec: PermutationSpec, a: Mapping[str, torch.Tensor], b: Map
             group = spec.groups[gi]
             cost = group_cost(gi, group, a, b, by_tensor, perms)
             new = assignment(cost, group.block)
-            old_value = cost[torch.arange(group.size), perms[gi]].sum()
-            new_value = cost[torch.arange(group.size), new].sum()
-            if new_value > old_value + 1e-12 * max(1.0, abs(float(old_value))):
+            if torch.equal(new, perms[gi]):
+                continue
+            # the linear term is exact unless the group sits on two axes of one tensor (a residual
+            # layer's square weight): accept only a step that raises the true objective
+            names = {m.name for m in group.members}
+            trial = perms[:gi] + [new] + perms[gi + 1:]
+            old_value = _objective(spec, a, b, by_tensor, perms, names)
+            new_value = _objective(spec, a, b, by_tensor, trial, names)
+            if new_value > old_value + 1e-12 * max(1.0, abs(old_value)):
                 perms[gi], improved = new, True
         if not improved:
             break
@@ -94,10 +100,11 @@ def weight_matching(spec: PermutationSpec, a: Mapping[str, torch.Tensor], b: Map
 
 
 def _objective(spec: PermutationSpec, a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor],
-               by_tensor: dict, perms: list[torch.Tensor]) -> float:
+               by_tensor: dict, perms: list[torch.Tensor], names: set[str] | None = None) -> float:
+    """``sum <A, P(B)>`` over the parameters (those in ``names`` only, if given)."""
     total = 0.0
     for name, mems in by_tensor.items():
-        if name not in a:
+        if name not in a or (names is not None and name not in names):
             continue
         tb = b[name]
         for gj, m in mems:
