@@ -108,10 +108,10 @@ def test_out_of_memory_is_retried_with_smaller_chunks(digits, monkeypatch):
     assert sizes[:3] == [8, 4, 2] and max(sizes[3:]) <= 2 and ev.chunk_size == 2
     assert ev.points_evaluated == 11
 
-    def hopeless(chunk, coeffs, strategy):
+    def hopeless(chunk, coeffs):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
 
-    monkeypatch.setattr(ev, "_run", hopeless)
+    monkeypatch.setattr(ev.loop, "sums", hopeless)
     with pytest.raises(torch.cuda.OutOfMemoryError):
         ev.evaluate_points(PointSet.explicit(vecs[:2]))
 

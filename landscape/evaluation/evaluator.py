@@ -21,12 +21,10 @@ An Evaluator sets the weights of its private module copy in place: use one per t
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
-import time
 import warnings
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -42,14 +40,14 @@ from ..space.points import PointSet
 from .batchnorm import BatchNormModes
 from .class_major import ClassMetrics
 from .data import DeviceData, check_targets, prepare_data
-from .input_layer import InputLayerShortcut
 from .losses import loss_identity
-from .memory import activation_bytes, default_budget, fitting_chunk, is_out_of_memory
+from .memory import activation_bytes, default_budget, fitting_chunk
 from .options import EvaluatorOptions
-from .resumable import contiguous_run, fill_points
-from .scoring import Scorer, select_output
+from .resumable import fill_points
+from .scoring import Scorer, scoring_plan, select_output
 from . import strategies
-from .strategies import LoopStrategy, VmapStrategy
+from .runner import ChunkRunner
+from .strategies import LoopStrategy
 
 ALGORITHM_VERSION = "evaluator-1"
 
@@ -109,8 +107,6 @@ class Evaluator:
                         else prepare_data(bn_data, self.device, self.dtype, opts.batch_size))
         self.cache = (Cache(cache, flush_interval=opts.flush_interval)
                       if isinstance(cache, (str, bytes, os.PathLike)) else cache)
-        self.strategy: str | None = None if opts.strategy == "auto" else opts.strategy
-        self.strategy_reason = "requested" if opts.strategy != "auto" else ""
         self.chunk_size = opts.chunk_size
         self.memory_budget = opts.memory_budget
         self.points_evaluated = 0
@@ -121,12 +117,9 @@ class Evaluator:
             warnings.warn("bn='recompute' without bn_data re-estimates BatchNorm statistics on the "
                           "evaluation data itself; pass bn_data=<training data> (see docs/batchnorm.md)",
                           stacklevel=2)
-        self.shortcut_layers: list[str] = []  # input layers expanded in the last evaluate_points
-        self._loop: LoopStrategy | None = None
-        self._vmap: VmapStrategy | None = None
-        self._shortcut: InputLayerShortcut | None = None
-        self._targets, class_metrics = self._check_data()
+        targets, class_metrics = self._check_data()
         self.scorer = Scorer(opts.loss, self.loss_name, self.dtype, class_metrics)
+        self.runner = ChunkRunner(self, targets)
         self._activation_bytes: int | None = None
 
     # ------------------------------------------------------------------ options as attributes
@@ -135,30 +128,12 @@ class Evaluator:
         """The strategy asked for (``auto``, ``loop`` or ``vmap``)."""
         return self.options.strategy
 
-    @property
-    def autocast(self) -> torch.dtype | None:
-        """The autocast dtype, or None."""
-        return self.options.autocast
-
-    @property
-    def compile(self) -> bool | str:
-        """The ``torch.compile`` setting."""
-        return self.options.compile
-
-    @property
-    def backend(self) -> Any:
-        """The back end sharding missing points over workers, or None (this process)."""
-        return self.options.backend
-
-    @property
-    def n_jobs(self) -> int | None:
-        """Workers of the back end."""
-        return self.options.n_jobs
-
-    @property
-    def progress(self) -> bool | None:
-        """Whether a progress bar is shown (None: when on a terminal)."""
-        return self.options.progress
+    def __getattr__(self, name: str) -> Any:
+        """Every :class:`EvaluatorOptions` field (``autocast``, ``compile``, ``backend``, ``n_jobs``,
+        ``progress``, ...) reads as an attribute of the evaluator."""
+        if name != "options" and name in EvaluatorOptions.__dataclass_fields__:
+            return getattr(self.options, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def per_sample_loss(self):
@@ -166,14 +141,39 @@ class Evaluator:
         return self.scorer.per_sample_loss
 
     @property
+    def strategy(self) -> str | None:
+        """The strategy in use (``loop`` or ``vmap``; None until ``auto`` has chosen)."""
+        return self.runner.strategy
+
+    @property
+    def strategy_reason(self) -> str:
+        """Why that strategy: requested, the device, or the measured times per point."""
+        return self.runner.strategy_reason
+
+    @property
+    def shortcut_layers(self) -> list[str]:
+        """Input layers expanded by the exact input-layer shortcut in the last evaluation."""
+        return self.runner.shortcut_layers
+
+    @property
+    def loop(self) -> LoopStrategy:
+        """The loop strategy (its flat-view module copy), built on first use."""
+        return self.runner.loop
+
+    @property
     def concatenates_outputs(self) -> bool:
         """True when the loop scores a point's outputs over all batches in one call."""
-        return self._targets is not None
+        return self.runner.targets is not None
 
     @property
     def class_major_head(self) -> str | None:
         """Name of the output layer computed class-major by the loop (CPU), or None."""
-        return self._loop.class_major_head if self._loop is not None else None
+        return self.loop.class_major_head
+
+    def measure_strategies(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
+        """Time loop and vmap on the first points of ``vecs`` and keep the faster
+        (see :meth:`.runner.ChunkRunner.measure_strategies`)."""
+        return self.runner.measure_strategies(vecs, coeffs)
 
     # ------------------------------------------------------------------ basics
     def forward(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -196,7 +196,7 @@ class Evaluator:
         return select_output(out, self.options.output)
 
     def _check_data(self) -> tuple[torch.Tensor | None, ClassMetrics | None]:
-        x, y = self.batches[0]
+        x, _ = self.batches[0]
         template = {k: v.to(self.device, self.dtype) for k, v in self.space.unflatten(
             self.space.flatten(self.module.state_dict(), check_finite=False)).items()}
         try:
@@ -208,16 +208,8 @@ class Evaluator:
         out = select_output(raw, self.options.output)
         for _, yb in self.batches:
             check_targets(out, yb, self.loss_name)
-        per_point = self.num_samples * out[0].numel() * out.element_size() if out.ndim else 0
-        targets = (torch.cat([yb for _, yb in self.batches])
-                   if len(self.batches) > 1 and 0 < per_point <= strategies.CONCAT_OUTPUT_BYTES else None)
-        metrics = None
-        if (self.device.type == "cpu" and self.loss_name == "cross_entropy" and out.ndim == 2
-                and not torch.is_floating_point(yb) and self.compile is False
-                and per_point <= strategies.CONCAT_OUTPUT_BYTES):  # bounds its (C, N) label masks too
-            metrics = ClassMetrics(out.shape[1])
-            metrics.prepare([yb for _, yb in self.batches] + ([targets] if targets is not None else []))
-        return targets, metrics
+        return scoring_plan(out, self.batches, self.num_samples, self.device, self.loss_name, self.compile,
+                            strategies.CONCAT_OUTPUT_BYTES)
 
     def fingerprint(self) -> dict[str, Any]:
         """Everything about this evaluator that determines a metric value.
@@ -303,18 +295,8 @@ class Evaluator:
         ref = (reference if reference is not None else points.origin).to(torch.float64)
         ref_dev = ref.to(self.device, self.dtype)
 
-        def compute(todo: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-            self._shortcut = self._make_shortcut(points, todo.size)
-            try:
-                yield from self._compute_runs(points, todo, ref_dev)
-            finally:
-                if self._shortcut is not None:
-                    self._shortcut.remove()
-                    self._shortcut = None
-                if self._loop is not None:
-                    self._loop.shortcut = None
-
-        return fill_points(len(points), self.points_key(points, ref), self.cache, compute, label=label,
+        return fill_points(len(points), self.points_key(points, ref), self.cache,
+                           lambda todo: self.runner.runs(points, todo, ref_dev), label=label,
                            progress=self.progress, on_done=self._count)
 
     def points_key(self, points: PointSet, reference: torch.Tensor) -> str:
@@ -376,117 +358,6 @@ class Evaluator:
     # --------------------------------------------------------------- internals
     def _count(self, n: int) -> None:
         self.points_evaluated += n
-
-    def _compute_runs(self, points: PointSet, todo: np.ndarray, ref: torch.Tensor
-                      ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Runs of consecutive missing points, each small enough to fit memory and, for the
-        loop, to finish within ``flush_interval`` seconds (measured on the previous run)."""
-        pos, per_point = 0, None
-        while pos < todo.size:
-            size = self.chunk_size or self.chunk_limit(self.strategy or "loop")
-            if self.strategy != "vmap" and self.chunk_size is None:
-                size = min(size, 4 if per_point is None else max(1, int(self.options.flush_interval / per_point)))
-            run = contiguous_run(todo, pos, size)
-            idx = todo[pos:pos + run]
-            start = time.perf_counter()
-            try:
-                loss, acc = self._evaluate_chunk(points, int(idx[0]), int(idx[-1]) + 1, ref)
-            except (torch.cuda.OutOfMemoryError, RuntimeError) as exc:
-                if run == 1 or not is_out_of_memory(exc):
-                    raise
-                torch.cuda.empty_cache()
-                self.chunk_size = max(1, run // 2)  # retry this chunk in halves
-                continue
-            per_point = max((time.perf_counter() - start) / run, 1e-6)
-            pos += run
-            yield idx, loss, acc
-
-    def _evaluate_chunk(self, points: PointSet, start: int, stop: int, ref: torch.Tensor
-                        ) -> tuple[np.ndarray, np.ndarray]:
-        vecs = self.batchnorm.apply(points.chunk(start, stop, self.device, self.dtype), ref)
-        coeffs = points.coeffs[start:stop].tolist()
-        if self.strategy is None:
-            return self._autotune(vecs, coeffs)
-        return self._run(vecs, coeffs, self.strategy)
-
-    @property
-    def loop(self) -> LoopStrategy:
-        """The loop strategy (its flat-view module copy), built on first use."""
-        if self._loop is None:
-            self._loop = LoopStrategy(self.module, self.space, self.batches, self.scorer, self._targets,
-                                      self.options.output, self.compile)
-        return self._loop
-
-    def _make_shortcut(self, points: PointSet, todo: int) -> InputLayerShortcut | None:
-        """The input-layer expansion for the loop over ``points``, when enabled, applicable
-        (no autocast, compile or output selector) and worth its set-up."""
-        k = points.directions.shape[0]
-        self.shortcut_layers = []
-        if (not self.options.input_shortcut or self.strategy == "vmap" or self.autocast is not None
-                or self.compile is not False or self.options.output is not None or todo < 4 * (k + 1)):
-            return None
-        loop = self.loop
-        shortcut = InputLayerShortcut(loop.module, self.space, self.batches, points.origin, points.directions,
-                                      (self.memory_budget or default_budget(self.device)) // 4)
-        self.shortcut_layers = list(shortcut.layers)
-        if not shortcut.active:
-            return None
-        loop.shortcut = shortcut
-        return shortcut
-
-    def _run(self, vecs: torch.Tensor, coeffs: list[list[float]], strategy: str) -> tuple[np.ndarray, np.ndarray]:
-        amp = (torch.autocast(self.device.type, dtype=self.autocast) if self.autocast is not None
-               else contextlib.nullcontext())
-        with torch.no_grad(), amp:
-            if strategy == "loop":
-                sums = self.loop.sums(vecs, coeffs)
-            else:
-                if self._vmap is None:
-                    self._vmap = VmapStrategy(self.forward, self.space, self.batches, self.scorer, self.compile)
-                sums = self._vmap.sums(vecs)
-        host = sums.double().cpu().numpy()  # the one synchronisation per chunk
-        return host[:, 0] / self.num_samples, host[:, 1] / self.num_samples
-
-    def _autotune(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
-        if self.device.type == "cpu":
-            self.strategy, self.strategy_reason = "loop", "cpu: vmap measured slower than a loop on CPU"
-            return self._run(vecs, coeffs, "loop")
-        return self.measure_strategies(vecs, coeffs)
-
-    def measure_strategies(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
-        """Time loop and vmap per point on the first points of ``vecs``, keep the faster.
-
-        Parameters
-        ----------
-        vecs
-            ``(P, D)`` device vectors (BatchNorm mode applied).
-        coeffs
-            Their coefficients.
-
-        Returns
-        -------
-        tuple of numpy.ndarray
-            The metrics of ``vecs`` computed with the chosen strategy (recorded in
-            ``strategy`` and ``strategy_reason``).
-        """
-        n = min(len(vecs), self.chunk_limit("vmap"))  # vmap holds n points' activations
-        per_point = {}
-        for strategy in ("loop", "vmap"):
-            self._run(vecs[:1], coeffs[:1], strategy)  # warm-up (compilation, cuDNN algorithm choice)
-            t0 = time.perf_counter()
-            self._run(vecs[:n], coeffs[:n], strategy)  # synchronises (host copy of the sums)
-            per_point[strategy] = (time.perf_counter() - t0) / n
-        self.strategy = min(per_point, key=per_point.get)
-        self.strategy_reason = f"measured on {n} points: " + ", ".join(
-            f"{k} {v * 1e3:.2f} ms/point" for k, v in per_point.items())
-        step = n if self.strategy == "vmap" else len(vecs)
-        if self.strategy == "vmap" and self._shortcut is not None:
-            self._shortcut.remove()
-            self._shortcut, self.shortcut_layers = None, []
-            self.loop.shortcut = None
-        parts = [self._run(vecs[i:i + step], coeffs[i:i + step], self.strategy) for i in range(0, len(vecs), step)]
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-
 
 def _private_copy(module: nn.Module) -> nn.Module:
     """A deep copy of the user's template, with a clear error for modules that cannot be copied."""

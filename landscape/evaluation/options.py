@@ -132,6 +132,9 @@ class EvaluatorOptions:
                 _check_number(f.name, value, f.metadata["minimum"])
         if not isinstance(self.compile, (bool, str)):
             raise ConfigError(f"compile must be True, False or a torch.compile backend name, got {self.compile!r}")
+        if isinstance(self.compile, str) and self.compile not in torch.compiler.list_backends(exclude_tags=()):
+            raise ConfigError(f"compile={self.compile!r} is not a torch.compile backend; available: "
+                              f"{', '.join(torch.compiler.list_backends())}")
         if not isinstance(self.input_shortcut, bool):
             raise ConfigError(f"input_shortcut must be True or False, got {self.input_shortcut!r}")
         if not (self.output is None or isinstance(self.output, (str, int)) or callable(self.output)):

@@ -6,7 +6,7 @@ score class-major logits with :class:`~landscape.evaluation.class_major.ClassMet
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -99,3 +99,39 @@ class Scorer:
         if self.summed_loss is not None:
             return self.summed_loss(logits, y), correct_count(logits, y)
         return self.per_sample_loss(logits, y).sum(dtype=torch.float64), correct_count(logits, y)
+
+
+def scoring_plan(out: torch.Tensor, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], num_samples: int,
+                 device: torch.device, loss_name: str, compile: bool | str, concat_bytes: int
+                 ) -> tuple[torch.Tensor | None, ClassMetrics | None]:
+    """How the loop scores a point: all batches at once, and class-major on CPU, when they fit.
+
+    Parameters
+    ----------
+    out
+        The model's logits on a couple of samples (for shapes and dtypes).
+    batches
+        The evaluation batches.
+    num_samples
+        Their total size.
+    device, loss_name, compile
+        Evaluation device, loss identity and ``torch.compile`` setting.
+    concat_bytes
+        Most bytes of one point's outputs over all batches that are scored in one call.
+
+    Returns
+    -------
+    tuple
+        The concatenated targets (or None: score batch by batch) and the class-major scorer
+        (or None: CPU cross-entropy in eager mode only, bounded by ``concat_bytes``).
+    """
+    per_point = num_samples * out[0].numel() * out.element_size() if out.ndim else 0
+    targets = (torch.cat([yb for _, yb in batches])
+               if len(batches) > 1 and 0 < per_point <= concat_bytes else None)
+    y = batches[-1][1]
+    if (device.type != "cpu" or loss_name != "cross_entropy" or out.ndim != 2 or torch.is_floating_point(y)
+            or compile is not False or per_point > concat_bytes):  # bounds its (C, N) label masks too
+        return targets, None
+    metrics = ClassMetrics(out.shape[1])
+    metrics.prepare([yb for _, yb in batches] + ([targets] if targets is not None else []))
+    return targets, metrics

@@ -1,0 +1,191 @@
+"""How an evaluator computes a chunk of points: runs sized by memory and time, the loop or vmap
+strategy (chosen by device or by timing), the input-layer shortcut, and out-of-memory retries.
+
+:class:`ChunkRunner` belongs to one :class:`~landscape.evaluation.evaluator.Evaluator` and reads
+its public attributes (device, dtype, space, batches, scorer, options, BatchNorm modes).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from ..space.points import PointSet
+from .input_layer import InputLayerShortcut
+from .memory import default_budget, is_out_of_memory
+from .resumable import contiguous_run
+from .strategies import LoopStrategy, VmapStrategy
+
+
+class ChunkRunner:
+    """Computes runs of missing points for an evaluator.
+
+    Parameters
+    ----------
+    evaluator
+        The evaluator (its options decide the strategy, chunk sizes and shortcuts).
+    targets
+        All targets concatenated, when the loop scores a point's outputs at once.
+
+    Attributes
+    ----------
+    strategy
+        ``"loop"``, ``"vmap"`` or None until ``auto`` has chosen.
+    strategy_reason
+        Why that strategy (requested, the device, or the measured times).
+    shortcut_layers
+        Input layers expanded in the last evaluation.
+    """
+
+    def __init__(self, evaluator: Any, targets: torch.Tensor | None):
+        self.ev = evaluator
+        self.targets = targets
+        requested = evaluator.options.strategy
+        self.strategy: str | None = None if requested == "auto" else requested
+        self.strategy_reason = "requested" if requested != "auto" else ""
+        self.shortcut_layers: list[str] = []
+        self._loop: LoopStrategy | None = None
+        self._vmap: VmapStrategy | None = None
+        self._shortcut: InputLayerShortcut | None = None
+
+    @property
+    def loop(self) -> LoopStrategy:
+        """The loop strategy (its flat-view module copy), built on first use."""
+        if self._loop is None:
+            ev = self.ev
+            self._loop = LoopStrategy(ev.module, ev.space, ev.batches, ev.scorer, self.targets,
+                                      ev.options.output, ev.options.compile)
+        return self._loop
+
+    def runs(self, points: PointSet, todo: np.ndarray, ref: torch.Tensor
+             ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``(indices, loss, accuracy)`` for runs of the missing points ``todo``.
+
+        Parameters
+        ----------
+        points
+            The point set.
+        todo
+            Sorted indices of the points to compute.
+        ref
+            The reference point on the device (for ``bn="keep"``).
+
+        Yields
+        ------
+        tuple of numpy.ndarray
+        """
+        self._shortcut = self._make_shortcut(points, todo.size)
+        try:
+            yield from self._runs(points, todo, ref)
+        finally:
+            if self._shortcut is not None:
+                self._shortcut.remove()
+                self._shortcut = None
+            if self._loop is not None:
+                self._loop.shortcut = None
+
+    def _runs(self, points: PointSet, todo: np.ndarray, ref: torch.Tensor
+                      ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Runs of consecutive missing points, each small enough to fit memory and, for the
+        loop, to finish within ``flush_interval`` seconds (measured on the previous run)."""
+        pos, per_point = 0, None
+        while pos < todo.size:
+            size = self.ev.chunk_size or self.ev.chunk_limit(self.strategy or "loop")
+            if self.strategy != "vmap" and self.ev.chunk_size is None:
+                size = min(size, 4 if per_point is None else max(1, int(self.ev.options.flush_interval / per_point)))
+            run = contiguous_run(todo, pos, size)
+            idx = todo[pos:pos + run]
+            start = time.perf_counter()
+            try:
+                loss, acc = self._evaluate_chunk(points, int(idx[0]), int(idx[-1]) + 1, ref)
+            except (torch.cuda.OutOfMemoryError, RuntimeError) as exc:
+                if run == 1 or not is_out_of_memory(exc):
+                    raise
+                torch.cuda.empty_cache()
+                self.ev.chunk_size = max(1, run // 2)  # retry this chunk in halves
+                continue
+            per_point = max((time.perf_counter() - start) / run, 1e-6)
+            pos += run
+            yield idx, loss, acc
+
+    def _evaluate_chunk(self, points: PointSet, start: int, stop: int, ref: torch.Tensor
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        vecs = self.ev.batchnorm.apply(points.chunk(start, stop, self.ev.device, self.ev.dtype), ref)
+        coeffs = points.coeffs[start:stop].tolist()
+        if self.strategy is None:
+            return self._autotune(vecs, coeffs)
+        return self._run(vecs, coeffs, self.strategy)
+
+    def _make_shortcut(self, points: PointSet, todo: int) -> InputLayerShortcut | None:
+        """The input-layer expansion for the loop over ``points``, when enabled, applicable
+        (no autocast, compile or output selector) and worth its set-up."""
+        k = points.directions.shape[0]
+        self.shortcut_layers = []
+        if (not self.ev.options.input_shortcut or self.strategy == "vmap" or self.ev.options.autocast is not None
+                or self.ev.options.compile is not False or self.ev.options.output is not None or todo < 4 * (k + 1)):
+            return None
+        loop = self.loop
+        shortcut = InputLayerShortcut(loop.module, self.ev.space, self.ev.batches, points.origin, points.directions,
+                                      (self.ev.memory_budget or default_budget(self.ev.device)) // 4)
+        self.shortcut_layers = list(shortcut.layers)
+        if not shortcut.active:
+            return None
+        loop.shortcut = shortcut
+        return shortcut
+
+    def _run(self, vecs: torch.Tensor, coeffs: list[list[float]], strategy: str) -> tuple[np.ndarray, np.ndarray]:
+        amp = (torch.autocast(self.ev.device.type, dtype=self.ev.options.autocast) if self.ev.options.autocast is not None
+               else contextlib.nullcontext())
+        with torch.no_grad(), amp:
+            if strategy == "loop":
+                sums = self.loop.sums(vecs, coeffs)
+            else:
+                if self._vmap is None:
+                    ev = self.ev
+                    self._vmap = VmapStrategy(ev.forward, ev.space, ev.batches, ev.scorer, ev.options.compile)
+                sums = self._vmap.sums(vecs)
+        host = sums.double().cpu().numpy()  # the one synchronisation per chunk
+        return host[:, 0] / self.ev.num_samples, host[:, 1] / self.ev.num_samples
+
+    def _autotune(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
+        if self.ev.device.type == "cpu":
+            self.strategy, self.strategy_reason = "loop", "cpu: vmap measured slower than a loop on CPU"
+            return self._run(vecs, coeffs, "loop")
+        return self.measure_strategies(vecs, coeffs)
+
+    def measure_strategies(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
+        """Time loop and vmap per point on the first points of ``vecs``, keep the faster.
+
+        Parameters
+        ----------
+        vecs
+            ``(P, D)`` device vectors (BatchNorm mode applied).
+        coeffs
+            Their coefficients.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            The metrics of ``vecs`` computed with the chosen strategy (recorded in
+            ``strategy`` and ``strategy_reason``).
+        """
+        n = min(len(vecs), self.ev.chunk_limit("vmap"))  # vmap holds n points' activations
+        per_point = {}
+        for strategy in ("loop", "vmap"):
+            self._run(vecs[:1], coeffs[:1], strategy)  # warm-up (compilation, cuDNN algorithm choice)
+            t0 = time.perf_counter()
+            self._run(vecs[:n], coeffs[:n], strategy)  # synchronises (host copy of the sums)
+            per_point[strategy] = (time.perf_counter() - t0) / n
+        self.strategy = min(per_point, key=per_point.get)
+        self.strategy_reason = f"measured on {n} points: " + ", ".join(
+            f"{k} {v * 1e3:.2f} ms/point" for k, v in per_point.items())
+        step = n if self.strategy == "vmap" else len(vecs)
+        if self.strategy == "vmap" and self._shortcut is not None:
+            self._shortcut.remove()
+            self._shortcut, self.shortcut_layers = None, []
+            self.loop.shortcut = None
+        parts = [self._run(vecs[i:i + step], coeffs[i:i + step], self.strategy) for i in range(0, len(vecs), step)]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
