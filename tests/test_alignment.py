@@ -91,6 +91,29 @@ class _Rolled(nn.Module):
         return self.head(self.fc2(torch.roll(torch.relu(self.fc1(x)), 1, dims=1)))
 
 
+class _Exotic(nn.Module):
+    """Reductions with and without keepdim, a broadcast product, stacking and summing, LayerNorm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.ln, self.fc = nn.Conv2d(3, 8, 3), nn.LayerNorm(8), nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.conv(x))
+        h = (h * (h.var(dim=(2, 3), keepdim=True) + h.amax(dim=(2, 3), keepdim=True))).mean(dim=(2, 3))
+        h = torch.cat([h[:, None], 2 * h[:, None]], 1).sum(1)
+        return self.fc(self.ln(h)).log_softmax(-1)
+
+
+def test_permutation_through_reductions_broadcasts_and_layernorm() -> None:
+    model = _randomise_norms(_Exotic(), 0)
+    spec = discover(model, torch.zeros(2, 3, 6, 6))
+    assert [g.size for g in spec.groups] == [8]
+    assert {m.name for m in spec.groups[0].members} == {"conv.weight", "conv.bias", "ln.weight", "ln.bias",
+                                                         "fc.weight"}
+    _check_identity(model, torch.randn(4, 3, 6, 6, generator=torch.Generator().manual_seed(1)))
+
+
 def test_refuses_operations_that_do_not_commute_with_permutations() -> None:
     with pytest.raises(PermutationError, match="slice of hidden units"):
         discover(_SliceUnits(), torch.zeros(2, 4))

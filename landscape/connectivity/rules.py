@@ -98,17 +98,18 @@ def channelwise_pair(node: Any, env: dict) -> tuple:
     return (value, [Slot(s.layout) for s in value])
 
 
-def reduction(node: Any, env: dict) -> list[Slot]:
-    """Sums, means, maxima over axes: reducing over units is permutation invariant."""
+def reduction(node: Any, env: dict) -> Any:
+    """Sums, means, maxima over axes: reducing over units is permutation invariant (the
+    reduced axes come from ``dim``; whether they are kept, from the output's rank)."""
     src, ins = env[node.args[0]], _shape(node.args[0])
     dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-    keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
     dims = range(len(ins)) if dims is None or dims == [] else ([dims] if isinstance(dims, int) else dims)
     dims = {d % len(ins) for d in dims}
+    keep = len(_shape(node)) == len(ins)
     if _op(node) in {"argmax", "argmin", "max", "min"}:  # indices of units move with them
         pin([src[d] for d in dims], f"indices returned by {node.target}")
     out = [(_fixed(1) if d in dims else src[d]) for d in range(len(ins)) if keep or d not in dims]
-    return (out, [Slot(s.layout) for s in out]) if _op(node) in {"max", "min"} else out
+    return (out, [Slot(s.layout) for s in out]) if isinstance(node.meta["val"], tuple) else out
 
 
 def same(node: Any, env: dict) -> list[Slot]:
@@ -380,7 +381,7 @@ for _name in ("max_pool1d max_pool2d max_pool3d avg_pool1d avg_pool2d avg_pool3d
     RULES[_name] = channelwise
 for _name in "max_pool2d_with_indices max_pool3d_with_indices max_pool1d_with_indices adaptive_max_pool2d".split():
     RULES[_name] = channelwise_pair
-for _name in "mean sum amax amin var std logsumexp argmax argmin max min norm linalg_vector_norm".split():
+for _name in "mean sum amax amin var std logsumexp argmax argmin max min".split():
     RULES[_name] = reduction
 for _name in "_softmax softmax _log_softmax log_softmax".split():
     RULES[_name] = same
