@@ -256,3 +256,17 @@ def test_weight_matching_converges_when_a_group_sits_on_both_axes_of_a_weight() 
     shuffled = apply_permutation(a, spec, random_permutations(spec, seed=3))
     recovered = align(shuffled, to=a, spec=spec)
     assert all(torch.equal(recovered.state_dict()[k], v) for k, v in a.state_dict().items())
+
+
+def test_group_connected_modulo_permutation_verdict(trained_pair) -> None:
+    from landscape.connectivity.verdicts import group_connected_modulo_permutation
+
+    data, a, b = trained_pair
+    ev = landscape.Evaluator(a, (data.test_x, data.test_y), device="cpu")
+    verdict = group_connected_modulo_permutation([a, b], ev, metric="loss", threshold=0.05)
+    before = landscape.group_barrier([a, b], ev)
+    assert verdict.numbers["loss_barrier[before]"] == pytest.approx(before.loss_barrier)
+    assert verdict.numbers["loss_barrier[aligned]"] < 0.5 * before.loss_barrier
+    assert verdict.holds == (verdict.numbers["loss_barrier[aligned]"] <= 0.05)
+    to_ref = group_connected_modulo_permutation([a, b], ev, to=a, metric="loss")
+    assert to_ref.numbers["loss_barrier[aligned]"] < before.loss_barrier

@@ -18,9 +18,10 @@ from .permute import apply_permutation, random_permutations
 from .repair import repaired_interpolate
 from .results import CurveResult, SimplexResult
 from .simplex import simplex
-from .verdicts import connected_by_curve, connected_modulo_permutation
+from .verdicts import connected_by_curve, connected_modulo_permutation, group_connected_modulo_permutation
 
 __all__ = ["Alignment", "CurveResult", "PermutationError", "PermutationSpec", "SimplexResult", "align",
            "align_file", "align_group", "apply_permutation", "connected_by_curve", "connected_modulo_permutation",
-           "curve", "curve_plane", "curve_summary", "discover", "match", "random_permutations",
+           "curve", "curve_plane", "curve_summary", "discover", "group_connected_modulo_permutation", "match",
+           "random_permutations",
            "repaired_interpolate", "simplex"]

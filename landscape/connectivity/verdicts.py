@@ -4,6 +4,9 @@
   (Ainsworth et al. 2023), section 4: once the hidden units of ``b`` are permuted to match ``a``,
   the linear barrier (FedGuCci Eq. 3/4) is small. Reported: the barrier before alignment,
   after it, and after alignment plus REPAIR (Jordan et al. 2022) when data are given.
+* :func:`group_connected_modulo_permutation` -- the same for a group of models (FedGuCci
+  Definition 3.6, Eq. 9/10, group barrier around the centroid) after aligning them to a
+  reference or to each other (MergeMany).
 * :func:`connected_by_curve` -- Garipov et al. (2018), Draxler et al. (2018): a learned curve
   joins ``a`` and ``b`` with a small barrier even where the straight line has a large one.
 """
@@ -11,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from landscape import ConfigError, Evaluator, PathResult, Verdict, interpolate
+from landscape import ConfigError, Evaluator, PathResult, Verdict, group_barrier, interpolate
 
-from .align import as_module, match
+from .align import align_group, as_module, match
 from .curves import curve
 from .repair import repaired_interpolate
 
@@ -75,6 +78,47 @@ def connected_modulo_permutation(a: Any, b: Any, evaluator: Evaluator, *, method
                    results={"paths": paths},
                    reference="Entezari et al. 2022 (Conjecture 1); Ainsworth et al. 2023 (Git Re-Basin); "
                              "Jordan et al. 2022 (REPAIR)")
+
+
+def group_connected_modulo_permutation(models: Sequence[Any], evaluator: Evaluator, *, to: Any = None,
+                                       threshold: float = DEFAULT_THRESHOLD, metric: str = "accuracy",
+                                       seed: int = 0) -> Verdict:
+    """Holds when the group barrier of the models, aligned by weight matching, is ``<= threshold``.
+
+    Parameters
+    ----------
+    models : model-likes of the evaluator's architecture (at least two).
+    evaluator : measures the members and their average.
+    to : align every model to this reference (e.g. the global model); ``None``: MergeMany.
+    threshold, metric : threshold on the group barrier, Eq. 10 (``"accuracy"``) or Eq. 9 (``"loss"``).
+    seed : order of MergeMany's rounds and of the coordinate-descent sweeps.
+
+    Returns
+    -------
+    Verdict
+        ``numbers``: group barriers before and after (both metrics) and the fused accuracies;
+        ``results``: the two GroupResults.
+    """
+    if metric not in METRICS:
+        raise ConfigError(f"metric must be one of {METRICS}, got {metric!r}")
+    if len(models) < 2:
+        raise ConfigError("group connectivity needs at least two models")
+    aligned = align_group(models, to=to, seed=seed, template=evaluator.module)
+    groups = {"before": group_barrier(list(models), evaluator), "aligned": group_barrier(aligned, evaluator)}
+    numbers: dict[str, Any] = {}
+    for label, g in groups.items():
+        numbers.update({f"loss_barrier[{label}]": g.loss_barrier, f"accuracy_barrier[{label}]": g.accuracy_barrier,
+                        f"fused_accuracy[{label}]": g.fused_accuracy})
+    before, after = (_barrier(groups[k], metric) for k in ("before", "aligned"))
+    holds = after <= threshold
+    return Verdict(kind="group_connected_modulo_permutation", status="holds" if holds else "fails",
+                   reason=f"group {metric} barrier {before:.4g} before alignment, {after:.4g} after "
+                          f"({'<=' if holds else '>'} {threshold:g})",
+                   claim=f"Group connected modulo permutation: after aligning the {len(models)} models "
+                         f"({'to a reference' if to is not None else 'to each other, MergeMany'}), their "
+                         "average has no barrier",
+                   numbers=numbers, thresholds={"metric": metric, "threshold": threshold}, results=groups,
+                   reference="FedGuCci Definition 3.6 (Eq. 9/10); Ainsworth et al. 2023 (MergeMany)")
 
 
 def connected_by_curve(a: Any, b: Any, evaluator: Evaluator, *, train_data: Any, kind: str = "bezier",
