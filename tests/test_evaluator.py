@@ -252,3 +252,23 @@ def test_auto_strategy_on_cpu_is_recorded(digits):
     ev = Evaluator(make_mlp(0), (x, y), device="cpu")
     ev.evaluate([make_mlp(1)])
     assert ev.strategy == "loop" and "cpu" in ev.strategy_reason
+
+
+def test_interpolating_batchnorm_statistics_warns_once_with_the_docs_page(digits, digits_images):
+    import warnings
+
+    from landscape import BatchNormWarning, interpolate, plane
+
+    x, y = digits_images
+    a, b, c = make_bn_cnn(0), make_bn_cnn(1), make_bn_cnn(2)
+    ev = Evaluator(a, (x[:64], y[:64]), device="cpu")
+    with pytest.warns(BatchNormWarning, match="docs/batchnorm.md"):
+        path = interpolate(a, b, ev, alphas=3)
+    assert path.spec["evaluator"]["batchnorm_layers"] > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BatchNormWarning)
+        plane(a, b, c, ev, resolution=2)  # once per evaluator
+        quiet = Evaluator(a, (x[:64], y[:64]), device="cpu", bn="recompute", bn_data=(x[64:192], y[64:192]))
+        interpolate(a, b, quiet, alphas=3)  # other modes do not warn
+        mlp = Evaluator(make_mlp(0), (digits[0][:64], digits[1][:64]), device="cpu")
+        interpolate(make_mlp(0), make_mlp(1), mlp, alphas=3)  # no BatchNorm: nothing to warn about

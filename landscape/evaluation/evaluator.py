@@ -33,7 +33,7 @@ from torch.func import functional_call
 
 from ..cache.store import Cache, make_key
 from ..infra.devices import resolve_device
-from ..infra.errors import ConfigError, DataError
+from ..infra.errors import BatchNormWarning, ConfigError, DataError
 from ..results import Metrics
 from ..space.params import ModelLike, ParameterSpace, vector_digest
 from ..space.points import PointSet
@@ -49,7 +49,7 @@ from . import strategies
 from .runner import ChunkRunner
 from .strategies import LoopStrategy
 
-ALGORITHM_VERSION = "evaluator-1"
+ALGORITHM_VERSION = "evaluator-2"
 
 
 class Evaluator:
@@ -120,6 +120,7 @@ class Evaluator:
         targets, class_metrics = self._check_data()
         self.scorer = Scorer(opts.loss, self.loss_name, self.dtype, class_metrics)
         self.runner = ChunkRunner(self, targets)
+        self._warned_batchnorm = False
         self._activation_bytes: int | None = None
 
     # ------------------------------------------------------------------ options as attributes
@@ -225,6 +226,7 @@ class Evaluator:
             "bn_batches": self.bn_batches if self.bn == "recompute" else None,
             "bn_data": self.bn_data.fingerprint if self.bn == "recompute" else None,
             "dtype": str(self.dtype), "space": self.space.layout_digest(), "version": ALGORITHM_VERSION,
+            "batchnorm_layers": len(self.batchnorm.layers),
             **({"autocast": str(self.autocast)} if self.autocast is not None else {}),
             **({"output": repr(self.options.output)} if self.options.output is not None else {}),
         }
@@ -317,6 +319,20 @@ class Evaluator:
         if self.bn == "keep" and self.space.has_buffers:
             spec["reference"] = vector_digest(reference[~self.space.param_mask])
         return make_key(spec)
+
+    def warn_interpolated_batchnorm(self) -> None:
+        """Warn, once per evaluator, that BatchNorm running statistics are interpolated with the weights.
+
+        Called by the geometry functions (paths, planes, groups): under ``bn="interpolate"`` the
+        averaged statistics rarely match the averaged network's activations, which can inflate
+        barriers between independently trained BatchNorm models several-fold.
+        """
+        if self.bn == "interpolate" and self.batchnorm.layers and not self._warned_batchnorm:
+            self._warned_batchnorm = True
+            warnings.warn(f"the model has {len(self.batchnorm.layers)} BatchNorm layer(s) and bn='interpolate' "
+                          "averages their running statistics with the weights, which can decide a barrier; "
+                          "compare with bn='recompute' and bn_data=<training data> (docs/batchnorm.md)",
+                          BatchNormWarning, stacklevel=3)
 
     def apply_bn_mode(self, vecs: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
         """Flat vectors with their BatchNorm buffers set by this evaluator's mode.

@@ -26,6 +26,7 @@ def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
     vecs = torch.stack([evaluator.vector(m) for m in models])
     if len(vecs) < 2:
         raise ConfigError("a group barrier needs at least two models")
+    evaluator.warn_interpolated_batchnorm()
     mu = normalise_weights(weights, len(vecs))
     fused = torch.from_numpy(mu) @ vecs
     loss, acc = evaluator.evaluate_points(PointSet.explicit(torch.cat([vecs, fused[None]])),
@@ -55,6 +56,7 @@ def group_barrier_by_size(models: Sequence[ModelLike], evaluator: Evaluator, *,
     sizes = np.asarray(sizes if sizes is not None else range(2, n + 1), dtype=np.int64)
     if (sizes < 2).any() or (sizes > n).any():
         raise ConfigError(f"group sizes must lie in [2, {n}]")
+    evaluator.warn_interpolated_batchnorm()
     rng = np.random.default_rng(seed)
     subsets = [[np.sort(rng.choice(n, size=k, replace=False)) for _ in range(draws)] for k in sizes]
     fused = torch.stack([vecs[s].mean(0) for row in subsets for s in row])

@@ -32,6 +32,7 @@ def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:
 def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *,
                 alphas: int | Sequence[float] | np.ndarray = 21) -> PathResult:
     """Loss and accuracy along the straight line from ``a`` (alpha=0) to ``b`` (alpha=1)."""
+    evaluator.warn_interpolated_batchnorm()
     va, vb = evaluator.vector(a), evaluator.vector(b)
     grid = alpha_grid(alphas)
     loss, acc = evaluator.evaluate_points(PointSet.line(va, vb, torch.from_numpy(grid)), reference=va,

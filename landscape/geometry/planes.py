@@ -35,6 +35,7 @@ def _grid(lo: float, hi: float, resolution: int) -> np.ndarray:
 def _evaluate_grid(evaluator: Evaluator, origin: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
                    xs: np.ndarray, ys: np.ndarray, models: Mapping[str, Sequence[float]],
                    spec: dict) -> PlaneResult:
+    evaluator.warn_interpolated_batchnorm()
     gx, gy = np.meshgrid(xs, ys)  # row = y, column = x
     coeffs = torch.from_numpy(np.stack([gx.ravel(), gy.ravel()], axis=1))
     points = PointSet(origin, torch.stack([u, v]), coeffs)

@@ -71,3 +71,11 @@ def _short(items: Sequence[str], limit: int = 8) -> str:
     shown = ", ".join(str(i) for i in list(items)[:limit])
     more = len(items) - limit
     return f"[{shown}{f', ... and {more} more' if more > 0 else ''}]"
+
+
+class BatchNormWarning(UserWarning):
+    """BatchNorm statistics are being interpolated (``bn="interpolate"``), which can decide a barrier.
+
+    Silence it with ``warnings.simplefilter("ignore", landscape.BatchNormWarning)`` once the
+    choice is deliberate; ``docs/batchnorm.md`` explains the modes.
+    """

@@ -125,9 +125,9 @@ class Result:
                     out[f.name] = "array" + str(tuple(np.shape(value))).replace(",)", ")")
             else:
                 out[f.name] = format_value(value)
-        bn = self.spec.get("evaluator", {}).get("bn") if isinstance(self.spec, Mapping) else None
-        if bn is not None:
-            out["bn"] = str(bn)
+        evaluator = self.spec.get("evaluator", {}) if isinstance(self.spec, Mapping) else {}
+        if isinstance(evaluator, Mapping) and evaluator.get("batchnorm_layers"):
+            out["bn"] = str(evaluator.get("bn"))  # the BatchNorm mode can decide a barrier
         return out
 
     def __repr__(self) -> str:
