@@ -102,7 +102,10 @@ def load_tensor_file(path: str | Path) -> TensorPair:
         obj = (x, y)
     if not isinstance(obj, (tuple, list)) or len(obj) != 2:
         raise DataError(f"{path}: expected (inputs, targets), found {type(obj).__name__}")
-    x, y = (torch.as_tensor(t) for t in obj)
+    try:
+        x, y = (torch.as_tensor(t) for t in obj)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise DataError(f"{path}: inputs and targets must be arrays or tensors ({exc})") from None
     if len(x) != len(y):
         raise DataError(f"{path}: {len(x)} inputs but {len(y)} targets")
     if not torch.is_floating_point(y):

@@ -51,39 +51,49 @@ def add_evaluator_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _argument_kind(f: dataclasses.Field, hint: Any) -> dict[str, Any]:
-    """argparse keywords (type, choices, metavar or action) for one field."""
+    """argparse keywords (type, choices, metavar or action) for one field.
+
+    Every converted value is checked by the dataclass itself (:func:`_validated`), so a flag
+    refuses exactly what ``EvaluatorOptions`` refuses, and the message names the flag.
+    """
     meta = f.metadata
     choices = meta.get("choices")
-    if "parse" in meta:
-        return {"type": _checked(meta["parse"], f.name),
-                "metavar": "{" + ",".join(choices) + "}" if choices else f.name.upper()}
-    if choices is not None:
-        return {"choices": tuple(choices)}
     members = set(typing.get_args(hint)) or {hint}
     if hint is bool:
         return {"action": argparse.BooleanOptionalAction}
-    if torch.device in members:
-        return {"type": device_name}
-    if members <= {int, type(None)}:
-        return {"type": number(int, ge=meta.get("minimum")), "metavar": "N"}
-    if members <= {float, int, type(None)}:
-        return {"type": number(float, ge=meta.get("minimum")), "metavar": "X"}
-    if int in members:  # a key or an index: digits give the index
-        return {"type": _key_or_index, "metavar": "KEY|INDEX"}
-    return {"type": str}
+    if "parse" in meta:
+        kind: dict[str, Any] = {"type": meta["parse"],
+                                "metavar": "{" + ",".join(choices) + "}" if choices else f.name.upper()}
+    elif choices is not None:
+        kind = {"type": str, "choices": tuple(choices)}
+    elif torch.device in members:
+        kind = {"type": device_name}
+    elif members <= {int, type(None)}:
+        kind = {"type": number(int, ge=meta.get("minimum")), "metavar": "N"}
+    elif members <= {float, int, type(None)}:
+        kind = {"type": number(float, ge=meta.get("minimum")), "metavar": "X"}
+    elif int in members:  # a key or an index: digits give the index
+        kind = {"type": _key_or_index, "metavar": "KEY|INDEX"}
+    else:
+        kind = {"type": str}
+    kind["type"] = _validated(kind["type"], f.name)
+    return kind
 
 
-def _checked(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
-    """``parse`` with its ``LandscapeError`` turned into an argparse error (which names the flag)."""
+def _validated(convert: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    """``convert``, then the dataclass's validation of the value; a ``LandscapeError`` of either
+    becomes an argparse error (which names the flag)."""
 
-    def convert(text: str) -> Any:
+    def checked(text: str) -> Any:
         try:
-            return parse(text)
+            value = convert(text)
+            EvaluatorOptions(**{name: value})
         except LandscapeError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
 
-    convert.__name__ = name
-    return convert
+    checked.__name__ = name
+    return checked
 
 
 def _key_or_index(text: str) -> str | int:

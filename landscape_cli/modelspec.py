@@ -71,6 +71,8 @@ def build_module(spec: str, *, input_shape: tuple[int, ...], num_classes: int,
     except TypeError as exc:
         raise ConfigError(f"cannot call {spec} with {sorted(kwargs)}: {exc}. Pass its arguments "
                           "with --module-kwargs '{\"name\": value}'") from None
+    except Exception as exc:  # the user's factory failed: report it on one line
+        raise ConfigError(f"--module {spec}: the factory raised {type(exc).__name__}: {exc}") from None
     if not isinstance(module, nn.Module):
         raise ConfigError(f"{spec} returned a {type(module).__name__}, not an nn.Module")
     return module
@@ -92,12 +94,17 @@ def _resolve(target: str, attr: str) -> Any:
         spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules.setdefault(path.stem, module)
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # the user's file failed to run: report it on one line
+            raise ConfigError(f"--module: running {target} raised {type(exc).__name__}: {exc}") from None
     else:
         try:
             module = importlib.import_module(target)
         except ImportError as exc:
             raise ConfigError(f"cannot import {target!r}: {exc}") from None
+        except Exception as exc:  # the module raised while being imported
+            raise ConfigError(f"--module: importing {target} raised {type(exc).__name__}: {exc}") from None
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):

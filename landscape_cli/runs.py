@@ -75,14 +75,17 @@ def run_models(run: Any, selectors: list[str], round: int = -1) -> dict[str, Any
             out[f"global{suffix}"] = run.global_state(r)
             continue
         clients = run.client_states(r)
+        shown = f"{r} (round {run.rounds[r]})" if r < 0 and -len(run.rounds) <= r else str(r)
         if not clients:
-            raise ConfigError(f"round {r} has no client models (round 0 is the initial model); pick another --round")
+            raise ConfigError(f"round {shown} has no client models (round 0 is the initial model); "
+                              "pick another --round")
         if m.group(1) == "clients":
             out.update({f"client {k}{suffix}": s for k, s in clients.items()})
         else:
             k = int(m.group(2))
             if k not in clients:
-                raise ConfigError(f"client {k} did not train in round {r}; trained: {sorted(clients)}")
+                raise ConfigError(f"--models client:{k}: client {k} did not train in round {shown}; "
+                                  f"trained: {sorted(clients)}")
             out[f"client {k}{suffix}"] = clients[k]
     return out
 

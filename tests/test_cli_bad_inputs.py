@@ -24,7 +24,9 @@ from landscape_cli.main import build_parser, main
 NETS = ("import torch\n"
         "def make(input_shape, num_classes, hidden=5):\n"
         "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(input_shape[0], hidden),\n"
-        "                               torch.nn.ReLU(), torch.nn.Linear(hidden, num_classes))\n")
+        "                               torch.nn.ReLU(), torch.nn.Linear(hidden, num_classes))\n"
+        "def broken():\n"
+        "    raise RuntimeError('the factory fails')\n")
 HUGE_SEED = str(2**70)
 
 
@@ -35,6 +37,7 @@ def files(tmp_path_factory) -> dict[str, str]:
 
     folder = tmp_path_factory.mktemp("bad_inputs")
     (folder / "nets.py").write_text(NETS)
+    (folder / "boom.py").write_text("raise ValueError('this module fails on import')\n")
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(40, 3, generator=gen)
     y = (x[:, 0] > 0).long()
@@ -42,6 +45,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     np.savez(folder / "float_labels.npz", inputs=x.numpy(), targets=y.numpy().astype(np.float32))
     np.savez(folder / "column_labels.npz", inputs=x.numpy(), targets=y.numpy().reshape(-1, 1))
     np.savez(folder / "pickled.npz", inputs=np.array([{"a": 1}] * 40, dtype=object), targets=y.numpy())
+    torch.save(({"a": 1}, {"b": 2}), folder / "dicts.pt")
     paths = {}
     for seed in range(3):
         torch.manual_seed(seed)
@@ -53,9 +57,10 @@ def files(tmp_path_factory) -> dict[str, str]:
             save_file({k: v > 0 for k, v in state.items()}, str(folder / "bool.safetensors"))
     paths.update({name: str(folder / name) for name in ("m0.pt", "m1.pt", "m2.pt", "int.safetensors",
                                                         "bool.safetensors", "data.npz", "float_labels.npz",
-                                                        "column_labels.npz", "pickled.npz")})
+                                                        "column_labels.npz", "pickled.npz", "dicts.pt")})
     paths["module"] = f"{folder / 'nets.py'}:make"
     paths["out"] = str(folder / "out")
+    paths["folder"] = str(folder)
     return paths
 
 
@@ -136,6 +141,11 @@ CORPUS = [
     (["plane"], ["--module-kwargs", "[1]"], None, "data.npz", "--module-kwargs", None),
     (["plane"], ["--split", "validation"], None, "data.npz", "split", None),
     (["report"], [], None, "data.npz", "--run", None),
+    (["path"], ["--compile", "no-such-backend"], ("m0.pt", "m1.pt"), "data.npz", "--compile", None),
+    (["path"], ["--module", "{folder}/nets.py:broken"], ("m0.pt", "m1.pt"), "data.npz", "--module", None),
+    (["path"], ["--module", "{folder}/boom.py:make"], ("m0.pt", "m1.pt"), "data.npz", "--module", None),
+    (["path"], [], ("m0.pt", "m1.pt"), "dicts.pt", "dicts.pt", None),
+    (["path"], ["--out", "{folder}/nets.py/out"], ("m0.pt", "m1.pt"), "data.npz", "nets.py", None),
 ]
 if not torch.cuda.is_available():
     CORPUS.append((["path"], ["--device", "cuda"], ("m0.pt", "m1.pt"), "data.npz", "--device", None))
@@ -150,6 +160,50 @@ TRAIN_CORPUS = [
     (["-o", 'partition_options={"bogus": 1}'], "bogus"),
     (["--algorithm", "fedbogus"], "algorithm"),
 ]
+
+
+RUN_CORPUS = [
+    (["path", "--models", "client:99"], "run", "--models client:99"),
+    (["path", "--models", "bogus"], "run", "bogus"),
+    (["path", "--round", "99"], "run", "round 99"),
+    (["path", "--models", "client:0", "client:1@7"], "run", "round 7"),
+    (["path", "--split", "client:99"], "run", "split"),
+    (["path", "--checkpoints", "x.pt"], "run", "--checkpoints"),
+    (["path", "--module", "mlp"], "run", "--run"),
+    (["decompose", "--client-data", "x.npz"], "run", "--client-data"),
+    (["decompose", "--models", "global", "client:0"], "run", "client models only"),
+    (["path"], "model_is_5", "model"),
+    (["path"], "round_infinity", "round"),
+    (["path"], "no_config", "config.json"),
+]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, str]:
+    """A trained FL run (3 clients, 1 round) and tampered copies of it."""
+    import json
+    import shutil
+
+    folder = tmp_path_factory.mktemp("runs")
+    assert main(["train", "--clients", "3", "--rounds", "1", "--out", str(folder / "run"), "--no-progress"]) == 0
+    out = {"run": str(folder / "run")}
+    for name, file, change in (("model_is_5", "config.json", {"model": 5}),
+                               ("round_infinity", "progress.json", {"round": float("inf")})):
+        shutil.copytree(folder / "run", folder / name)
+        record = json.loads((folder / name / file).read_text())
+        (folder / name / file).write_text(json.dumps({**record, **change}))
+        out[name] = str(folder / name)
+    shutil.copytree(folder / "run", folder / "no_config")
+    (folder / "no_config" / "config.json").unlink()
+    out["no_config"] = str(folder / "no_config")
+    return out
+
+
+@pytest.mark.parametrize("argv, run, fragment", RUN_CORPUS, ids=[" ".join(c[0]) + f" [{c[1]}]" for c in RUN_CORPUS])
+def test_bad_run_invocation_is_one_line(argv, run, fragment, runs, tmp_path, capsys):
+    code = main([*argv, "--run", runs[run], "--out", str(tmp_path), "--no-cache", "--quiet"])
+    line = one_line_error(code, capsys.readouterr()[1])
+    assert fragment in line, line
 
 
 @pytest.fixture
@@ -174,6 +228,7 @@ def one_line_error(code: int, err: str) -> str:
                          ids=[" ".join(c[0] + c[1]) + f" [{c[3]}]" for c in CORPUS])
 def test_bad_invocation_is_one_line_naming_the_option(words, extra, ckpts, data, fragment, absent, files,
                                                       small_host, capsys):
+    extra = [a.format(folder=files["folder"]) for a in extra]
     code = main([*words, *models(files, *(ckpts or ()), data=data), *extra])
     out, err = capsys.readouterr()
     line = one_line_error(code, err)
