@@ -14,7 +14,7 @@ import uuid
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -23,10 +23,12 @@ from torch.utils.data import DataLoader
 from ..infra.errors import ConfigError
 from ..infra.parallel import Backend, as_backend, current_device, iter_shards, run_shards, to_device, worker_device
 from ..space.points import PointSet
-from .evaluator import Evaluator
 from .losses import LOSSES
 from .options import EvaluatorOptions
 from .resumable import contiguous_run, fill_points
+
+if TYPE_CHECKING:  # the evaluator imports this module for its back ends; the class travels in the spec
+    from .evaluator import Evaluator
 
 #: Shards per worker when no ``shard_size`` is given (evens out slow and fast workers).
 SHARDS_PER_WORKER = 4
@@ -41,6 +43,7 @@ class EvaluatorSpec:
     ``token`` identifies the spec in a worker's memory of rebuilt evaluators.
     """
 
+    evaluator_class: type
     module: torch.nn.Module
     batches: tuple[tuple[torch.Tensor, torch.Tensor], ...]
     options: EvaluatorOptions
@@ -77,7 +80,7 @@ class EvaluatorSpec:
             raise ConfigError(f"loss {options.loss!r} cannot be sent to workers")
         bn_data = None if evaluator.bn_data is evaluator.data else cpu(evaluator.bn_data)
         module = copy.deepcopy(evaluator.module).cpu()
-        return EvaluatorSpec(module, cpu(evaluator.data), options, bn_data, uuid.uuid4().hex)
+        return EvaluatorSpec(type(evaluator), module, cpu(evaluator.data), options, bn_data, uuid.uuid4().hex)
 
     def build(self, device: str | torch.device | None = None) -> Evaluator:
         """A fresh Evaluator (no cache, no progress bar) on ``device`` (default: the original's).
@@ -93,12 +96,12 @@ class EvaluatorSpec:
         """
         bn_data = None if self.bn_batches_data is None else DataLoader(list(self.bn_batches_data), batch_size=None)
         options = self.options if device is None else self.options.replace(device=str(device))
-        return Evaluator(self.module, DataLoader(list(self.batches), batch_size=None), bn_data=bn_data,
-                         cache=None, options=options)
+        return self.evaluator_class(self.module, DataLoader(list(self.batches), batch_size=None), bn_data=bn_data,
+                                    cache=None, options=options)
 
 
 _SPECS: "weakref.WeakKeyDictionary[Evaluator, EvaluatorSpec]" = weakref.WeakKeyDictionary()
-_EVALUATORS: OrderedDict[tuple[str, str, int], Evaluator] = OrderedDict()
+_EVALUATORS: "OrderedDict[tuple[str, str, int], Evaluator]" = OrderedDict()
 _EVALUATORS_LOCK = threading.Lock()
 _MAX_EVALUATORS = 4
 
