@@ -152,12 +152,94 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0
 
 
-def run_fl(ex: Example, algorithm: str, tag: str, **kwargs: Any):
-    """``fl.run`` into ``<out>/runs/<tag>`` (a finished run with the same config is reopened)."""
+GLOBAL_TEST, UNION, OWN = "global test set", "union of the clients' training data", "each client's own data"
+EVAL_SETS = (GLOBAL_TEST, UNION, OWN)
+
+
+def _final_clients(run: Any) -> tuple[list[Mapping[str, torch.Tensor]], list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Final-round client models and their training data (clients without data left out)."""
+    states, data = run.client_states(-1), run.client_datasets()
+    keep = [k for k in sorted(states) if len(data[k])]
+    return [states[k] for k in keep], [tensors(data[k]) for k in keep]
+
+
+def _union(parts: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+def pairwise_barriers(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options: Any) -> dict[str, float]:
+    """Mean accuracy barrier (FedGuCci Eq. 4: a supremum over 11 alphas with the endpoints
+    included, so never negative) over all pairs of final-round client models, per evaluation
+    set: the global test set, the union of the clients' training data, or, for a pair (i, j),
+    the union of D_i and D_j. ``options`` go to every ``landscape.Evaluator`` (e.g. ``cache``).
+
+    Parameters
+    ----------
+    run : fl.Run
+        A run stored with the last round's client models.
+    eval_sets : sequence of str
+        Members of :data:`EVAL_SETS`.
+
+    Returns
+    -------
+    dict
+        Evaluation set -> mean pairwise accuracy barrier.
+    """
+    states, data = _final_clients(run)
+    out = {}
+    for e in eval_sets:
+        if e == OWN:
+            vals = [landscape.interpolate(states[i], states[j], landscape.Evaluator(
+                        run.module(), _union([data[i], data[j]]), progress=False, **options), alphas=11).accuracy_barrier
+                    for i in range(len(states)) for j in range(i + 1, len(states))]
+        else:
+            xy = tensors(run.test_dataset()) if e == GLOBAL_TEST else _union(data)
+            ev = landscape.Evaluator(run.module(), xy, progress=False, **options)
+            vals = list(landscape.barrier_matrix(states, ev, alphas=11).accuracy_barrier[
+                np.triu_indices(len(states), k=1)])
+        out[e] = float(np.mean(vals))
+    return out
+
+
+def group_barriers(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options: Any) -> dict[str, float]:
+    """Group accuracy barrier (FedGuCci Eq. 10, uniform centroid: ``1 - A(centroid) / mean_k
+    A(w_k)``, a ratio that is negative when the centroid beats its members) of the final-round
+    client models per evaluation set; on each client's own data it is ``1 - sum_k A_k(centroid)
+    / sum_k A_k(w_k)``, ``A_k`` the accuracy on client k's training data.
+
+    Parameters
+    ----------
+    run : fl.Run
+        A run stored with the last round's client models.
+    eval_sets : sequence of str
+        Members of :data:`EVAL_SETS`.
+
+    Returns
+    -------
+    dict
+        Evaluation set -> group accuracy barrier.
+    """
+    states, data = _final_clients(run)
+    out = {}
+    for e in eval_sets:
+        if e == OWN:
+            fused = average(states)
+            accs = np.array([landscape.Evaluator(run.module(), xy, progress=False, **options)
+                             .evaluate([fused, w]).accuracy for w, xy in zip(states, data)])
+            out[e] = float(1.0 - accs[:, 0].sum() / accs[:, 1].sum())
+        else:
+            xy = tensors(run.test_dataset()) if e == GLOBAL_TEST else _union(data)
+            ev = landscape.Evaluator(run.module(), xy, progress=False, **options)
+            out[e] = float(landscape.group_barrier(states, ev).accuracy_barrier)
+    return out
+
+
+def run_fl(ex: Example, algorithm: str, tag: str, dataset: str = "digits", **kwargs: Any):
+    """``fl.run`` on ``dataset`` into ``<out>/runs/<tag>`` (a finished run with the same config is reopened)."""
     import fl
 
-    ex.log(f"FL run {tag}: {algorithm} ({kwargs.get('clients')} clients, {kwargs.get('rounds')} rounds)")
-    return fl.run(algorithm, dataset="digits", seed=ex.seed, out=ex.out / "runs" / tag, progress=False, **kwargs)
+    ex.log(f"FL run {tag}: {algorithm} on {dataset} ({kwargs.get('clients')} clients, {kwargs.get('rounds')} rounds)")
+    return fl.run(algorithm, dataset=dataset, seed=ex.seed, out=ex.out / "runs" / tag, progress=False, **kwargs)
 
 
 def connecting_level(loss: np.ndarray, cells: np.ndarray) -> float:

@@ -1,4 +1,4 @@
-"""FedGuCci Sec. 3 on digits: transitivity of linear mode connectivity (central training).
+"""FedGuCci Sec. 3 on MNIST-1D (or digits): transitivity of linear mode connectivity (central training).
 
 Protocol (reference/fedgucci.md section 2): an anchor is trained with plain cross-entropy;
 then a pool of models, each from its OWN random initialisation, is trained twice with the
@@ -17,34 +17,38 @@ The models never see each other. Outputs:
 * Weak anchors (ICLR Table 7 / KDD Table 9): the same two-model protocol with an untrained
   (random-init) anchor and a briefly trained ("semi-trained") anchor.
 
-    python examples/transitivity.py              # a few minutes on 2 CPU cores
+    python examples/transitivity.py                    # MNIST-1D: a few minutes on 2 CPU cores
+    python examples/transitivity.py --dataset digits   # digits: models are connected even without the loss
     python examples/transitivity.py --quick      # seconds; smoke test
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 import landscape
 from figures import (group_size_figure, group_size_plotly, path_figure, path_plotly, plane_figure,
                      plane_plotly)
-from fl.algorithms.base import LocalContext, State, derive_seed, local_sgd, make_generator
 from fl.algorithms.fedgucci import connectivity_loss
 from fl.datasets import load_dataset
-from fl.models import build_model
-from landscape.geometry.basin import basin
+from fl.models import build_model, default_model
 
 from _common import Example, average, connecting_level, mean_std
 
-MODEL = "mlp"
+State = Mapping[str, torch.Tensor]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", default="mnist1d", choices=("mnist1d", "digits"),
+                        help="embedded data set (on digits, models from different inits are already connected)")
+    parser.add_argument("--model", default=None, help="zoo model (default: the data set's default model)")
     parser.add_argument("--epochs", type=int, default=10, help="training epochs of every model")
     parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (momentum 0.9)")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -58,9 +62,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draws", type=int, default=5, help="random subsets per group size K")
 
 
+def key_seed(seed: int, *keys: str) -> int:
+    """A 63-bit seed for ``(seed, *keys)`` (SHA-256; the same on every platform and run)."""
+    digest = hashlib.sha256("/".join([str(seed), *keys]).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
 @dataclass
 class Trainer:
-    """Central mini-batch SGD on the digits training set, optionally with the connectivity loss."""
+    """Central mini-batch SGD (momentum 0.9) on a training set, optionally with FedGuCci's
+    connectivity loss to a fixed anchor (Eq. 8: ``CE(w) + beta * CE(alpha w + (1 - alpha) w_anc)``,
+    one ``alpha ~ U[0, 1]`` per mini-batch)."""
 
     x: torch.Tensor
     y: torch.Tensor
@@ -69,35 +81,39 @@ class Trainer:
     lr: float
     batch_size: int
     seed: int
+    model: str = "mlp"
 
     def init(self, key: str) -> torch.nn.Module:
-        return build_model(MODEL, num_classes=10, input_shape=self.input_shape, seed=derive_seed(self.seed, key))
+        """The model initialised from ``key`` (its own random initialisation)."""
+        return build_model(self.model, num_classes=10, input_shape=self.input_shape, seed=key_seed(self.seed, key))
 
     def train(self, key: str, *, anchor: Mapping[str, torch.Tensor] | None = None, beta: float = 0.0,
-              steps: int | None = None) -> State:
+              steps: int | None = None) -> dict[str, torch.Tensor]:
         """Train the model initialised from ``key``; the data order also depends on ``key`` only,
-        so the vanilla and the connectivity model of one key differ only by the loss."""
-        module = self.init(key)
-        data_gen = make_generator(self.seed, key, "data")
+        so the vanilla and the connectivity model of one key differ only by the loss.
+        ``steps``: one pass over ``steps * batch_size`` random samples instead of ``epochs``."""
+        module = self.init(key).train()
+        data_gen = torch.Generator().manual_seed(key_seed(self.seed, key, "data"))
+        alpha_gen = torch.Generator().manual_seed(key_seed(self.seed, key, "alpha"))
         x, y = self.x, self.y
-        if steps is not None:  # one pass over steps * batch_size random samples
+        if steps is not None:
             keep = torch.randperm(len(y), generator=data_gen)[:steps * self.batch_size]
             x, y = x[keep], y[keep]
-        ctx = LocalContext(round=1, client=0, global_state=module.state_dict(), server_state={}, client_state={},
-                           x=x, y=y, generator=data_gen, lr=self.lr,
-                           local_epochs=1 if steps is not None else self.epochs, batch_size=self.batch_size,
-                           momentum=0.9, weight_decay=0.0, module=module, options={}, config={},
-                           device=torch.device("cpu"), num_classes=10)
-        extra = None
-        if anchor is not None and beta > 0:
-            alpha_gen = make_generator(self.seed, key, "alpha")
-            names = {n for n, _ in module.named_parameters()}
-            buffers = {n: b for n, b in anchor.items() if n not in names}  # BN statistics of the anchor
-
-            def extra(params, xb, yb, logits):  # Eq. 7, one alpha ~ U[0, 1] per mini-batch
-                alphas = torch.rand(1, generator=alpha_gen, dtype=torch.float64)
-                return beta * connectivity_loss(module, params, anchor, buffers, xb, yb, alphas)
-        return {k: v.clone() for k, v in local_sgd(ctx, extra_loss=extra).state.items()}
+        params = dict(module.named_parameters())
+        buffers = {n: b for n, b in (anchor or {}).items() if n not in params}  # BN statistics of the anchor
+        opt = torch.optim.SGD(module.parameters(), lr=self.lr, momentum=0.9)
+        for _ in range(1 if steps is not None else self.epochs):
+            order = torch.randperm(len(y), generator=data_gen)
+            for start in range(0, len(y), self.batch_size):
+                idx = order[start:start + self.batch_size]
+                loss = F.cross_entropy(module(x[idx]), y[idx])
+                if anchor is not None and beta > 0:  # Eq. 7, one alpha ~ U[0, 1] per mini-batch
+                    alphas = torch.rand(1, generator=alpha_gen, dtype=torch.float64)
+                    loss = loss + beta * connectivity_loss(module, params, anchor, buffers, x[idx], y[idx], alphas)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
 def pair_row(label: str, paths: list[landscape.PathResult], ev: landscape.Evaluator,
@@ -129,8 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         a.epochs, a.pool, a.trials, a.resolution, a.alphas, a.draws, a.semi_steps = 2, 3, 1, 5, 5, 2, 4
     if a.pool < max(3, 2 * a.trials):
         raise SystemExit(f"--pool must be at least max(3, 2 * --trials) = {max(3, 2 * a.trials)}")
-    data = load_dataset("digits")
-    trainer = Trainer(data.train_x, data.train_y, data.input_shape, a.epochs, a.lr, a.batch_size, ex.seed)
+    data = load_dataset(a.dataset)
+    trainer = Trainer(data.train_x, data.train_y, data.input_shape, a.epochs, a.lr, a.batch_size, ex.seed,
+                      model=a.model or default_model(a.dataset))
     ev = landscape.Evaluator(trainer.init("template"), (data.test_x, data.test_y), progress=False)
 
     ex.log(f"training the anchor and {a.pool} models per mode ({a.epochs} epochs, beta {a.beta})")
@@ -149,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                               [(pools["connectivity"][i], pools["connectivity"][j]) for i, j in pairs],
                               anchor, vanilla["Acc. Barrier"])]
     table1 = [{k: v for k, v in r.items() if not k.startswith("A(")} for r in rows]
-    ex.table(f"Table 1 (digits, MLP, {a.trials} pairs from different inits): two models, with and without "
+    ex.table(f"Table 1 ({a.dataset}, {trainer.model}, {a.trials} pairs from different inits): two models, with and without "
              "the connectivity loss", table1,
              note=f"Anchor test accuracy {100 * float(ev.evaluate([anchor]).accuracy[0]):.1f}%. Barriers: "
                   "Eq. 4 (accuracy, relative) and Eq. 3 (loss), max over the alpha grid; "
@@ -180,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         centroid = average(trio)
         grid = landscape.plane(*trio, ev, resolution=a.resolution, labels=("w1", "w2", "w3"),
                                extra={"average": centroid})
-        found = basin(grid, models=["w1", "w2", "w3"])
+        found = landscape.basin(grid, models=["w1", "w2", "w3"])
         group = landscape.group_barrier(trio, ev)
         joined = connecting_level(grid.loss, found.cells)
         plane_rows.append({"training": mode, "mean member loss": float(group.member_loss.mean()),
