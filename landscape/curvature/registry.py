@@ -24,42 +24,31 @@ EIGEN_SOLVERS: dict[str, Callable] = {}
 TRACE_ESTIMATORS: dict[str, Callable] = {}
 
 
-def eigen_solver(name: str) -> Callable[[F], F]:
-    """Register an eigen-solver under ``name``.
+def _registrar(table: dict[str, Callable], what: str) -> Callable[[str], Callable[[F], F]]:
+    def decorator(name: str) -> Callable[[F], F]:
+        def register(fn: F) -> F:
+            table[name] = fn
+            return fn
+        return register
+    decorator.__doc__ = f"""Register {what} under ``name`` (the ``method=`` value that selects it).
 
     Parameters
     ----------
     name
-        The ``method=`` value that selects it.
+        The method name.
 
     Returns
     -------
     callable
         A decorator returning the function unchanged.
     """
-    def register(fn: F) -> F:
-        EIGEN_SOLVERS[name] = fn
-        return fn
-    return register
+    return decorator
 
 
-def trace_estimator(name: str) -> Callable[[F], F]:
-    """Register a trace estimator under ``name``.
-
-    Parameters
-    ----------
-    name
-        The ``method=`` value that selects it.
-
-    Returns
-    -------
-    callable
-        A decorator returning the function unchanged.
-    """
-    def register(fn: F) -> F:
-        TRACE_ESTIMATORS[name] = fn
-        return fn
-    return register
+#: ``@eigen_solver("name")`` registers an eigen-solver
+eigen_solver = _registrar(EIGEN_SOLVERS, "an eigen-solver")
+#: ``@trace_estimator("name")`` registers a trace estimator
+trace_estimator = _registrar(TRACE_ESTIMATORS, "a trace estimator")
 
 
 def lookup(table: dict[str, Callable], name: str, what: str) -> Callable:

@@ -18,6 +18,29 @@ from ..geometry.barriers import (accuracy_barrier_curve, barrier_from_curve, cod
 from .base import Result, register
 
 
+class GridExtremes:
+    """Extremes of the ``loss`` and ``accuracy`` arrays of a path or a plane."""
+
+    loss: np.ndarray
+    accuracy: np.ndarray
+
+    @property
+    def nonfinite(self) -> int:
+        """Number of grid points whose loss overflowed to inf or NaN."""
+        return int((~np.isfinite(self.loss)).sum())
+
+    @property
+    def min_loss(self) -> float:
+        """Lowest finite loss on the grid."""
+        finite = self.loss[np.isfinite(self.loss)]
+        return float(finite.min()) if finite.size else float("nan")
+
+    @property
+    def max_accuracy(self) -> float:
+        """Highest accuracy on the grid."""
+        return float(np.nanmax(self.accuracy)) if np.isfinite(self.accuracy).any() else float("nan")
+
+
 @register
 @dataclass(frozen=True, eq=False)
 class Metrics(Result):
@@ -30,7 +53,7 @@ class Metrics(Result):
 
 @register
 @dataclass(frozen=True, eq=False)
-class PathResult(Result):
+class PathResult(GridExtremes, Result):
     """Metrics along ``(1 - alpha) * a + alpha * b`` (FedGuCci Eq. 3/4).
 
     Barriers use the grid points with alpha in [0, 1]; 0 and 1 must be on the grid.
@@ -79,22 +102,6 @@ class PathResult(Result):
     def accuracy_barrier_code(self) -> float:
         """The FedGuCci code's variant: gap d = line - A at its argmax, divided by the line there."""
         return code_accuracy_barrier(self.alphas, self.accuracy)
-
-    @property
-    def nonfinite(self) -> int:
-        """Number of grid points whose loss overflowed to inf or NaN."""
-        return int((~np.isfinite(self.loss)).sum())
-
-    @property
-    def min_loss(self) -> float:
-        """Lowest finite loss on the grid."""
-        finite = self.loss[np.isfinite(self.loss)]
-        return float(finite.min()) if finite.size else float("nan")
-
-    @property
-    def max_accuracy(self) -> float:
-        """Highest accuracy on the grid."""
-        return float(np.nanmax(self.accuracy)) if np.isfinite(self.accuracy).any() else float("nan")
 
 
 def _at(alphas: np.ndarray, values: np.ndarray, alpha: float) -> float:
@@ -154,7 +161,7 @@ class BarrierMatrix(Result):
 
 @register
 @dataclass(frozen=True, eq=False)
-class PlaneResult(Result):
+class PlaneResult(GridExtremes, Result):
     """Metrics on a 2-D grid ``origin + x u + y v`` (u, v orthonormal over parameters).
 
     ``loss`` and ``accuracy`` have shape ``(len(y), len(x))``. ``models`` maps labels of the
@@ -222,19 +229,3 @@ class PlaneResult(Result):
                 raise ValueError(f"{name}: expected {numel} values, got {t.numel()}")
             parts.append(t.numpy())
         return np.concatenate(parts)
-
-    @property
-    def nonfinite(self) -> int:
-        """Number of grid points whose loss overflowed to inf or NaN."""
-        return int((~np.isfinite(self.loss)).sum())
-
-    @property
-    def min_loss(self) -> float:
-        """Lowest finite loss on the grid."""
-        finite = self.loss[np.isfinite(self.loss)]
-        return float(finite.min()) if finite.size else float("nan")
-
-    @property
-    def max_accuracy(self) -> float:
-        """Highest accuracy on the grid."""
-        return float(np.nanmax(self.accuracy)) if np.isfinite(self.accuracy).any() else float("nan")
