@@ -94,13 +94,36 @@ def transitivity(w1: ModelLike, w2: ModelLike, anchor: ModelLike, evaluator: Eva
                  ) -> Verdict:
     """FedGuCci Hypothesis 3.1: w1-anchor and w2-anchor connected implies w1-w2 connected.
 
-    Premise: the barriers (Eq. 4 for ``metric="accuracy"``, Eq. 3 for ``"loss"``) of the paths
-    w1-anchor and w2-anchor are both ``<= threshold``; otherwise the verdict is "not
-    applicable". Conclusion without a baseline: the w1-w2 barrier is ``<= threshold``. With a
-    ``baseline`` pair (v1, v2) (e.g. trained without the connectivity loss, FedGuCci Table 1):
-    the w1-w2 barrier is below the baseline's by at least ``min_reduction`` (relative,
-    ``(B_base - B) / B_base``), or is itself ``<= threshold``. Ind. Acc. and Fused Acc. (the
-    midpoint, needs 0.5 on the grid) are reported as in Table 1.
+    Premise: the barriers of the paths w1-anchor and w2-anchor are both ``<= threshold``
+    (otherwise "not applicable"). Conclusion: the w1-w2 barrier is ``<= threshold`` or, given a
+    ``baseline`` pair, at least ``min_reduction`` below the baseline's (relative,
+    ``(B_base - B) / B_base``; FedGuCci Table 1). Ind. Acc. and Fused Acc. (the midpoint, needs
+    0.5 on the grid) are reported as in Table 1.
+
+    Parameters
+    ----------
+    w1, w2, anchor
+        The models (model-likes or flat vectors); ``anchor`` is e.g. the global model.
+    evaluator
+        Evaluates the paths.
+    baseline
+        Optional pair (v1, v2), e.g. trained without the connectivity loss.
+    threshold, min_reduction
+        Largest barrier that counts as connected; relative reduction below the baseline's.
+    metric
+        ``"accuracy"`` (Eq. 4) or ``"loss"`` (Eq. 3).
+    alphas
+        Grid of every path (see :func:`landscape.interpolate`).
+
+    Returns
+    -------
+    Verdict
+        ``holds``, ``fails`` or ``not applicable``, with the barriers and the paths.
+
+    Raises
+    ------
+    ConfigError
+        If ``metric`` is unknown or the grid is invalid.
     """
     _check_metric(metric)
     paths = {"w1-anchor": interpolate(w1, anchor, evaluator, alphas=alphas),
@@ -155,8 +178,29 @@ def group_connectivity(models: Sequence[ModelLike], evaluator: Evaluator, *, thr
                        draws: int = 5, seed: int = 0) -> Verdict:
     """FedGuCci Definition 3.6: the group barrier (Eq. 10 accuracy / Eq. 9 loss) is ``<= threshold``.
 
-    With ``by_size`` the barrier of ``draws`` random subsets of every size K (Fig. 4) is also
-    computed and its mean per K reported.
+    Parameters
+    ----------
+    models
+        At least two model-likes (or flat vectors).
+    evaluator
+        Evaluates the members and the fused model.
+    threshold, metric
+        Largest group barrier for which the claim holds; ``"accuracy"`` or ``"loss"``.
+    weights
+        Mixing weights mu_i of the fused model (default uniform).
+    by_size, draws, seed
+        Also report the mean barrier of ``draws`` random subsets (seeded) of every size K
+        (FedGuCci Fig. 4).
+
+    Returns
+    -------
+    Verdict
+        ``holds`` or ``fails``, with the group barrier and the fused and member metrics.
+
+    Raises
+    ------
+    ConfigError
+        If there are fewer than two models or ``metric`` is unknown.
     """
     _check_metric(metric)
     if len(models) < 2:
@@ -194,16 +238,43 @@ def shared_basin(client_models: Sequence[ModelLike] | Mapping[str, ModelLike], g
                  alphas: int | Sequence[float] = 11, refine: bool = True) -> Verdict:
     """IMA section 4 (C2): the clients and the global model lie in one basin, without barriers.
 
-    The plane (``plane_kind``) passes through three clients (``plane_clients``, Garipov
-    construction, the global model projected onto it) or is spanned by the clients' top-2
-    principal directions around the global model (``"pca"``). The basin is the flood-filled
-    component of ``{L <= c}`` with ``c`` = the highest grid loss at the plane's clients (or
-    ``level``). The claim holds when the plane's clients and the global model share that
-    component and every client-global linear path has a barrier (``metric``, Eq. 3/4)
-    ``<= barrier_threshold``. Reported as well, not part of the verdict: how many clients are
-    "on the wall" (loss falling monotonically along the line to the global model, IMA C2), and
-    (IMA C3) the global model's distance to the basin bottom, its loss gap, whether it is off
-    the bottom (farther than one grid-cell diagonal), and its distance to the plane.
+    The plane passes through three clients (Garipov et al. 2018; the global model projected
+    onto it) or is spanned by the clients' top-2 principal directions around the global model.
+    The basin is the flood-filled component of ``{L <= c}`` (``c``: the highest grid loss at the
+    plane's clients, or ``level``). The claim holds when the plane's clients and the global
+    model share it and every client-global barrier (Eq. 3/4) is ``<= barrier_threshold``.
+    Reported too: clients "on the wall" (loss falling monotonically towards the global model,
+    IMA C2) and (IMA C3) the global model's distance and loss gap to the basin bottom, whether
+    it is off the bottom (farther than one grid-cell diagonal), and its distance to the plane.
+
+    Parameters
+    ----------
+    client_models, global_model
+        The clients (a sequence or a mapping name -> model-like) and the global model.
+    evaluator
+        Evaluates the plane, the models and the client-global paths.
+    plane_kind, plane_clients
+        ``"clients"`` (through the clients of these three indices) or ``"pca"``.
+    resolution, margin
+        Grid points per axis and widening of the plane (see :func:`landscape.plane`).
+    level
+        The sublevel ``c`` (default as above).
+    barrier_threshold, metric
+        Largest client-global barrier for which the claim holds; ``"loss"`` or ``"accuracy"``.
+    alphas
+        Grid of the client-global paths.
+    refine
+        Refine the basin bottom by a local quadratic fit.
+
+    Returns
+    -------
+    Verdict
+        ``holds`` or ``fails``, with the basin, barrier and C3 numbers and the result objects.
+
+    Raises
+    ------
+    ConfigError
+        If an option is invalid or a model lies outside the plane's grid.
     """
     _check_metric(metric)
     named = dict(client_models) if isinstance(client_models, Mapping) else {
@@ -280,6 +351,30 @@ def flatter(model_a: ModelLike, model_b: ModelLike, evaluator: Evaluator, *, k: 
     ``lambda_max`` is the top eigenvalue of the Hessian of the evaluator's loss (Lanczos,
     :func:`landscape.hessian_eigen`); the ``k`` largest are reported. ``density=True`` also
     estimates both spectral densities (SLQ) for the figure.
+
+    Parameters
+    ----------
+    model_a, model_b
+        The two models (model-likes or flat vectors).
+    evaluator
+        Its loss is differentiated.
+    k, tol, max_iter, seed
+        Eigenvalues reported, Lanczos tolerance, product budget and seed (see
+        :func:`landscape.hessian_eigen`).
+    margin
+        Required relative advantage of a, in [0, 1).
+    density, density_iterations
+        Also estimate both spectral densities (SLQ with this many Lanczos steps).
+
+    Returns
+    -------
+    Verdict
+        ``holds`` or ``fails``, with both top eigenvalues, their ratio and convergence.
+
+    Raises
+    ------
+    ConfigError
+        If ``margin`` lies outside [0, 1).
     """
     if not 0.0 <= margin < 1.0:
         raise ConfigError(f"margin must lie in [0, 1), got {margin}")

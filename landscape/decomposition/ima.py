@@ -44,7 +44,42 @@ def decompose(client_models: Sequence[ModelLike | Sequence[ModelLike]], client_d
     client; realization ``s`` of each client is paired). ``weights`` default to client sizes
     ``|D_k|``; they are normalised. The FMA model of realization ``s`` is ``sum_k p_k w_k^s``
     over the whole state (BatchNorm buffers averaged, as FedAvg does). ``evaluator`` supplies
-    the architecture, device and dtype; its own data are not used.
+    the architecture, device and dtype; its own data are not used. The estimators of every
+    term are in the module docstring and ``docs/methods/ima.md``.
+
+    Parameters
+    ----------
+    client_models
+        Per client k, a model-like (``nn.Module``, state_dict, checkpoint path or flat vector)
+        or a list of S realizations of it (S the same for every client).
+    client_data
+        Per client k, its data ``D_k`` in any form the evaluator accepts (tensors ``(x, y)``,
+        a dataset, a data loader) with integer class labels.
+    evaluator
+        A :class:`~landscape.Evaluator` of the clients' architecture.
+    weights
+        Client weights ``p_k`` (normalised; default proportional to ``|D_k|``).
+
+    Returns
+    -------
+    Decomposition
+        The mean over ``D`` of bias, train_bias, heter_bias, cross, variance, covariance,
+        wens_loss and fma_loss (IMA Theorem 1: ``wens_loss = bias + variance + covariance``),
+        the FMA-WENS gap, each client's distance to the FMA model (``locality``) and its bias
+        on its own and on the other clients' data.
+
+    Raises
+    ------
+    ConfigError
+        If there are no client models, the numbers of realizations differ, the numbers of
+        clients with models and with data differ, or the weights are invalid.
+    DataError
+        If a client's targets are not integer class labels (or its data cannot be read).
+
+    Warns
+    -----
+    UserWarning
+        With one realization per client (variance and covariance are then 0 by construction).
     """
     vectors = _realizations(client_models, evaluator)  # (K, S, D) float64 CPU
     k_clients, s_real = vectors.shape[:2]
@@ -180,6 +215,11 @@ def client_weights(weights: Sequence[float] | None, sizes: np.ndarray) -> np.nda
     -------
     numpy.ndarray
         Weights summing to one.
+
+    Raises
+    ------
+    ConfigError
+        If the weights are not one finite, non-negative number per client with a positive sum.
     """
     p = np.asarray(sizes if weights is None else weights, dtype=np.float64)
     if p.shape != sizes.shape or np.any(p < 0) or not np.isfinite(p).all() or p.sum() <= 0:
@@ -190,7 +230,26 @@ def client_weights(weights: Sequence[float] | None, sizes: np.ndarray) -> np.nda
 # ------------------------------------------------------------------ FL runs
 def round_clients(run: Any, round: int = -1) -> tuple[list[Any], list[Mapping[str, torch.Tensor]], list[Any]]:
     """``(client_ids, client_states, client_datasets)`` of the clients trained in ``round``
-    of an FL run (anything with ``client_states(round)`` and ``client_datasets()``)."""
+    of an FL run (anything with ``client_states(round)`` and ``client_datasets()``).
+
+    Parameters
+    ----------
+    run
+        An FL run (e.g. ``fl.load_run(folder)``): ``client_states(round)`` gives client id ->
+        state_dict, ``client_datasets()`` client id -> dataset.
+    round
+        The round (negative counts from the end; ``-1`` is the last).
+
+    Returns
+    -------
+    tuple of list
+        The sorted client ids, their state_dicts and their datasets, in the same order.
+
+    Raises
+    ------
+    ConfigError
+        If the run stored no client models for the round, or lacks a client's dataset.
+    """
     states = run.client_states(round)
     if not states:
         raise ConfigError(f"the run stored no client models for round {round}; rerun it with client "
@@ -208,6 +267,27 @@ def decompose_run(run: Any, round: int = -1, evaluator: Any = None, *,
     """:func:`decompose` for the clients of one round of an FL run (single realization each).
 
     Without an evaluator one is built from ``run.module()`` and ``run.test_dataset()``.
+
+    Parameters
+    ----------
+    run
+        An FL run (see :func:`round_clients`).
+    round
+        The round whose client models are decomposed (``-1``: the last).
+    evaluator
+        Supplies architecture, device and dtype (default: built from the run).
+    weights
+        Client weights ``p_k`` (default proportional to the clients' data sizes).
+
+    Returns
+    -------
+    Decomposition
+        The IMA Theorem 1 terms (see :func:`decompose`).
+
+    Raises
+    ------
+    ConfigError
+        See :func:`round_clients` and :func:`decompose`.
     """
     if evaluator is None:
         from ..evaluation.evaluator import Evaluator

@@ -27,6 +27,31 @@ def averaging_curve(client_models: Sequence[ModelLike], evaluator: Any, *,
     client models, for ``m`` in ``sizes`` (default ``1..K``), over up to ``subsets`` random
     subsets each (all subsets when there are at most that many). A subset ``T`` is averaged
     with weights ``weights[k] / sum_T weights`` (uniform by default). IMA paper Fig. 4.
+
+    Parameters
+    ----------
+    client_models
+        The K client models (model-likes or flat vectors).
+    evaluator
+        Evaluates the averaged models on its data.
+    weights
+        Non-negative client weights (e.g. data sizes); default uniform.
+    sizes
+        Numbers ``m`` of models averaged, each in [1, K] (default ``1..K``).
+    subsets
+        Number of random subsets per size (all ``C(K, m)`` when there are at most that many).
+    seed
+        Seed of the subset draws.
+
+    Returns
+    -------
+    AveragingCurve
+        ``(len(sizes), subsets)`` loss and error arrays (NaN where a size has fewer subsets).
+
+    Raises
+    ------
+    ConfigError
+        If a size lies outside [1, K] or the weights are invalid.
     """
     vectors = torch.stack([evaluator.vector(m) for m in client_models])
     k_clients = len(vectors)
@@ -61,7 +86,26 @@ def _subsets(n: int, m: int, count: int, rng: np.random.Generator) -> list[tuple
 
 # ------------------------------------------------------------------------ CKA
 def linear_cka(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> float:
-    """Linear CKA ``|A~^T B~|_F^2 / (|A~^T A~|_F |B~^T B~|_F)`` of column-centred (n, d) features."""
+    """Linear CKA ``|A~^T B~|_F^2 / (|A~^T A~|_F |B~^T B~|_F)`` of column-centred (n, d) features.
+
+    Kornblith et al. (2019), Eq. for linear CKA; 1 for features equal up to an orthogonal
+    transform and isotropic scaling.
+
+    Parameters
+    ----------
+    a, b
+        Features of the same n samples, ``(n, ...)`` (flattened to ``(n, d)``).
+
+    Returns
+    -------
+    float
+        The similarity in [0, 1]; NaN when a feature matrix is constant.
+
+    Raises
+    ------
+    ConfigError
+        If the numbers of rows differ.
+    """
     a = torch.as_tensor(a, dtype=torch.float64).reshape(len(a), -1)
     b = torch.as_tensor(b, dtype=torch.float64).reshape(len(b), -1)
     if len(a) != len(b):
@@ -75,7 +119,29 @@ def linear_cka(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> fl
 def cka_matrix(models: Sequence[ModelLike], evaluator: Any, *, outputs: str = "softmax",
                labels: Sequence[str] | None = None) -> CKAMatrix:
     """Pairwise linear CKA of the models' outputs (``"softmax"`` or ``"logits"``) on the
-    evaluator's data, the IMA paper's proxy for the covariance term (Fig. 4)."""
+    evaluator's data, the IMA paper's proxy for the covariance term (Fig. 4).
+
+    Parameters
+    ----------
+    models
+        Model-likes or flat vectors of the evaluator's space.
+    evaluator
+        Its data are the probe set; its device and dtype run the forward passes.
+    outputs
+        Compare ``"softmax"`` probabilities or raw ``"logits"``.
+    labels
+        One name per model (default ``"0"``, ``"1"``, ...).
+
+    Returns
+    -------
+    CKAMatrix
+        The symmetric ``(n, n)`` matrix (ones on the diagonal) and the labels.
+
+    Raises
+    ------
+    ConfigError
+        If ``outputs`` is neither ``"softmax"`` nor ``"logits"``.
+    """
     if outputs not in ("softmax", "logits"):
         raise ConfigError(f"outputs must be 'softmax' or 'logits', got {outputs!r}")
     feats = []

@@ -1,7 +1,8 @@
 """Barrier formulas (FedGuCci, Definition 2.1 Eq. 3/4 and Definition 3.6 Eq. 9/10).
 
 Pure numpy on metric arrays; the functions that evaluate models live in
-:mod:`landscape.paths` and :mod:`landscape.groups`. Points whose loss is not finite are
+:mod:`landscape.geometry.paths` and :mod:`landscape.geometry.groups`. Definitions and sign
+conventions: ``docs/barriers.md``. Points whose loss is not finite are
 kept as such: a barrier over a curve with an infinite or NaN interior point is ``inf``/
 ``nan``, and the result objects report how many points overflowed.
 """
@@ -22,17 +23,55 @@ def _unit_part(alphas: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def loss_barrier_curve(alphas: np.ndarray, loss: np.ndarray) -> np.ndarray:
-    """L(alpha) - [(1 - alpha) L(0) + alpha L(1)] for alpha in [0, 1] (Eq. 3 before the sup)."""
+    """L(alpha) - [(1 - alpha) L(0) + alpha L(1)] for alpha in [0, 1] (FedGuCci Eq. 3 before the sup).
+
+    Parameters
+    ----------
+    alphas
+        Interpolation coefficients of the path; must contain 0 and 1 (points outside [0, 1]
+        are dropped).
+    loss
+        Loss at each alpha, same length as ``alphas``.
+
+    Returns
+    -------
+    numpy.ndarray
+        The barrier term at each alpha in [0, 1] (float64); NaN where an overflowed point
+        gives ``inf - inf``.
+
+    Raises
+    ------
+    ValueError
+        If alpha = 0 or alpha = 1 is not on the grid.
+    """
     a, values, l0, l1 = _unit_part(alphas, loss)
     with np.errstate(invalid="ignore"):  # inf - inf at overflowed points is NaN, by design
         return values - ((1 - a) * l0 + a * l1)
 
 
 def accuracy_barrier_curve(alphas: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
-    """1 - A(alpha) / [(1 - alpha) A(0) + alpha A(1)] for alpha in [0, 1] (Eq. 4 before the sup).
+    """1 - A(alpha) / [(1 - alpha) A(0) + alpha A(1)] for alpha in [0, 1] (FedGuCci Eq. 4 before the sup).
 
     Where the line is 0 (both endpoints at zero accuracy) the term is 0: there is no
     accuracy to lose.
+
+    Parameters
+    ----------
+    alphas
+        Interpolation coefficients of the path; must contain 0 and 1 (points outside [0, 1]
+        are dropped).
+    accuracy
+        Accuracy (in [0, 1]) at each alpha, same length as ``alphas``.
+
+    Returns
+    -------
+    numpy.ndarray
+        The relative accuracy drop below the endpoints' line at each alpha in [0, 1].
+
+    Raises
+    ------
+    ValueError
+        If alpha = 0 or alpha = 1 is not on the grid.
     """
     a, values, a0, a1 = _unit_part(alphas, accuracy)
     line = (1 - a) * a0 + a * a1
@@ -41,7 +80,18 @@ def accuracy_barrier_curve(alphas: np.ndarray, accuracy: np.ndarray) -> np.ndarr
 
 
 def barrier_from_curve(curve: np.ndarray) -> float:
-    """The sup of a barrier curve on the grid; NaN if any point is NaN."""
+    """The sup of a barrier curve on the grid (the sup of FedGuCci Eq. 3/4); NaN if any point is NaN.
+
+    Parameters
+    ----------
+    curve
+        Output of :func:`loss_barrier_curve` or :func:`accuracy_barrier_curve`.
+
+    Returns
+    -------
+    float
+        The largest value of the curve (``inf`` if a point overflowed, NaN if any is NaN).
+    """
     curve = np.asarray(curve, dtype=np.float64)
     if np.isnan(curve).any():
         return float("nan")
@@ -49,7 +99,29 @@ def barrier_from_curve(curve: np.ndarray) -> float:
 
 
 def code_accuracy_barrier(alphas: np.ndarray, accuracy: np.ndarray) -> float:
-    """FedGuCci code's variant: d = line - A; return d(a*) / line(a*) with a* = argmax d."""
+    """FedGuCci code's variant of Eq. 4: d = line - A; return d(a*) / line(a*) with a* = argmax d.
+
+    The released FedGuCci code takes the alpha of the largest *absolute* accuracy drop and
+    divides there, instead of taking the sup of the relative drop (``docs/barriers.md``,
+    "Variants").
+
+    Parameters
+    ----------
+    alphas
+        Interpolation coefficients of the path; must contain 0 and 1.
+    accuracy
+        Accuracy (in [0, 1]) at each alpha, same length as ``alphas``.
+
+    Returns
+    -------
+    float
+        The relative drop at the alpha of the largest absolute drop; 0 where the line is 0.
+
+    Raises
+    ------
+    ValueError
+        If alpha = 0 or alpha = 1 is not on the grid.
+    """
     a, values, a0, a1 = _unit_part(alphas, accuracy)
     line = (1 - a) * a0 + a * a1
     gap = line - values
@@ -58,7 +130,28 @@ def code_accuracy_barrier(alphas: np.ndarray, accuracy: np.ndarray) -> float:
 
 
 def normalise_weights(weights: np.ndarray | None, n: int) -> np.ndarray:
-    """Uniform weights, or the given non-negative weights divided by their sum."""
+    """Uniform weights, or the given non-negative weights divided by their sum.
+
+    These are the mixing weights mu_i of the group barriers (FedGuCci Eq. 9/10).
+
+    Parameters
+    ----------
+    weights
+        One non-negative, finite weight per model (not all zero), or ``None`` for uniform.
+    n
+        Number of models.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``n`` float64 weights summing to 1.
+
+    Raises
+    ------
+    ValueError
+        If the number of weights is not ``n``, or a weight is negative or not finite, or all
+        are zero.
+    """
     if weights is None:
         return np.full(n, 1.0 / n)
     w = np.asarray(weights, dtype=np.float64).reshape(-1)
@@ -70,11 +163,41 @@ def normalise_weights(weights: np.ndarray | None, n: int) -> np.ndarray:
 
 
 def group_loss_barrier(fused_loss: float, member_loss: np.ndarray, weights: np.ndarray) -> float:
-    """Eq. 9: L(sum_i mu_i w_i) - sum_i mu_i L(w_i)."""
+    """Group loss barrier, FedGuCci Eq. 9: L(sum_i mu_i w_i) - sum_i mu_i L(w_i).
+
+    Parameters
+    ----------
+    fused_loss
+        Loss of the weighted average of the models, L(sum_i mu_i w_i).
+    member_loss
+        Loss of each model, L(w_i).
+    weights
+        Normalised weights mu_i (see :func:`normalise_weights`).
+
+    Returns
+    -------
+    float
+        The fused loss minus the weighted mean of the members' losses.
+    """
     return float(fused_loss - np.dot(weights, member_loss))
 
 
 def group_accuracy_barrier(fused_accuracy: float, member_accuracy: np.ndarray, weights: np.ndarray) -> float:
-    """Eq. 10: 1 - A(sum_i mu_i w_i) / sum_i mu_i A(w_i)."""
+    """Group accuracy barrier, FedGuCci Eq. 10: 1 - A(sum_i mu_i w_i) / sum_i mu_i A(w_i).
+
+    Parameters
+    ----------
+    fused_accuracy
+        Accuracy of the weighted average of the models, A(sum_i mu_i w_i).
+    member_accuracy
+        Accuracy of each model, A(w_i).
+    weights
+        Normalised weights mu_i (see :func:`normalise_weights`).
+
+    Returns
+    -------
+    float
+        The relative accuracy drop of the fused model; 0 when the members' mean accuracy is 0.
+    """
     mean = float(np.dot(weights, member_accuracy))
     return float(1.0 - fused_accuracy / mean) if mean > 0 else 0.0

@@ -1,4 +1,4 @@
-"""Operational basin analysis on a plane or a path (IMA paper, reference/ima.md section 1.4).
+"""Operational basin analysis on a plane or a path (IMA paper, Sec. 3.2 and Fig. 1; docs/methods/ima.md).
 
 The paper speaks of a "common basin" holding client and global models, of clients on the
 "basin wall" and of the global model "deviating from the basin bottom" without defining
@@ -45,6 +45,38 @@ class BasinResult(Result):
     the quadratic refinement (equal to the grid values when refinement is off or not possible).
     ``distance``/``loss_gap``: per model, to the (refined) bottom. ``cell_diagonal``: the
     length of one grid-cell diagonal, the resolution limit of ``off_bottom``.
+
+    Attributes
+    ----------
+    level
+        The sublevel ``c`` of the set ``{P : L(w_P) <= c}``.
+    components
+        Integer component labels shaped like the grid's loss (0 = above the level).
+    names
+        Names of the models, in order.
+    coords
+        ``(n, 2)`` grid coordinates (x, y) of the models (y = 0 on a path).
+    cells
+        Index of each model's nearest grid point.
+    model_component
+        Component label of each model's nearest grid point (0 = above the level).
+    model_loss
+        Loss of each model (exact when given, otherwise that of its nearest grid point).
+    bottom
+        Grid coordinates (x, y) of the grid argmin (inside the common component when there is
+        one).
+    bottom_loss
+        Grid loss at ``bottom``.
+    refined_bottom
+        Coordinates of the bottom after the local quadratic fit.
+    refined_loss
+        Loss of the fitted quadratic at ``refined_bottom``.
+    distance
+        Per model, Euclidean distance in grid coordinates to ``refined_bottom``.
+    loss_gap
+        Per model, ``model_loss - refined_loss``.
+    cell_diagonal
+        Length of one grid-cell diagonal (one step on a path).
     """
 
     level: float
@@ -89,7 +121,24 @@ class BasinResult(Result):
         return {n: bool(d > self.cell_diagonal) for n, d in zip(self.names, self.distance)}
 
     def model(self, name: str) -> dict[str, Any]:
-        """Everything known about one model: coordinates, component, distance, loss gap."""
+        """Everything known about one model: coordinates, component, distance, loss gap.
+
+        Parameters
+        ----------
+        name
+            One of :attr:`names`.
+
+        Returns
+        -------
+        dict
+            ``coords``, ``component``, ``loss``, ``distance``, ``loss_gap`` and ``off_bottom``
+            as plain Python values.
+
+        Raises
+        ------
+        ConfigError
+            If no model has that name.
+        """
         if name not in self.names:
             raise ConfigError(f"no model {name!r} in the basin analysis; models are {list(self.names)}")
         i = list(self.names).index(name)
@@ -101,8 +150,23 @@ class BasinResult(Result):
 def sublevel_components(values: np.ndarray, level: float) -> np.ndarray:
     """Flood-fill labels of ``{values <= level}`` over 4-neighbours (2 on a 1-D grid).
 
-    Returns an integer array shaped like ``values``: 0 outside the set (including NaN and
-    inf), 1..n for the n connected components, numbered in raster order.
+    Parameters
+    ----------
+    values
+        A 1-D (path) or 2-D (plane) grid of losses.
+    level
+        The sublevel ``c``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Integer labels shaped like ``values``: 0 outside the set (including NaN and inf),
+        1..n for the n connected components, numbered in raster order.
+
+    Raises
+    ------
+    ConfigError
+        If ``values`` is neither 1-D nor 2-D.
     """
     values = np.asarray(values, dtype=np.float64)
     if values.ndim not in (1, 2):
@@ -116,14 +180,40 @@ def sublevel_components(values: np.ndarray, level: float) -> np.ndarray:
 def basin(result: PlaneResult | PathResult, *, models: Mapping[str, Any] | Sequence[str] | None = None,
           model_loss: Mapping[str, float] | None = None, level: float | None = None,
           refine: bool = True) -> BasinResult:
-    """Basin analysis (reference/ima.md section 1.4) of a plane or a path.
+    """Basin analysis of a plane or a path (the operational definitions of the module docstring).
 
-    ``models``: names from ``result.models`` (plane), a mapping name -> coordinates
-    (``(x, y)`` on a plane, ``alpha`` on a path), or None for every model placed in the plane
-    (the endpoints ``a`` at alpha 0 and ``b`` at alpha 1 on a path). ``model_loss``: exact
-    losses of the models (by name) for the loss gaps; by default the loss of their nearest
-    grid point. ``level``: the sublevel ``c``; default the highest grid loss at the models'
-    points. ``refine``: locate the bottom with a local quadratic fit.
+    The IMA paper (Sec. 3.2, Fig. 1) speaks of a common basin and of the global model
+    deviating from its bottom without defining them; ``docs/methods/ima.md`` describes the
+    definitions used here.
+
+    Parameters
+    ----------
+    result
+        A :class:`PlaneResult` or a :class:`PathResult`.
+    models
+        Names from ``result.models`` (plane), a mapping name -> coordinates (``(x, y)`` on a
+        plane, ``alpha`` on a path), or None for every model placed in the plane (the
+        endpoints ``a`` at alpha 0 and ``b`` at alpha 1 on a path).
+    model_loss
+        Exact losses of the models (by name) for the loss gaps; by default the loss of their
+        nearest grid point.
+    level
+        The sublevel ``c``; default the highest grid loss at the models' points.
+    refine
+        Locate the bottom with a local quadratic fit of its 3x3 (3-point) neighbourhood.
+
+    Returns
+    -------
+    BasinResult
+        The components, each model's component, distance and loss gap to the bottom, and
+        whether they share one basin (``common``).
+
+    Raises
+    ------
+    ConfigError
+        If the result is neither a plane nor a path, there are no models, a model lies outside
+        the grid or is not placed in the plane, a coordinate has the wrong shape, a model's
+        grid loss is not finite (with no explicit ``level``), or the grid has no finite loss.
     """
     grid, axes = _grid_of(result)
     coords = _model_coords(result, models)

@@ -21,7 +21,30 @@ def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
     """Barrier of the fused model ``sum_i mu_i w_i`` against the members' weighted metrics.
 
     ``mu`` is uniform (the paper) unless ``weights`` are given (normalised to sum to one, e.g.
-    client data sizes as in FedAvg).
+    client data sizes as in FedAvg). The group barriers of FedGuCci Eq. 9/10 are properties of
+    the result (``docs/barriers.md``).
+
+    Parameters
+    ----------
+    models
+        At least two model-likes (``nn.Module``, state_dict, checkpoint path or flat vector).
+    evaluator
+        Evaluates the loss and accuracy of the members and of the fused model.
+    weights
+        Non-negative mixing weights mu_i, one per model (default uniform).
+
+    Returns
+    -------
+    GroupResult
+        The normalised weights, each member's loss and accuracy, and the fused model's, with
+        ``loss_barrier`` (Eq. 9) and ``accuracy_barrier`` (Eq. 10).
+
+    Raises
+    ------
+    ConfigError
+        If there are fewer than two models.
+    ValueError
+        If the weights are not one finite, non-negative number per model, not all zero.
     """
     vecs = torch.stack([evaluator.vector(m) for m in models])
     if len(vecs) < 2:
@@ -39,7 +62,17 @@ def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
 @register
 @dataclass(frozen=True, eq=False)
 class GroupSizeResult(Result):
-    """Group barriers of random subsets of size K (FedGuCci Figure 4): (len(sizes), draws)."""
+    """Group barriers of random subsets of size K (FedGuCci Figure 4): (len(sizes), draws).
+
+    Attributes
+    ----------
+    sizes
+        The group sizes K, ``(len(sizes),)``.
+    loss_barrier
+        Uniform group loss barrier (FedGuCci Eq. 9) of each draw, ``(len(sizes), draws)``.
+    accuracy_barrier
+        Uniform group accuracy barrier (FedGuCci Eq. 10) of each draw, ``(len(sizes), draws)``.
+    """
 
     sizes: np.ndarray
     loss_barrier: np.ndarray
@@ -50,7 +83,36 @@ class GroupSizeResult(Result):
 def group_barrier_by_size(models: Sequence[ModelLike], evaluator: Evaluator, *,
                           sizes: Sequence[int] | None = None, draws: int = 5,
                           seed: int = 0) -> GroupSizeResult:
-    """Uniform group barriers of ``draws`` random subsets for each group size K (seeded)."""
+    """Uniform group barriers of ``draws`` random subsets for each group size K (seeded).
+
+    Each subset is drawn without replacement; its fused model is the plain mean of its members
+    (FedGuCci Eq. 9/10 with uniform mu, as in its Figure 4). All members and fused models are
+    evaluated in one batch of points.
+
+    Parameters
+    ----------
+    models
+        The n model-likes to draw from (``nn.Module``, state_dict, checkpoint path or flat
+        vector).
+    evaluator
+        Evaluates the loss and accuracy of each point.
+    sizes
+        Group sizes K, each in [2, n] (default ``2, ..., n``).
+    draws
+        Number of random subsets per size.
+    seed
+        Seed of the subset draws.
+
+    Returns
+    -------
+    GroupSizeResult
+        The sizes and the ``(len(sizes), draws)`` loss and accuracy barriers.
+
+    Raises
+    ------
+    ConfigError
+        If a size lies outside [2, n].
+    """
     vecs = torch.stack([evaluator.vector(m) for m in models])
     n = len(vecs)
     sizes = np.asarray(sizes if sizes is not None else range(2, n + 1), dtype=np.int64)

@@ -1,7 +1,8 @@
 """Linear interpolation paths between two models and pairwise barrier matrices.
 
 The model at alpha is ``(1 - alpha) * a + alpha * b`` (FedGuCci Eq. 3/4 with w_2 = a,
-w_1 = b). Barriers are properties of :class:`~landscape.results.PathResult`.
+w_1 = b). Barriers are properties of :class:`~landscape.results.PathResult`; their definitions
+and sign conventions are in ``docs/barriers.md``.
 """
 from __future__ import annotations
 
@@ -18,7 +19,24 @@ from ..results import BarrierMatrix, PathResult
 
 
 def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:
-    """``alphas`` evenly spaced points on [0, 1] (both included), or the given values."""
+    """``alphas`` evenly spaced points on [0, 1] (both included), or the given values.
+
+    Parameters
+    ----------
+    alphas
+        A number of points (at least 2), or the interpolation coefficients themselves (values
+        outside [0, 1] extrapolate beyond the endpoints).
+
+    Returns
+    -------
+    numpy.ndarray
+        The grid, float64, one dimension.
+
+    Raises
+    ------
+    ConfigError
+        If a count is below 2, or the values are empty or not finite.
+    """
     if isinstance(alphas, (int, np.integer)):
         if alphas < 2:
             raise ConfigError("a path needs at least 2 alphas (the endpoints)")
@@ -31,7 +49,36 @@ def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:
 
 def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *,
                 alphas: int | Sequence[float] | np.ndarray = 21) -> PathResult:
-    """Loss and accuracy along the straight line from ``a`` (alpha=0) to ``b`` (alpha=1)."""
+    """Loss and accuracy along the straight line from ``a`` (alpha=0) to ``b`` (alpha=1).
+
+    The model at alpha is ``(1 - alpha) a + alpha b``; the barriers of FedGuCci Eq. 3/4 are
+    properties of the result. BatchNorm statistics are interpolated too, unless the evaluator's
+    BatchNorm mode says otherwise (``docs/batchnorm.md``).
+
+    Parameters
+    ----------
+    a, b
+        The endpoints: ``nn.Module``, state_dict, checkpoint path or flat vector of the
+        evaluator's space.
+    evaluator
+        Evaluates the loss and accuracy of each point.
+    alphas
+        Number of evenly spaced points on [0, 1], or the coefficients themselves (see
+        :func:`alpha_grid`).
+
+    Returns
+    -------
+    PathResult
+        ``alphas``, ``loss`` and ``accuracy`` per point, with ``loss_barrier`` and
+        ``accuracy_barrier`` (FedGuCci Eq. 3/4).
+
+    Raises
+    ------
+    ConfigError
+        If the grid is invalid.
+    ArchitectureMismatchError
+        If an endpoint does not fit the evaluator's model.
+    """
     evaluator.warn_interpolated_batchnorm()
     va, vb = evaluator.vector(a), evaluator.vector(b)
     grid = alpha_grid(alphas)
@@ -44,7 +91,30 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *,
 def barrier_matrix(models: Sequence[ModelLike], evaluator: Evaluator, *,
                    alphas: int | Sequence[float] | np.ndarray = 11,
                    labels: Sequence[str] | None = None) -> BarrierMatrix:
-    """Loss and accuracy barriers (Eq. 3/4) of the path between every pair of models."""
+    """Loss and accuracy barriers (FedGuCci Eq. 3/4) of the path between every pair of models.
+
+    Parameters
+    ----------
+    models
+        At least two model-likes (``nn.Module``, state_dict, checkpoint path or flat vector).
+    evaluator
+        Evaluates the loss and accuracy of each point.
+    alphas
+        Grid of each path (see :func:`alpha_grid`); it must contain 0 and 1.
+    labels
+        One name per model (default ``"model i"``).
+
+    Returns
+    -------
+    BarrierMatrix
+        Symmetric ``(n, n)`` loss and accuracy barrier matrices (zero diagonal) and the labels.
+
+    Raises
+    ------
+    ConfigError
+        If there are fewer than two models, the number of labels differs from the number of
+        models, or the grid is invalid.
+    """
     vecs = [evaluator.vector(m) for m in models]
     n = len(vecs)
     if n < 2:

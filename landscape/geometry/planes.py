@@ -56,7 +56,36 @@ def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: Evaluator, *, res
 
     The grid covers the bounding box of the three models' coordinates (and of ``extra``
     models to be placed in the plane) widened by ``margin`` times its width (height) on each
-    side; grid point ``(x, y)`` is ``a + x u + y v`` in parameter-norm units.
+    side; grid point ``(x, y)`` is ``a + x u + y v`` in parameter-norm units (the plane of
+    Garipov et al. 2018, as in FedGuCci Fig. 3 and IMA Fig. 1).
+
+    Parameters
+    ----------
+    a, b, c
+        The three models (``nn.Module``, state_dict, checkpoint path or flat vector): ``a`` is
+        the origin, ``b`` lies on the x axis, ``c`` in the upper half-plane.
+    evaluator
+        Evaluates the loss and accuracy of each grid point.
+    resolution
+        Number of grid points per axis (at least 2).
+    margin
+        Widening of the bounding box on each side, as a fraction of its width (height).
+    labels
+        Names of ``a``, ``b`` and ``c`` in the result's ``models``.
+    extra
+        Further models (name -> model-like) to project onto the plane and place on the figure.
+
+    Returns
+    -------
+    PlaneResult
+        ``(resolution, resolution)`` loss and accuracy (row = y, column = x), the origin, the
+        unit directions ``u``, ``v`` and each model's coordinates.
+
+    Raises
+    ------
+    ConfigError
+        If ``a`` and ``b`` are identical, the three models are collinear (up to float32
+        rounding), or ``resolution < 2``.
     """
     space = evaluator.space
     va, vb, vc = (evaluator.vector(m) for m in (a, b, c))
@@ -92,6 +121,30 @@ def random_direction(space: ParameterSpace, center: torch.Tensor, generator: tor
     two or more dimensions becomes ``d_j / |d_j| * |w_j|``. One-dimensional tensors
     (biases, norm-layer scales) are zeroed when ``ignore_bias_and_norm``, otherwise scaled as
     a whole. Buffers get no direction (they stay at ``center``).
+
+    Parameters
+    ----------
+    space
+        Layout of the flat vectors.
+    center
+        Flat vector whose weight norms scale the direction.
+    generator
+        Source of the Gaussian draws (seed it for a reproducible direction).
+    normalization
+        ``"filter"`` (per output filter, Li et al. 2018), ``"layer"`` (per tensor) or
+        ``"none"`` (raw Gaussian).
+    ignore_bias_and_norm
+        Give one-dimensional tensors (biases, norm-layer parameters) a zero direction.
+
+    Returns
+    -------
+    torch.Tensor
+        The direction, float64 of length ``space.size`` (zero on buffers).
+
+    Raises
+    ------
+    ConfigError
+        If ``normalization`` is not one of :data:`NORMALIZATIONS`.
     """
     if normalization not in NORMALIZATIONS:
         raise ConfigError(f"normalization must be one of {NORMALIZATIONS}")
@@ -122,6 +175,41 @@ def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 2
     """Loss and accuracy on ``center + x d1 + y d2``, x and y in [-span, span] (Li et al. 2018).
 
     Coordinates are in units of the (filter-normalised) directions, not of parameter norm.
+    ``d1`` and ``d2`` are drawn by :func:`random_direction` from one generator seeded with
+    ``seed``.
+
+    Parameters
+    ----------
+    center
+        The model at the origin (``nn.Module``, state_dict, checkpoint path or flat vector).
+    evaluator
+        Evaluates the loss and accuracy of each grid point.
+    resolution
+        Number of grid points per axis (at least 2).
+    span
+        Half-width of the square grid, in direction units.
+    normalization
+        ``"filter"``, ``"layer"`` or ``"none"`` (see :func:`random_direction`).
+    seed
+        Seed of the two directions.
+    ignore_bias_and_norm
+        Zero the directions of one-dimensional tensors (Li et al. 2018).
+    orthogonalize
+        Make ``d2`` orthogonal to ``d1`` (over parameters), keeping its norm.
+    extra
+        Further models (name -> model-like) to project onto the plane.
+
+    Returns
+    -------
+    PlaneResult
+        ``(resolution, resolution)`` loss and accuracy (row = y, column = x), the origin and the
+        two directions.
+
+    Raises
+    ------
+    ConfigError
+        If the first direction is zero (a model with no multi-dimensional weights and
+        ``ignore_bias_and_norm=True``), ``normalization`` is unknown or ``resolution < 2``.
     """
     space = evaluator.space
     vc = evaluator.vector(center)
@@ -149,7 +237,32 @@ def pca_plane(trajectory: Sequence[ModelLike], evaluator: Evaluator, *, resoluti
     """Plane of the top two principal directions of ``trajectory - trajectory[-1]`` (parameters only).
 
     The grid covers the projected trajectory, widened by ``margin``; the trajectory's points
-    are placed in the plane as ``step 0``, ``step 1``, ...
+    are placed in the plane as ``step 0``, ``step 1``, ... (Li et al. 2018, Sec. 7). The
+    directions are unit vectors over parameters (buffers stay at the last checkpoint); the spec
+    records the fraction of variance each explains.
+
+    Parameters
+    ----------
+    trajectory
+        At least three checkpoints (model-likes) in training order; the last is the origin.
+    evaluator
+        Evaluates the loss and accuracy of each grid point.
+    resolution
+        Number of grid points per axis (at least 2).
+    margin
+        Widening of the trajectory's bounding box on each side, as a fraction of its width.
+
+    Returns
+    -------
+    PlaneResult
+        ``(resolution, resolution)`` loss and accuracy, the two principal directions and each
+        checkpoint's coordinates.
+
+    Raises
+    ------
+    ConfigError
+        If the trajectory has fewer than three checkpoints or spans fewer than two dimensions,
+        or ``resolution < 2``.
     """
     space = evaluator.space
     vecs = torch.stack([evaluator.vector(m) for m in trajectory])

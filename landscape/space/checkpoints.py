@@ -34,7 +34,30 @@ DIGEST_KEY = "landscape.sha256"
 
 def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | None = None
                     ) -> dict[str, torch.Tensor]:
-    """Read a state_dict from ``.pt``/``.pth`` (weights only) or ``.safetensors``."""
+    """Read a state_dict from ``.pt``/``.pth`` (weights only) or ``.safetensors``.
+
+    Never unpickles arbitrary objects; checks the archive's CRC-32 (``.pt``) or the stored
+    SHA-256 (``.safetensors`` written here); unwraps ``{"state_dict": ...}``-style wrappers.
+
+    Parameters
+    ----------
+    path
+        The checkpoint file.
+    template_keys
+        Parameter names of the model the state is for; a ``module.``/``_orig_mod.`` prefix
+        that every key has and no template key has is removed (see :func:`strip_prefix`).
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        The state_dict, on CPU.
+
+    Raises
+    ------
+    CheckpointError
+        If the file is missing, a directory, empty, corrupt or truncated, holds pickled
+        objects other than tensors, or holds no state_dict.
+    """
     path = Path(path)
     if not path.exists():
         raise CheckpointError(path, "file not found")
@@ -53,7 +76,18 @@ def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | N
 
 
 def state_digest(state: Mapping[str, torch.Tensor]) -> str:
-    """SHA-256 over the names, dtypes, shapes and bytes of ``state``'s tensors, in name order."""
+    """SHA-256 over the names, dtypes, shapes and bytes of ``state``'s tensors, in name order.
+
+    Parameters
+    ----------
+    state
+        A state_dict (any device).
+
+    Returns
+    -------
+    str
+        Hexadecimal digest (stored under :data:`DIGEST_KEY` in ``.safetensors`` files).
+    """
     h = hashlib.sha256()
     for name in sorted(state):
         t = state[name].detach().cpu().contiguous().reshape(-1)
@@ -135,7 +169,21 @@ def _is_state(obj: Mapping) -> bool:
 
 
 def strip_prefix(state: dict[str, torch.Tensor], template_keys: Sequence[str]) -> dict[str, torch.Tensor]:
-    """``state`` without a prefix that every key has and no template key has."""
+    """``state`` without a prefix that every key has and no template key has.
+
+    Parameters
+    ----------
+    state
+        A state_dict, possibly saved from ``DataParallel`` (``module.``) or ``torch.compile``
+        (``_orig_mod.``).
+    template_keys
+        Parameter names of the model the state is for.
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        The state with such prefixes (:data:`PREFIXES`) removed; the same tensors.
+    """
     keys = set(template_keys)
     for prefix in PREFIXES:
         if all(k.startswith(prefix) for k in state) and not any(k.startswith(prefix) for k in keys):
@@ -151,6 +199,23 @@ def save_state_dict(state: Mapping[str, torch.Tensor], path: str | os.PathLike) 
     separate copies. The file is serialised in memory first and written with
     :func:`landscape.infra.files.write_atomic`: never through a link, and a full disk or a
     read-only location gives a clear :class:`FileWriteError` while the old file stays.
+
+    Parameters
+    ----------
+    state
+        The state_dict to save (copied to CPU, contiguous).
+    path
+        Destination; its suffix picks the format.
+
+    Returns
+    -------
+    pathlib.Path
+        The path written.
+
+    Raises
+    ------
+    FileWriteError
+        If the file cannot be written (full disk, read-only location, a link in the way).
     """
     path = Path(path)
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}

@@ -23,7 +23,21 @@ ModelLike = Union[nn.Module, Mapping[str, torch.Tensor], str, "os.PathLike[str]"
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One entry of the flat vector."""
+    """One entry of the flat vector.
+
+    Attributes
+    ----------
+    name
+        The tensor's ``state_dict`` name.
+    shape
+        Its shape.
+    kind
+        ``"parameter"`` or ``"buffer"``.
+    offset
+        Index of its first element in the flat vector.
+    numel
+        Number of elements.
+    """
 
     name: str
     shape: tuple[int, ...]
@@ -33,7 +47,39 @@ class TensorSpec:
 
 
 class ParameterSpace:
-    """Ordered layout of a module's floating-point state as one flat vector."""
+    """Ordered layout of a module's floating-point state as one flat vector.
+
+    Parameters
+    ----------
+    module
+        The template module; every compatible model (same names and shapes) maps to a flat
+        vector of this space.
+
+    Attributes
+    ----------
+    module
+        The template module.
+    entries
+        One :class:`TensorSpec` per floating-point tensor, in ``state_dict`` order.
+    size
+        Length of the flat vector.
+    param_mask
+        Boolean mask over the flat vector, True on parameter entries (geometry is measured
+        there).
+    has_buffers
+        Whether the vector holds floating-point buffers (e.g. BatchNorm statistics).
+    fixed
+        Non-float tensors (``num_batches_tracked``), kept from the template.
+    aliases
+        Name -> name of the tensor it is tied to (tied weights are stored once).
+    frozen
+        Names of parameters with ``requires_grad=False``.
+
+    Raises
+    ------
+    ConfigError
+        If the module has no floating-point parameters or buffers.
+    """
 
     def __init__(self, module: nn.Module):
         self.module = module
@@ -75,10 +121,17 @@ class ParameterSpace:
     # ------------------------------------------------------------------ layout
     @property
     def names(self) -> list[str]:
+        """Names of the entries of the flat vector, in order."""
         return [e.name for e in self.entries]
 
     def layout_digest(self) -> str:
-        """Digest of names, shapes and kinds: two spaces with equal digests are compatible."""
+        """Digest of names, shapes and kinds: two spaces with equal digests are compatible.
+
+        Returns
+        -------
+        str
+            The first 16 hexadecimal digits of a SHA-256.
+        """
         text = ";".join(f"{e.name}:{e.shape}:{e.kind}" for e in self.entries)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -122,7 +175,22 @@ class ParameterSpace:
 
     # --------------------------------------------------------------- conversion
     def check_state(self, state: Mapping[str, torch.Tensor], source: str = "state_dict") -> None:
-        """Raise :class:`ArchitectureMismatchError` listing missing, unexpected, wrong-shape keys."""
+        """Raise :class:`ArchitectureMismatchError` listing missing, unexpected, wrong-shape keys.
+
+        Parameters
+        ----------
+        state
+            A state_dict to be read into this space.
+        source
+            What the state came from (a path, a class name), for the error message.
+
+        Raises
+        ------
+        ArchitectureMismatchError
+            If keys are missing or unexpected, or shapes differ.
+        CheckpointError
+            If a tensor where the template holds floating-point weights is integer or boolean.
+        """
         expected = {e.name: e.shape for e in self.entries}
         expected.update({k: tuple(v.shape) for k, v in self.fixed.items()})
         missing = [k for k in expected if k not in state]
@@ -142,7 +210,31 @@ class ParameterSpace:
 
     def flatten(self, state: Mapping[str, torch.Tensor], *, dtype: torch.dtype = torch.float32,
                 check_finite: bool = True, source: str = "state_dict") -> torch.Tensor:
-        """One flat vector (on CPU) from a state_dict that matches this space."""
+        """One flat vector (on CPU) from a state_dict that matches this space.
+
+        Parameters
+        ----------
+        state
+            A state_dict with this space's names and shapes.
+        dtype
+            dtype of the vector.
+        check_finite
+            Refuse weights that are NaN or infinite.
+        source
+            What the state came from, for error messages.
+
+        Returns
+        -------
+        torch.Tensor
+            Flat vector of length :attr:`size`.
+
+        Raises
+        ------
+        ArchitectureMismatchError, CheckpointError
+            See :meth:`check_state`.
+        NonFiniteWeightsError
+            If ``check_finite`` and a tensor holds NaN or inf (the message names them).
+        """
         self.check_state(state, source)
         parts = [state[e.name].detach().reshape(-1).to("cpu", dtype) for e in self.entries]
         vec = torch.cat(parts)
@@ -157,13 +249,34 @@ class ParameterSpace:
 
         A leading batch dimension is kept: ``vec`` of shape (P, D) gives tensors of shape
         (P, *shape), ready for ``torch.func.vmap``.
+
+        Parameters
+        ----------
+        vec
+            Flat vector(s), last dimension :attr:`size`.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            One view per entry (no copy; non-float tensors and aliases are not included).
         """
         lead = vec.shape[:-1]
         return {e.name: vec[..., e.offset:e.offset + e.numel].reshape(*lead, *e.shape)
                 for e in self.entries}
 
     def state_dict(self, vec: torch.Tensor) -> dict[str, torch.Tensor]:
-        """A complete state_dict (copies, CPU) for a flat vector: loadable into the template."""
+        """A complete state_dict (copies, CPU) for a flat vector: loadable into the template.
+
+        Parameters
+        ----------
+        vec
+            Flat vector of length :attr:`size`.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            Every entry, the template's non-float tensors and the tied-weight aliases.
+        """
         out = {k: v.detach().clone().cpu() for k, v in self.unflatten(vec).items()}
         for name, tensor in self.fixed.items():
             out[name] = tensor.clone()
@@ -177,6 +290,30 @@ class ParameterSpace:
 
         A ``module.``/``_orig_mod.`` prefix (DataParallel, torch.compile) is removed from
         modules and mappings as from files.
+
+        Parameters
+        ----------
+        model
+            An ``nn.Module``, a state_dict, a checkpoint path, or a flat vector of this space
+            (returned as is, detached, on CPU).
+        dtype
+            dtype of the vector.
+        check_finite
+            Refuse weights that are NaN or infinite.
+
+        Returns
+        -------
+        torch.Tensor
+            Flat vector of length :attr:`size`, on CPU.
+
+        Raises
+        ------
+        ConfigError
+            If a flat vector has the wrong shape.
+        CheckpointError
+            If a checkpoint cannot be read (see :func:`~landscape.space.checkpoints.load_state_dict`).
+        ArchitectureMismatchError, NonFiniteWeightsError
+            See :meth:`flatten`.
         """
         from .checkpoints import load_state_dict, strip_prefix
 
@@ -195,7 +332,27 @@ class ParameterSpace:
 
     def stack(self, models: Iterable[ModelLike], *, dtype: torch.dtype = torch.float32,
               check_finite: bool = True) -> torch.Tensor:
-        """Stacked flat vectors, shape (n_models, size)."""
+        """Stacked flat vectors, shape (n_models, size).
+
+        Parameters
+        ----------
+        models
+            Model-likes (see :meth:`to_vector`).
+        dtype
+            dtype of the vectors.
+        check_finite
+            Refuse weights that are NaN or infinite.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(n_models, size)`` on CPU.
+
+        Raises
+        ------
+        ConfigError
+            If no model is given.
+        """
         vecs = [self.to_vector(m, dtype=dtype, check_finite=check_finite) for m in models]
         if not vecs:
             raise ConfigError("no models given")
@@ -203,16 +360,50 @@ class ParameterSpace:
 
     # ----------------------------------------------------------------- geometry
     def dot(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """Inner product over parameter entries (buffers excluded)."""
+        """Inner product over parameter entries (buffers excluded).
+
+        Parameters
+        ----------
+        a, b
+            Flat vectors (or batches of them, last dimension :attr:`size`).
+
+        Returns
+        -------
+        torch.Tensor
+            The float64 inner product (one per batch element).
+        """
         m = self.param_mask.to(a.device)
         return (a[..., m].double() * b[..., m].double()).sum(-1)
 
     def norm(self, a: torch.Tensor) -> torch.Tensor:
+        """Euclidean norm over parameter entries (buffers excluded).
+
+        Parameters
+        ----------
+        a
+            Flat vector (or a batch of them).
+
+        Returns
+        -------
+        torch.Tensor
+            The float64 norm (one per batch element).
+        """
         return self.dot(a, a).sqrt()
 
 
 def vector_digest(vec: torch.Tensor) -> str:
-    """SHA-256 of a vector's bytes (dtype and shape included)."""
+    """SHA-256 of a vector's bytes (dtype and shape included).
+
+    Parameters
+    ----------
+    vec
+        Any tensor (any device).
+
+    Returns
+    -------
+    str
+        Hexadecimal digest.
+    """
     arr = vec.detach().cpu().contiguous()
     h = hashlib.sha256(f"{arr.dtype}:{tuple(arr.shape)}".encode())
     h.update(arr.view(torch.uint8).numpy().tobytes() if arr.numel() else b"")

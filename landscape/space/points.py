@@ -16,7 +16,17 @@ from .params import vector_digest
 
 @dataclass(frozen=True)
 class PointSet:
-    """Points ``origin + coeffs[i] @ directions`` (coeffs (P, k), directions (k, D))."""
+    """Points ``origin + coeffs[i] @ directions`` (coeffs (P, k), directions (k, D)).
+
+    Attributes
+    ----------
+    origin
+        Flat vector ``(D,)`` shared by every point.
+    directions
+        ``(k, D)`` directions (one row each).
+    coeffs
+        ``(P, k)`` coefficients of the P points (float64).
+    """
 
     origin: torch.Tensor
     directions: torch.Tensor
@@ -24,26 +34,72 @@ class PointSet:
 
     @staticmethod
     def explicit(vectors: torch.Tensor) -> "PointSet":
-        """The given (P, D) vectors themselves."""
+        """The given (P, D) vectors themselves.
+
+        Parameters
+        ----------
+        vectors
+            ``(P, D)`` flat vectors, one per point.
+
+        Returns
+        -------
+        PointSet
+            Origin 0, the vectors as directions and the identity as coefficients.
+        """
         p, d = vectors.shape
         return PointSet(torch.zeros(d, dtype=vectors.dtype), vectors,
                         torch.eye(p, dtype=torch.float64))
 
     @staticmethod
     def line(a: torch.Tensor, b: torch.Tensor, alphas: torch.Tensor) -> "PointSet":
-        """``(1 - alpha) a + alpha b``."""
+        """``(1 - alpha) a + alpha b`` for each alpha (the linear path of FedGuCci Eq. 3/4).
+
+        Parameters
+        ----------
+        a, b
+            Flat vectors ``(D,)`` of the endpoints (alpha = 0 and alpha = 1).
+        alphas
+            Interpolation coefficients, any shape (flattened).
+
+        Returns
+        -------
+        PointSet
+            Origin ``a``, one direction ``b - a``, one coefficient per alpha.
+        """
         return PointSet(a, (b - a).unsqueeze(0), alphas.reshape(-1, 1).to(torch.float64))
 
     def __len__(self) -> int:
         return int(self.coeffs.shape[0])
 
     def chunk(self, start: int, stop: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """Flat vectors of points ``start:stop`` on ``device``."""
+        """Flat vectors of points ``start:stop`` on ``device``.
+
+        Parameters
+        ----------
+        start, stop
+            Range of point indices (Python slice semantics).
+        device
+            Where the vectors are built.
+        dtype
+            Their dtype (the arithmetic runs in it).
+
+        Returns
+        -------
+        torch.Tensor
+            ``(stop - start, D)`` flat vectors.
+        """
         c = self.coeffs[start:stop].to(device, dtype)
         dirs = self.directions.to(device, dtype)
         return torch.addmm(self.origin.to(device, dtype).unsqueeze(0), c, dirs)
 
     def digest(self) -> str:
+        """SHA-256 of the origin, directions and coefficients (names the set in caches and shards).
+
+        Returns
+        -------
+        str
+            Hexadecimal digest.
+        """
         h = hashlib.sha256()
         for t in (self.origin, self.directions, self.coeffs):
             h.update(vector_digest(t).encode())
