@@ -391,7 +391,7 @@ def test_a_format1_file_is_read_and_writes_say_how_to_upgrade(tmp_path):
     np.testing.assert_array_equal(acc[done], values[done] / 4)
     assert cache.load_result("r") == _format1_plane()
     assert cache.keys() == {"points": ["k", "other"], "results": ["r"]}
-    with pytest.raises(CacheError, match="python -m landscape.cache.legacy"):
+    with pytest.raises(CacheError, match="python -m landscape.cache.upgrade"):
         cache.add_points("k", 8, np.array([3]), np.ones(1), np.ones(1), force=True)
     assert old.read_bytes() == FORMAT1.read_bytes()
     flipped = bytearray(FORMAT1.read_bytes())
@@ -403,7 +403,7 @@ def test_a_format1_file_is_read_and_writes_say_how_to_upgrade(tmp_path):
 
 def test_format1_upgrade_copies_every_entry(tmp_path):
     new = tmp_path / "new"
-    proc = subprocess.run([sys.executable, "-m", "landscape.cache.legacy", str(FORMAT1), str(new)],
+    proc = subprocess.run([sys.executable, "-m", "landscape.cache.upgrade", str(FORMAT1), str(new)],
                           capture_output=True, text=True, cwd=TESTS.parent)
     assert proc.returncode == 0, proc.stderr
     assert "copied 3 entries" in proc.stdout

@@ -1,20 +1,18 @@
 """Caches of format 1: one HDF5 file holding every entry (``/points/<key>``, ``/results/<key>``).
 
 Such a file is still read (its whole-file seal checked, as when it was written), but never
-extended: adding to it cost a copy of the whole file per write. :func:`upgrade` copies its
+extended: adding to it cost a copy of the whole file per write. :mod:`.upgrade` copies its
 entries into a cache folder::
 
-    python -m landscape.cache.legacy old.h5 new-cache
+    python -m landscape.cache.upgrade old.h5 new-cache
 """
 from __future__ import annotations
 
-import os
-import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
-from ..infra.errors import CacheError, LandscapeError
+from ..infra.errors import CacheError
 from ..results.base import Result
 from .records import Points, read_points, read_result
 from .sealed import corrupt, parsed, read_bytes
@@ -66,58 +64,5 @@ class LegacyCache:
         """The error for an attempt to add to this file."""
         return CacheError(f"{self.path}: this cache file was written by an earlier version (one HDF5 file for "
                           "all entries) and can be read but not extended; copy its entries into a cache folder "
-                          f"with 'python -m landscape.cache.legacy {self.path} NEW' and use NEW, or pass a new "
+                          f"with 'python -m landscape.cache.upgrade {self.path} NEW' and use NEW, or pass a new "
                           "cache path")
-
-
-def upgrade(old: str | os.PathLike, new: str | os.PathLike) -> int:
-    """Copy every entry of the format-1 file ``old`` into the cache folder ``new``.
-
-    Parameters
-    ----------
-    old:
-        A format-1 cache file (left unchanged).
-    new:
-        A cache folder (created if missing; existing entries with the same keys are replaced).
-
-    Returns
-    -------
-    int
-        The number of entries copied.
-    """
-    from .store import Cache
-
-    source = LegacyCache(Path(old))
-    target = Cache(new)
-    if target.legacy is not None:
-        raise CacheError(f"{new}: is a cache file itself; pass a new folder path")
-    keys = source.keys()
-    sizes = source.point_counts()
-    for key, n in sizes.items():
-        points = source.points(key, n)
-        idx = points.done.nonzero()[0]
-        target.add_points(key, n, idx, points.loss[idx], points.accuracy[idx], points.meta, force=True)
-    for key in keys["results"]:
-        result = source.load_result(key)
-        if result is not None:
-            target.save_result(key, result)
-    return len(sizes) + len(keys["results"])
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m landscape.cache.legacy OLD NEW``: copy a format-1 cache file into a cache folder."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2:
-        print("usage: python -m landscape.cache.legacy OLD_FILE NEW_FOLDER", file=sys.stderr)
-        return 2
-    try:
-        count = upgrade(*args)
-    except LandscapeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"copied {count} entries from {args[0]} into {args[1]}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
