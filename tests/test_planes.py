@@ -166,3 +166,16 @@ def test_pca_plane_recovers_a_known_subspace(small_eval):
     assert res.spec["explained_variance"][0] > res.spec["explained_variance"][1] > 0
     with pytest.raises(ConfigError, match="at least three"):
         pca_plane(trajectory[:2], small_eval)
+
+
+def test_grids_that_cannot_fit_in_memory_are_refused_before_allocating():
+    from torch import nn
+
+    from landscape import ConfigError, Evaluator, interpolate, plane
+
+    models = [nn.Linear(3, 2) for _ in range(3)]
+    ev = Evaluator(models[0], (torch.randn(5, 3), torch.zeros(5, dtype=torch.long)), device="cpu")
+    with pytest.raises(ConfigError, match=r"resolution=100,001 .* needs about .*GiB.*choose a smaller resolution"):
+        plane(*models, ev, resolution=100_001)
+    with pytest.raises(ConfigError, match=r"alphas=1,000,000,000,000 points needs about"):
+        interpolate(models[0], models[1], ev, alphas=10**12)

@@ -13,6 +13,7 @@ import torch
 
 from ..infra.errors import ConfigError
 from ..evaluation.evaluator import Evaluator
+from ..infra.host_memory import check_fits, points_bytes
 from ..space.params import ModelLike
 from ..space.points import PointSet
 from ..results import BarrierMatrix, PathResult
@@ -40,6 +41,8 @@ def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:
     if isinstance(alphas, (int, np.integer)):
         if alphas < 2:
             raise ConfigError("a path needs at least 2 alphas (the endpoints)")
+        check_fits(points_bytes(int(alphas)), f"a path of alphas={int(alphas):,} points",
+                   advice="choose fewer alphas")
         return np.linspace(0.0, 1.0, int(alphas))
     grid = np.asarray(alphas, dtype=np.float64).reshape(-1)
     if grid.size == 0 or not np.isfinite(grid).all():

@@ -21,6 +21,7 @@ from ..infra.errors import ConfigError
 from ..evaluation.evaluator import Evaluator
 from ..space.params import ModelLike, ParameterSpace
 from ..space.points import PointSet
+from ..infra.host_memory import check_fits, points_bytes
 from ..results import PlaneResult
 
 NORMALIZATIONS = ("filter", "layer", "none")
@@ -29,6 +30,8 @@ NORMALIZATIONS = ("filter", "layer", "none")
 def _grid(lo: float, hi: float, resolution: int) -> np.ndarray:
     if resolution < 2:
         raise ConfigError("resolution must be at least 2")
+    check_fits(points_bytes(int(resolution) ** 2), f"a plane of resolution={int(resolution):,} "
+               f"({int(resolution) ** 2:,} points)", advice="choose a smaller resolution")
     return np.linspace(lo, hi, int(resolution))
 
 
