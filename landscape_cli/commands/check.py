@@ -30,6 +30,8 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
+    from landscape import claims as claims_module
+
     check = sub.add_parser("check", formatter_class=Formatter,
                            help="check a paper claim on your models (exit 0: holds, 1: does not)",
                            description="Check a claim; exit status 0 when it holds, 1 when it fails or is "
@@ -74,7 +76,7 @@ def register(sub: Any) -> None:
     p.add_argument("--metric", default="loss", choices=METRICS, help="barrier metric")
     p.add_argument("--alphas", type=count_at_least_2, default=11, help="alphas per client-global path")
 
-    p = add_analysis_command(claims, "flatter", func=run, parents=(lanczos_parent(),), default_models=None,
+    p = add_analysis_command(claims, "flatter", func=run, parents=(lanczos_parent(claims_module.flatter),), default_models=None,
                              nmodels=(2, 2), help="model A has a smaller top Hessian eigenvalue than model B "
                                                   "(models: A B)")
     p.add_argument("--margin", type=number(float, ge=0, lt=1), default=0.0,

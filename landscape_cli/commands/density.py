@@ -5,7 +5,7 @@ import argparse
 from typing import Any
 
 from landscape_cli.commands.base import add_analysis_command
-from landscape_cli.commands.hessian import curvature_parent, density_figures
+from landscape_cli.commands.hessian import api_default, curvature_parent, density_figures
 from landscape_cli.inputs import Context
 from landscape_cli.output import emit
 from landscape_cli.parsing import number, positive_float, positive_int, seed_int
@@ -19,13 +19,18 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
+    from landscape import hessian_density
+
     p = add_analysis_command(sub, "density", func=run, parents=(curvature_parent(),), default_models=["global"],
                              nmodels=(1, None), help="Hessian eigenvalue density (stochastic Lanczos quadrature)")
-    p.add_argument("--iterations", type=positive_int, default=100, help="Lanczos steps per probe")
-    p.add_argument("--runs", type=positive_int, default=1, help="Rademacher probes")
-    p.add_argument("--sigma", type=positive_float, help="Gaussian width (default: 0.5%% of the node spread)")
-    p.add_argument("--grid-size", type=number(int, ge=2), default=2001, help="points of the density grid")
-    p.add_argument("--seed", type=seed_int, default=0, help="seed of the probes")
+    p.add_argument("--iterations", type=positive_int, default=api_default(hessian_density, "iterations"),
+                   help="Lanczos steps per probe")
+    p.add_argument("--runs", type=positive_int, default=api_default(hessian_density, "runs"), help="Rademacher probes")
+    p.add_argument("--sigma", type=positive_float, default=api_default(hessian_density, "sigma"),
+                   help="Gaussian width (default: 0.5%% of the node spread)")
+    p.add_argument("--grid-size", type=number(int, ge=2), default=api_default(hessian_density, "grid_size"),
+                   help="points of the density grid")
+    p.add_argument("--seed", type=seed_int, default=api_default(hessian_density, "seed"), help="seed of the probes")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     ctx = Context(args)
     densities = {label: hessian_density(model, ctx.evaluator, iterations=args.iterations, runs=args.runs,
                                         seed=args.seed, sigma=args.sigma, grid_size=args.grid_size,
-                                        params=args.params, hvp=args.hvp)
+                                        params=args.params, hvp=args.hvp, include_frozen=args.include_frozen)
                  for label, model in ctx.models.items()}
     numbers = {label: {"grid_range": [float(d.grid[0]), float(d.grid[-1])], "sigma": d.sigma,
                        "smallest_node": float(d.nodes.min()), "largest_node": float(d.nodes.max()),

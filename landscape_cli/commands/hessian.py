@@ -6,7 +6,8 @@ Also the flag groups shared by the curvature commands (``trace``, ``density``) a
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import inspect
+from typing import Any, Callable
 
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
@@ -14,8 +15,31 @@ from landscape_cli.output import emit
 from landscape_cli.parsing import positive_float, positive_int, seed_int
 
 
-def lanczos_parent() -> argparse.ArgumentParser:
+def api_default(function: Callable[..., Any], name: str) -> Any:
+    """The default of a keyword argument of an API function (the flags take the API's defaults).
+
+    Parameters
+    ----------
+    function : Callable
+        E.g. ``landscape.hessian_trace``.
+    name : str
+        The keyword argument.
+
+    Returns
+    -------
+    Any
+    """
+    return inspect.signature(function).parameters[name].default
+
+
+def lanczos_parent(function: Callable[..., Any]) -> argparse.ArgumentParser:
     """The solver flags of an eigenvalue computation: ``--k``, ``--tol``, ``--max-iter``, ``--seed``.
+
+    Parameters
+    ----------
+    function : Callable
+        The API function the flags feed (``landscape.hessian_eigen``, ``claims.flatter``);
+        its defaults are the flags' defaults.
 
     Returns
     -------
@@ -23,30 +47,36 @@ def lanczos_parent() -> argparse.ArgumentParser:
         A parent parser without help of its own.
     """
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--k", type=positive_int, default=1, help="number of top eigenvalues")
-    parent.add_argument("--tol", type=positive_float, default=1e-3, help="relative residual tolerance")
-    parent.add_argument("--max-iter", type=positive_int, default=100, help="Hessian-vector products at most per model")
-    parent.add_argument("--seed", type=seed_int, default=0, help="seed of the random start vectors")
+    parent.add_argument("--k", type=positive_int, default=api_default(function, "k"), help="number of top eigenvalues")
+    parent.add_argument("--tol", type=positive_float, default=api_default(function, "tol"),
+                        help="relative residual tolerance")
+    parent.add_argument("--max-iter", type=positive_int, default=api_default(function, "max_iter"),
+                        help="Hessian-vector products at most per model")
+    parent.add_argument("--seed", type=seed_int, default=api_default(function, "seed"),
+                        help="seed of the random start vectors")
     return parent
 
 
 def curvature_parent() -> argparse.ArgumentParser:
-    """The flags of the Hessian operator: ``--hvp`` (how products are formed) and ``--params``.
+    """The flags of the Hessian operator: ``--hvp``, ``--params`` and ``--include-frozen``.
 
     Returns
     -------
     argparse.ArgumentParser
         A parent parser without help of its own.
     """
+    from landscape import hessian_eigen
     from landscape.curvature.operators import HVP_MODES
 
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("Hessian operator")
-    group.add_argument("--hvp", default="auto", choices=HVP_MODES,
+    group.add_argument("--hvp", default=api_default(hessian_eigen, "hvp"), choices=HVP_MODES,
                        help="Hessian-vector products: forward-over-reverse, reverse-over-reverse, retained "
                             "(one autograd graph reused; faster on CPU, more memory) or auto")
     group.add_argument("--params", nargs="+", metavar="PATTERN",
                        help="restrict the Hessian to parameters whose names match these patterns")
+    group.add_argument("--include-frozen", action="store_true",
+                       help="include parameters with requires_grad=False (left out by default)")
     return parent
 
 
@@ -58,16 +88,19 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
+    from landscape import hessian_density, hessian_eigen
     from landscape.curvature.functions import EIGEN_METHODS
 
-    p = add_analysis_command(sub, "hessian", func=run, parents=(lanczos_parent(), curvature_parent()),
+    p = add_analysis_command(sub, "hessian", func=run, parents=(lanczos_parent(hessian_eigen), curvature_parent()),
                              default_models=["global"], nmodels=(1, None),
                              help="top Hessian eigenvalues (Lanczos), optional trace and spectral density")
-    p.add_argument("--method", default="lanczos", choices=EIGEN_METHODS,
-                   help="lanczos (k largest algebraic) or power (deflated power iteration, largest magnitude)")
+    p.add_argument("--method", default=api_default(hessian_eigen, "method"), choices=EIGEN_METHODS,
+                   help="eigen-solver: lanczos (k largest algebraic) or power (deflated power iteration, "
+                        "largest magnitude)")
     p.add_argument("--trace", action="store_true", help="also the trace (Hutchinson; 'landscape trace' for more)")
     p.add_argument("--density", action="store_true", help="also the spectral density (SLQ; 'landscape density')")
-    p.add_argument("--iterations", type=positive_int, default=100, help="Lanczos steps of the density")
+    p.add_argument("--iterations", type=positive_int, default=api_default(hessian_density, "iterations"),
+                   help="Lanczos steps of the density")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     numbers: dict[str, Any] = {}
     results: dict[str, Any] = {}
     densities = {}
-    operator = {"params": args.params, "hvp": args.hvp}
+    operator = {"params": args.params, "hvp": args.hvp, "include_frozen": args.include_frozen}
     for label, model in ctx.models.items():
         eig = hessian_eigen(model, ctx.evaluator, k=args.k, tol=args.tol, max_iter=args.max_iter, seed=args.seed,
                             method=args.method, **operator)

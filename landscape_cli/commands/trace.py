@@ -5,7 +5,7 @@ import argparse
 from typing import Any
 
 from landscape_cli.commands.base import add_analysis_command
-from landscape_cli.commands.hessian import curvature_parent
+from landscape_cli.commands.hessian import api_default, curvature_parent
 from landscape_cli.inputs import Context
 from landscape_cli.output import emit
 from landscape_cli.parsing import positive_float, positive_int, seed_int
@@ -19,16 +19,20 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
+    from landscape import hessian_trace
     from landscape.curvature.functions import TRACE_METHODS
 
     p = add_analysis_command(sub, "trace", func=run, parents=(curvature_parent(),), default_models=["global"],
                              nmodels=(1, None), help="Hessian trace (Hutchinson or Hutch++) with its standard error")
-    p.add_argument("--method", default="hutchinson", choices=TRACE_METHODS,
+    p.add_argument("--method", default=api_default(hessian_trace, "method"), choices=TRACE_METHODS,
                    help="hutchinson (Rademacher probes) or hutch++ (low-rank part plus Hutchinson on the rest)")
-    p.add_argument("--tol", type=positive_float, default=1e-3, help="stop at stderr <= tol |trace|")
-    p.add_argument("--max-iter", type=positive_int, default=100, help="Hessian-vector products at most per model")
-    p.add_argument("--min-samples", type=positive_int, default=10, help="probes before the stopping test")
-    p.add_argument("--seed", type=seed_int, default=0, help="seed of the probes")
+    p.add_argument("--tol", type=positive_float, default=api_default(hessian_trace, "tol"),
+                   help="stop at stderr <= tol |trace|")
+    p.add_argument("--max-iter", type=positive_int, default=api_default(hessian_trace, "max_iter"),
+                   help="Hessian-vector products at most per model")
+    p.add_argument("--min-samples", type=positive_int, default=api_default(hessian_trace, "min_samples"),
+                   help="probes before the stopping test")
+    p.add_argument("--seed", type=seed_int, default=api_default(hessian_trace, "seed"), help="seed of the probes")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {}
     for label, model in ctx.models.items():
         tr = hessian_trace(model, ctx.evaluator, tol=args.tol, max_iter=args.max_iter, seed=args.seed,
-                           method=args.method, min_samples=args.min_samples, params=args.params, hvp=args.hvp)
+                           method=args.method, min_samples=args.min_samples, params=args.params, hvp=args.hvp,
+                           include_frozen=args.include_frozen)
         numbers[label] = {"trace": tr.value, "stderr": tr.stderr, "method": tr.method, "converged": tr.converged,
                           "hvps": tr.matvecs}
         results[f"{label} trace"] = tr
