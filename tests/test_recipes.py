@@ -37,8 +37,12 @@ def test_recipe_is_a_valid_run_configuration(name, data_root, tmp_path, monkeypa
     """fl.run accepts every setting (option names and values are checked); round 0 only.
     Recipes on data sets that are not embedded are checked on MNIST-1D with its MLP."""
     monkeypatch.setenv("LANDSCAPE_DATA", str(data_root))
-    settings = dict(RECIPES[name].settings)
-    settings.update(dataset="mnist1d", model="mnist1d_mlp", rounds=0)
-    run = fl.run(**settings, out=tmp_path / "run", device="cpu")
+    if RECIPES[name].settings["dataset"] == "mnist1d":  # through fl.run's recipe argument
+        run = fl.run(recipe=name, rounds=0, out=tmp_path / "run", device="cpu")
+        assert run.config["recipe"] == name and run.config["model"] == RECIPES[name].settings["model"]
+    else:
+        settings = dict(RECIPES[name].settings)
+        settings.update(dataset="mnist1d", model="mnist1d_mlp", rounds=0)
+        run = fl.run(**settings, out=tmp_path / "run", device="cpu")
     for key in ("clients", "local_epochs", "batch_size", "lr", "partition", "participation"):
         assert run.config[key] == RECIPES[name].settings[key], key
