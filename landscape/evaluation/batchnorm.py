@@ -11,7 +11,7 @@ Three modes (``EvaluatorOptions.bn``), recorded in every result and cache key:
   average over ``bn_batches`` batches of ``bn_data`` in train mode, then the model is evaluated
   in eval mode (the "BN reset" used in mode-connectivity work).
 
-Models without BatchNorm behave the same in every mode.
+Models without BatchNorm behave the same in every mode. When to use which: ``docs/batchnorm.md``.
 """
 from __future__ import annotations
 

@@ -30,7 +30,15 @@ from torch.nn import functional as F
 
 
 class ClassMetrics:
-    """Summed cross-entropy and number of correct predictions of class-index targets."""
+    """Summed cross-entropy and number of correct predictions of class-index targets.
+
+    Calling an instance on ``(logits, y)`` scores one batch (see ``__call__``).
+
+    Parameters
+    ----------
+    num_classes
+        Number of classes C (the logits' last dimension).
+    """
 
     def __init__(self, num_classes: int):
         self.num_classes = num_classes
@@ -39,7 +47,14 @@ class ClassMetrics:
 
     def prepare(self, targets: Sequence[torch.Tensor]) -> None:
         """Precompute, per target tensor (kept alive by the caller), the gather index of
-        the labels in the class-major layout and the mask of the classes before each label."""
+        the labels in the class-major layout and the mask of the classes before each label.
+
+        Parameters
+        ----------
+        targets
+            The class-index target tensors of the batches to be scored (identified by their
+            storage, so they must stay alive).
+        """
         for y in targets:
             n = y.shape[0]
             classes = torch.arange(self.num_classes, device=y.device)[:, None]
@@ -55,7 +70,20 @@ class ClassMetrics:
     def __call__(self, logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(summed loss as float64, correct count as float64) of ``(N, C)`` logits, or None
         when ``y`` was not prepared or the loss is not finite (then the caller's row-major
-        path decides)."""
+        path decides).
+
+        Parameters
+        ----------
+        logits
+            ``(N, C)`` logits of one batch (class-major strides avoid a transpose).
+        y
+            The batch's prepared class-index targets.
+
+        Returns
+        -------
+        tuple of torch.Tensor or None
+            Summed cross-entropy and correct count, or None.
+        """
         if (y.data_ptr(), y.shape[0]) not in self._prepared or logits.ndim != 2:
             return None
         cols = logits.t()
@@ -67,7 +95,20 @@ class ClassMetrics:
     def scores(self, cols: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``(M, 2)`` float64 (summed loss, correct count) of ``M`` points' class-major
         logits ``cols`` ``(M, C, N)`` for prepared targets ``y``; a point whose logits are
-        not all finite may get a non-finite or wrong row (check the loss column)."""
+        not all finite may get a non-finite or wrong row (check the loss column).
+
+        Parameters
+        ----------
+        cols
+            ``(M, C, N)`` class-major logits of M points on one batch.
+        y
+            The batch's prepared class-index targets (see :meth:`prepare`).
+
+        Returns
+        -------
+        torch.Tensor
+            ``(M, 2)`` float64: summed cross-entropy and number of correct predictions.
+        """
         index, before = self._prepared[(y.data_ptr(), y.shape[0])]
         m = cols.shape[0]
         loss = F.cross_entropy(cols, y.expand(m, -1), reduction="none").sum(1, dtype=torch.float64)
@@ -85,7 +126,21 @@ def install_class_major_head(module: nn.Module, x: torch.Tensor) -> str | None:
     A fixed rule, not a timing, so that results never depend on machine load: on the
     development CPU (MKL, AVX2) ``W @ x^T + b`` took 85 us against 253 us for ``F.linear``
     on 1,797 x 64 inputs and 10 classes, and it spares :class:`ClassMetrics` a transpose.
-    Meant for a private copy of the model: the override stays for the copy's lifetime."""
+    Meant for a private copy of the model: the override stays for the copy's lifetime.
+
+    Parameters
+    ----------
+    module
+        The model (a private copy: its output layer's ``forward`` is overridden).
+    x
+        A sample input batch, run once to find the layer whose output is the model's.
+
+    Returns
+    -------
+    str or None
+        Name of the overridden ``nn.Linear``, or None when no single plain ``nn.Linear``
+        produces the output.
+    """
     found = _output_linear(module, x)
     if found is None:
         return None

@@ -20,7 +20,18 @@ DEFAULT_BATCH_SIZE = 1024
 
 @dataclass(frozen=True)
 class DeviceData:
-    """Batches on the device, their sample count and a fingerprint of the bytes."""
+    """Batches on the device, their sample count and a fingerprint of the bytes.
+
+    Attributes
+    ----------
+    batches
+        ``(x, y)`` batches, resident on the evaluation device.
+    num_samples
+        Total number of samples.
+    fingerprint
+        First 32 hexadecimal digits of a SHA-256 over the dtypes, shapes and bytes of every
+        batch (as given, before any cast), for the cache key.
+    """
 
     batches: tuple[tuple[torch.Tensor, torch.Tensor], ...]
     num_samples: int
@@ -29,7 +40,34 @@ class DeviceData:
 
 def prepare_data(data: Any, device: torch.device, dtype: torch.dtype,
                  batch_size: int | None = None, max_batches: int | None = None) -> DeviceData:
-    """Materialise ``data`` as device-resident batches (inputs cast to ``dtype`` if floating)."""
+    """Materialise ``data`` as device-resident batches (inputs cast to ``dtype`` if floating).
+
+    Parameters
+    ----------
+    data
+        A ``DataLoader``, a ``Dataset`` of ``(input, target)`` pairs, or a tuple
+        ``(inputs, targets)`` of tensors.
+    device
+        Where the batches live.
+    dtype
+        Floating-point inputs and targets are cast to it.
+    batch_size
+        Batch size for datasets and tensor pairs (default :data:`DEFAULT_BATCH_SIZE`; a
+        ``DataLoader`` keeps its own).
+    max_batches
+        Keep only the first this many batches.
+
+    Returns
+    -------
+    DeviceData
+        The batches, the sample count and the fingerprint.
+
+    Raises
+    ------
+    DataError
+        If the data are empty, of an unusable type, not ``(inputs, targets)`` tensor pairs,
+        of mismatched lengths, or hold NaN or infinite values.
+    """
     cpu_batches = list(_iter_batches(data, batch_size))
     if max_batches is not None:
         cpu_batches = cpu_batches[:max_batches]
@@ -92,7 +130,22 @@ def _pair(item: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def check_targets(outputs: torch.Tensor, targets: torch.Tensor, loss: str) -> None:
-    """Fail early on labels that do not fit the model's outputs."""
+    """Fail early on labels that do not fit the model's outputs.
+
+    Parameters
+    ----------
+    outputs
+        The model's outputs on a batch, classes on the last dimension.
+    targets
+        The batch's targets.
+    loss
+        The loss name; integer labels are checked for ``cross_entropy``, ``nll`` and ``mse``.
+
+    Raises
+    ------
+    DataError
+        If an integer label lies outside ``[0, C - 1]`` for ``C`` outputs.
+    """
     if loss in ("cross_entropy", "nll", "mse") and not torch.is_floating_point(targets):
         classes = outputs.shape[-1]
         lo, hi = int(targets.min()), int(targets.max())
@@ -102,5 +155,18 @@ def check_targets(outputs: torch.Tensor, targets: torch.Tensor, loss: str) -> No
 
 
 def split_batches(batches: Sequence[tuple[torch.Tensor, torch.Tensor]], n: int):
-    """The first ``n`` batches (all if ``n`` is None)."""
+    """The first ``n`` batches (all if ``n`` is None).
+
+    Parameters
+    ----------
+    batches
+        ``(x, y)`` batches.
+    n
+        How many to keep, or None for all.
+
+    Returns
+    -------
+    tuple
+        The kept batches.
+    """
     return tuple(batches if n is None else batches[:n])

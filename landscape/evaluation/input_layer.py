@@ -39,7 +39,31 @@ LAYER_TYPES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 class InputLayerShortcut:
     """Replaces the forward of the qualifying input layers of ``module`` (the evaluator's
     private flat-view copy) by the expansion for the points ``origin + coeffs @ directions``;
-    ``set(coeffs)`` selects the point before each forward pass."""
+    ``set(coeffs)`` selects the point before each forward pass.
+
+    Nothing is installed when the layers' ``k + 2`` outputs per batch exceed ``budget_bytes``
+    (then :attr:`active` is False).
+
+    Parameters
+    ----------
+    module
+        The evaluator's private copy of the model (its layers' ``forward`` is overridden).
+    space
+        Its parameter space (to find each layer's weights in the flat vectors).
+    batches
+        The device-resident ``(x, y)`` batches; the expansion holds only for these tensors.
+    origin
+        Flat vector of the point set's origin.
+    directions
+        ``(k, D)`` directions of the point set.
+    budget_bytes
+        Memory the precomputed outputs and partial sums may take.
+
+    Attributes
+    ----------
+    layers
+        Names of the expanded layers.
+    """
 
     def __init__(self, module: nn.Module, space: ParameterSpace, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
                  origin: torch.Tensor, directions: torch.Tensor, budget_bytes: int):
@@ -62,10 +86,18 @@ class InputLayerShortcut:
 
     @property
     def active(self) -> bool:
+        """Whether any layer is expanded."""
         return bool(self._restore)
 
     def set(self, coeffs: Sequence[float] | None) -> None:
-        """Coefficients of the point the next forward passes evaluate (None: no shortcut)."""
+        """Coefficients of the point the next forward passes evaluate (None: no shortcut).
+
+        Parameters
+        ----------
+        coeffs
+            The point's ``k`` coefficients over the directions, or None to run the layers'
+            own forward (at the weights the module holds).
+        """
         self._coeffs = None if coeffs is None else list(coeffs)
 
     def remove(self) -> None:

@@ -33,6 +33,11 @@ def per_sample_loss_fn(loss: str | LossFn) -> LossFn:
     -------
     callable
         ``(outputs, targets) -> tensor of shape (batch,)``.
+
+    Raises
+    ------
+    ConfigError
+        If ``loss`` is neither a known name nor callable.
     """
     if callable(loss):
         return loss

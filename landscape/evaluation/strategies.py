@@ -34,7 +34,20 @@ Batches = Sequence[tuple[torch.Tensor, torch.Tensor]]
 
 
 def maybe_compile(fn: Callable[..., torch.Tensor], compile: bool | str) -> Callable[..., torch.Tensor]:
-    """``torch.compile(fn)`` when asked (``True`` or a backend name), else ``fn``."""
+    """``torch.compile(fn)`` when asked (``True`` or a backend name), else ``fn``.
+
+    Parameters
+    ----------
+    fn
+        The function to compile.
+    compile
+        ``False`` (no compilation), ``True`` (default backend) or a backend name.
+
+    Returns
+    -------
+    callable
+        The compiled function, or ``fn`` itself.
+    """
     if compile is False:
         return fn
     return torch.compile(fn, **({} if compile is True else {"backend": compile}))
@@ -101,7 +114,18 @@ class LoopStrategy:
         return module, flat
 
     def outputs(self, x: torch.Tensor) -> torch.Tensor:
-        """The logits of the current point on inputs ``x``."""
+        """The logits of the current point on inputs ``x``.
+
+        Parameters
+        ----------
+        x
+            A batch of inputs on the device.
+
+        Returns
+        -------
+        torch.Tensor
+            The selected output (see :func:`~landscape.evaluation.scoring.select_output`).
+        """
         return select_output(self.module(x), self.output)
 
     def sums(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> torch.Tensor:
@@ -134,7 +158,15 @@ class LoopStrategy:
         return torch.stack(sums).view(len(vecs), -1, 2).sum(1)
 
     def set_point(self, vec: torch.Tensor, coeffs: list[float]) -> None:
-        """Load a point into the flat copy (and its coefficients into the input-layer shortcut)."""
+        """Load a point into the flat copy (and its coefficients into the input-layer shortcut).
+
+        Parameters
+        ----------
+        vec
+            The point's flat vector on the device, in the evaluation dtype.
+        coeffs
+            Its coefficients over the point set's directions.
+        """
         self.flat.copy_(vec)
         if self.shortcut is not None:
             self.shortcut.set(coeffs)
@@ -191,7 +223,18 @@ class VmapStrategy:
         self.vmapped = maybe_compile(vmap(metrics, in_dims=(0, None, None)), compile)
 
     def sums(self, vecs: torch.Tensor) -> torch.Tensor:
-        """Per-point (summed loss, correct) of ``(P, D)`` device vectors, as ``(P, 2)`` float64."""
+        """Per-point (summed loss, correct) of ``(P, D)`` device vectors, as ``(P, 2)`` float64.
+
+        Parameters
+        ----------
+        vecs
+            ``(P, D)`` flat vectors on the device, in the evaluation dtype.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(P, 2)`` float64 sums over all batches.
+        """
         params = self.space.unflatten(vecs)
         out = torch.zeros(len(vecs), 2, device=vecs.device, dtype=torch.float64)
         for x, y in self.batches:

@@ -9,7 +9,16 @@ class LandscapeError(Exception):
 
 
 class CheckpointError(LandscapeError):
-    """A checkpoint file cannot be read safely (corrupt, truncated, pickled objects, unknown format)."""
+    """A checkpoint file cannot be read safely (corrupt, truncated, pickled objects, unknown format).
+
+    Parameters
+    ----------
+    path
+        The checkpoint (or what the state came from); kept as ``self.path`` (a string).
+    problem
+        What is wrong and what to do, kept as ``self.problem``; the message is
+        ``"<path>: <problem>"``.
+    """
 
     def __init__(self, path: object, problem: str):
         self.path = str(path)
@@ -18,7 +27,19 @@ class CheckpointError(LandscapeError):
 
 
 class ArchitectureMismatchError(LandscapeError):
-    """A state_dict does not fit the template module."""
+    """A state_dict does not fit the template module.
+
+    Parameters
+    ----------
+    missing
+        Template keys absent from the state (kept as ``self.missing``).
+    unexpected
+        State keys the template does not have (``self.unexpected``).
+    wrong_shape
+        ``(key, expected shape, found shape)`` triples (``self.wrong_shape``).
+    source
+        What the state came from (a path, a class name), for the message.
+    """
 
     def __init__(self, missing: Sequence[str], unexpected: Sequence[str],
                  wrong_shape: Sequence[tuple[str, tuple, tuple]], source: str = "state_dict"):
@@ -38,7 +59,15 @@ class ArchitectureMismatchError(LandscapeError):
 
 
 class NonFiniteWeightsError(LandscapeError):
-    """A model contains NaN or infinite weights."""
+    """A model contains NaN or infinite weights.
+
+    Parameters
+    ----------
+    names
+        The tensors holding NaN or infinite values (kept as ``self.names``).
+    source
+        What the model came from, for the message.
+    """
 
     def __init__(self, names: Sequence[str], source: str = "model"):
         self.names = list(names)
@@ -55,7 +84,15 @@ class CacheError(LandscapeError):
 
 
 class FileWriteError(LandscapeError):
-    """A file cannot be written: full disk, read-only location, or a link where a file or folder belongs."""
+    """A file cannot be written: full disk, read-only location, or a link where a file or folder belongs.
+
+    Parameters
+    ----------
+    path
+        The file that could not be written (kept as ``self.path``, a string).
+    problem
+        What went wrong and what to do (``self.problem``); the message is ``"<path>: <problem>"``.
+    """
 
     def __init__(self, path: object, problem: str):
         self.path = str(path)

@@ -1,9 +1,8 @@
 """Sharding of independent work units over local processes, Ray or Dask.
 
-A *shard* is a picklable payload handed to a module-level function ``fn(payload)`` in a
-worker: a contiguous block of grid or path points, a model whose curvature is wanted, or
-one client update of an FL round. :func:`iter_shards` / :func:`run_shards` run them on a
-:class:`Backend`:
+A *shard* is a picklable payload handed to a module-level function ``fn(payload)`` in a worker: a
+contiguous block of grid or path points, a model whose curvature is wanted, or one client update of
+an FL round. :func:`iter_shards` / :func:`run_shards` run them on a :class:`Backend`:
 
 * ``"local"``: in this process, one shard after another (joblib's sequential backend);
 * ``"loky"`` / ``"processes"``: a pool of ``n_jobs`` local worker processes;
@@ -14,20 +13,15 @@ one client update of an FL round. :func:`iter_shards` / :func:`run_shards` run t
   temporary local cluster of ``n_jobs`` processes;
 * any other registered joblib backend name (``"threading"``, ...).
 
-Guarantees: every shard's result depends only on its payload (seeds travel inside the
-payload, never per worker), so all back ends give the same numbers up to floating-point
-round-off (workers may use a different number of BLAS threads than this process). Only the
-calling process writes the HDF5 cache: workers get no cache, the caller stores each shard
-as it arrives, so an interrupted run resumes with the missing shards only. A shard whose
-function raises, or whose worker dies, is retried up to ``retries`` times (in a joblib pool
-a dead worker aborts the pool, so every unfinished shard of that pass counts one attempt;
-with Ray only the dead worker's task does).
+Guarantees (``docs/distributed.md``): a shard's result depends only on its payload (seeds travel
+inside it, never per worker), so all back ends give the same numbers up to floating-point
+round-off; only the calling process writes the HDF5 cache, storing each shard as it arrives, so an
+interrupted run resumes with the missing shards only; a shard whose function raises or whose worker
+dies is retried up to ``retries`` times (a dead worker aborts a joblib pool, so every unfinished
+shard of that pass counts one attempt; with Ray only its own task does).
 
-Devices: ``devices=["cuda:0", "cuda:1"]`` gives each worker process one entry, claimed
-round-robin on first use through lock files on the worker's machine (a worker keeps its
-device for life; with more workers than devices they share). With Ray, request GPUs per
-task instead (``ray_remote_args={"num_gpus": 1}``): Ray sets ``CUDA_VISIBLE_DEVICES`` and the
-worker's ``"cuda"`` is its own GPU.
+Devices: ``devices=["cuda:0", "cuda:1"]`` gives each worker process one, claimed round-robin through
+lock files and kept for life; with Ray, request GPUs per task (``ray_remote_args={"num_gpus": 1}``).
 """
 from __future__ import annotations
 
@@ -62,11 +56,19 @@ class ShardError(LandscapeError):
 
 @dataclass(frozen=True)
 class Backend:
-    """Where shards run. ``name``: ``local`` | ``loky`` | ``processes`` | ``ray`` | ``dask`` or a
-    joblib backend name; ``n_jobs`` workers (-1: all CPUs of the pool or cluster);
-    ``retries`` extra attempts per failed shard; ``devices`` one per worker (round-robin);
-    ``address`` of a Ray or Dask cluster to attach to; ``ray_remote_args`` for Ray tasks
-    (e.g. ``{"num_gpus": 0.5}``); ``options`` passed to ``joblib.parallel_config``."""
+    """Where shards run; the fields are checked on construction (:class:`ConfigError`).
+
+    Attributes
+    ----------
+    name
+        ``local`` | ``loky`` | ``processes`` | ``ray`` | ``dask`` or a joblib backend name.
+    n_jobs, retries
+        Number of workers (-1: all CPUs of the pool or cluster); extra attempts per failed shard.
+    devices, address
+        One device per worker (claimed round-robin) or None; a Ray or Dask cluster to attach to.
+    ray_remote_args, options
+        Options of the Ray tasks (e.g. ``{"num_gpus": 0.5}``) and of ``joblib.parallel_config``.
+    """
 
     name: str = "local"
     n_jobs: int = 1
@@ -90,6 +92,7 @@ class Backend:
 
     @property
     def joblib_name(self) -> str:
+        """The joblib backend that runs ``name`` (``local`` is ``sequential``, ``processes`` ``loky``)."""
         return PROCESS_ALIASES.get(self.name, self.name)
 
     @property
@@ -101,7 +104,17 @@ class Backend:
 
 
 def as_backend(backend: Backend | str | None = None, **overrides: Any) -> Backend:
-    """A :class:`Backend` from a name or an existing one, with non-None ``overrides`` applied."""
+    """A :class:`Backend` from a name or an existing one, with non-None ``overrides`` applied.
+
+    Parameters
+    ----------
+    backend, overrides
+        A :class:`Backend` or a name (None: ``"local"``); :class:`Backend` fields to replace.
+
+    Returns
+    -------
+    Backend
+    """
     given = {k: v for k, v in overrides.items() if v is not None}
     if isinstance(backend, Backend):
         return Backend(**{**backend.__dict__, **given})
@@ -115,12 +128,27 @@ _RUNNING = threading.local()         # .device: the device of the shard running 
 
 
 def current_device() -> str | None:
-    """The device assigned to the shard running in this thread (None outside a device-assigning back end)."""
+    """The device assigned to the shard running in this thread (None outside a device-assigning back end).
+
+    Returns
+    -------
+    str or None
+    """
     return getattr(_RUNNING, "device", None)
 
 
 def worker_device(default: str | torch.device = "auto") -> str:
-    """The device assigned to the current worker by the backend, else ``default``."""
+    """The device assigned to the current worker by the backend, else ``default``.
+
+    Parameters
+    ----------
+    default
+        Returned (as a string) outside a device-assigning back end.
+
+    Returns
+    -------
+    str
+    """
     device = current_device()
     return device if device is not None else str(default)
 
@@ -238,9 +266,20 @@ def iter_shards(fn: Callable[[Any], Any], payloads: Sequence[Any],
                 backend: Backend | str | None = None, **overrides: Any) -> Iterator[tuple[int, Any]]:
     """Yield ``(index, fn(payloads[index]))`` as shards finish (any order), retrying failures.
 
-    ``fn`` must be importable by the workers (a module-level function). ``overrides`` are
-    :class:`Backend` fields (``n_jobs=``, ``retries=``, ``devices=``, ...). Raises
-    :class:`ShardError` when a shard still fails after ``retries`` extra attempts.
+    Parameters
+    ----------
+    fn, payloads, backend, overrides
+        A module-level function, one payload per shard, and a :class:`Backend` or a name with
+        :class:`Backend` fields to replace (``n_jobs=``, ``retries=``, ``devices=``, ...).
+
+    Yields
+    ------
+    tuple of (int, object)
+
+    Raises
+    ------
+    ShardError
+        If a shard still fails after ``retries`` extra attempts.
     """
     backend = as_backend(backend, **overrides)
     run_pass = _ray_pass if backend.name == "ray" else _joblib_pass
@@ -273,7 +312,17 @@ def iter_shards(fn: Callable[[Any], Any], payloads: Sequence[Any],
 
 def run_shards(fn: Callable[[Any], Any], payloads: Sequence[Any],
                backend: Backend | str | None = None, **overrides: Any) -> list[Any]:
-    """``[fn(p) for p in payloads]`` computed on ``backend`` (see :func:`iter_shards`)."""
+    """``[fn(p) for p in payloads]`` computed on ``backend`` (see :func:`iter_shards`).
+
+    Parameters
+    ----------
+    fn, payloads, backend, overrides
+        As for :func:`iter_shards`.
+
+    Returns
+    -------
+    list
+    """
     out: list[Any] = [None] * len(payloads)
     for index, value in iter_shards(fn, payloads, backend, **overrides):
         out[index] = value
@@ -284,7 +333,17 @@ def run_shards(fn: Callable[[Any], Any], payloads: Sequence[Any],
 def to_device(obj: Any, device: str | torch.device) -> Any:
     """``obj`` with every tensor, module and ``torch.device`` inside dicts, lists, tuples and
     dataclasses moved to ``device``; other values (generators, numbers) are kept as they are.
-    Modules are copied before moving, never moved in place."""
+    Modules are copied before moving, never moved in place.
+
+    Parameters
+    ----------
+    obj, device
+        Any value, and the device to move its tensors to.
+
+    Returns
+    -------
+    object
+    """
     device = torch.device(device)
     if isinstance(obj, torch.Tensor):
         return obj.to(device)
@@ -307,7 +366,13 @@ def to_device(obj: Any, device: str | torch.device) -> Any:
 
 @dataclass(frozen=True)
 class Call:
-    """``fn(*args)``: ``fn`` a module-level function or a bound method of a picklable object."""
+    """``fn(*args)``: ``fn`` a module-level function or a bound method of a picklable object.
+
+    Attributes
+    ----------
+    fn, args
+        The function and its positional arguments.
+    """
 
     fn: Callable[..., Any]
     args: tuple[Any, ...]
@@ -315,7 +380,17 @@ class Call:
 
 def call_on_worker(call: Call) -> Any:
     """Run a :class:`Call` in a worker; when the backend assigned the worker a device, the
-    arguments are moved there and the result back to the CPU."""
+    arguments are moved there and the result back to the CPU.
+
+    Parameters
+    ----------
+    call
+        The function and its arguments.
+
+    Returns
+    -------
+    object
+    """
     device = current_device()
     if device is None:
         return call.fn(*call.args)
@@ -329,6 +404,15 @@ def map_calls(fn: Callable[..., Any], args_list: Sequence[tuple[Any, ...]],
     The FL client updates of a round: ``map_calls(algorithm.client_update, [(ctx,) for ctx
     in contexts], "ray")``. Each call must be a pure function of its arguments (seeded
     generators travel inside them), so every back end returns the same results.
+
+    Parameters
+    ----------
+    fn, args_list, backend, overrides
+        The function, one argument tuple per call, and the back end (as for :func:`iter_shards`).
+
+    Returns
+    -------
+    list
     """
     return run_shards(call_on_worker, [Call(fn, tuple(args)) for args in args_list], backend, **overrides)
 
