@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench docs clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,5 +24,15 @@ bench: install
 	$(PIP) install -c constraints.txt -e ".[bench]"
 	$(PY) benchmarks/run_all.py
 
+# Documentation: installs the docs extra once, then builds docs/ strictly (a broken link fails).
+DOCS_SITE ?= site
+
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml constraints.txt
+	$(PIP) install -c constraints.txt -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	$(VENV)/bin/mkdocs build --strict --quiet -d $(DOCS_SITE)
+
 clean:
-	rm -rf $(VENV) report
+	rm -rf $(VENV) report $(DOCS_SITE)

@@ -2,8 +2,8 @@
 
 Two FedAvg runs on the paper's cross-silo setting (10 clients, full participation, #C = 2
 class shards per client, SGD with momentum 0.9), one with a constant client learning rate
-and one with round-exponential decay ``lr_r = lr (1 - gamma)^(r - 1)`` (reference/ima.md
-section 2.6, Figs. 2-4). Every round, from that round's client checkpoints and data:
+and one with round-exponential decay ``lr_r = lr (1 - gamma)^(r - 1)`` (docs/methods/ima.md,
+IMA Sec. 5.3, Figs. 2-4). Every round, from that round's client checkpoints and data:
 
 * Theorem 1 terms over the union D of the client data (softmax outputs vs one-hot
   targets, squared L2): bias = TrainBias + HeterBias + cross (one realisation per client,

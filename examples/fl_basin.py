@@ -2,7 +2,7 @@
 
 An FL run (FedAvg, non-IID: ``#C = 2`` class shards per client by default, or Dirichlet)
 stores every round's client and global models. For an early, a middle and the final round
-(reference/ima.md sections 1.3-1.4, claims C1-C3):
+(IMA Fig. 1 and Sec. 4, claims C1-C3 of docs/methods/ima.md):
 
 * the plane through three client models of that round (Garipov construction, test loss),
   with the real global model projected onto it (off-plane distance reported) and the

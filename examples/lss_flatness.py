@@ -1,6 +1,6 @@
 """Local Superior Soups on digits: flatness of the global model and connectivity of the soups.
 
-LSS (reference/lss.md) trains on every client a pool ("soup") of models with random
+LSS (docs/methods/lss.md) trains on every client a pool ("soup") of models with random
 interpolation, an affinity term towards the received model and a diversity term between
 members, and uploads the pool's average. This example runs LSS and FedAvg on the same
 partition (5 clients, Dirichlet 1.0 as in the paper's label-shift setting) and reports:

@@ -1,6 +1,6 @@
 """FedGuCci Sec. 3 on MNIST-1D (or digits): transitivity of linear mode connectivity (central training).
 
-Protocol (reference/fedgucci.md section 2): an anchor is trained with plain cross-entropy;
+Protocol (FedGuCci Sec. 3.1, docs/methods/fedgucci.md): an anchor is trained with plain cross-entropy;
 then a pool of models, each from its OWN random initialisation, is trained twice with the
 same initialisation and data order: vanilla (cross-entropy) and with the connectivity
 loss to the fixed anchor (Eq. 8: ``CE(w) + beta * CE(alpha w + (1 - alpha) w_anc)``,

@@ -1,4 +1,4 @@
-"""IMA loss decomposition (Theorem 1, reference/ima.md section 2.7) against rounds.
+"""IMA loss decomposition (Theorem 1, docs/methods/ima.md) against rounds.
 
 Input: ``[(round, decomposition), ...]`` where each decomposition has the attributes of
 :class:`landscape.curvature_results.Decomposition` (bias, train_bias, heter_bias, cross,

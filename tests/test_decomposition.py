@@ -51,7 +51,7 @@ def numpy_probs(state: dict[str, torch.Tensor], x: np.ndarray) -> np.ndarray:
 
 
 def numpy_decomposition(xs, ys, models, weights=None) -> dict[str, float]:
-    """Straight transcription of reference/ima.md section 2.7 with explicit loops."""
+    """Straight transcription of Theorem 1 (docs/methods/ima.md) with explicit loops."""
     samples = {}
     for k, (x, y) in enumerate(zip(xs, ys)):
         for xi, yi in zip(x, y):

@@ -34,7 +34,7 @@ splits the run's ``local_epochs`` of mini-batches (drawn exactly as FedAvg draws
 ``members`` consecutive chunks, one per member: LSS then takes exactly FedAvg's number of
 gradient steps on the same batches (a compute-matched comparison, one gradient per step).
 
-``pool_seed`` (reference/lss.md §1.2): ``"anchor_trained"`` (default, the official code's
+``pool_seed`` (docs/methods/lss.md): ``"anchor_trained"`` (default, the official code's
 reading): ``members`` trained models, the first a trainable copy of ``f_p`` (task loss and
 affinity only, there are no other members yet); ``"anchor_frozen"`` (Algorithm 1 read
 literally): the frozen ``f_p`` is pool member 0 and is part of the interpolation and of the

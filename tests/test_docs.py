@@ -1,0 +1,133 @@
+"""Every documentation pointer in the repository leads to a file that exists in it.
+
+Docstrings, verdict references, examples and pages mention ``docs/<page>.md``; users have only
+the repository, so each such page must exist, Markdown links between pages must resolve, and
+nothing may point at specification files that are not shipped. The command-line page must be
+what ``scripts/cli_help.py`` generates from the parsers today.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: folders that are not part of the repository's sources (environments, outputs, caches; hidden
+#: folders such as other virtual environments are skipped too)
+SKIP_DIRS = {".git", ".venv", "venv", "runs", "site", "report", "examples_out", "build", "dist",
+             "__pycache__", ".pytest_cache", ".hypothesis", "node_modules"}
+#: ``docs/xxx.md`` anywhere in a text (a docstring, a verdict's reference, a page)
+DOC_MENTION = re.compile(r"(?<![\w./-])docs/[\w./-]+?\.md\b")
+#: relative Markdown links between pages: ``[text](page.md)`` or ``[text](page.md#anchor)``
+MD_LINK = re.compile(r"\]\(([^)#\s]+\.md)(?:#[^)\s]*)?\)")
+#: pointers to files outside the repository (the spec folder, the shared contract)
+FORBIDDEN = [re.compile(p) for p in (r"\.\./" + "shared", r"shared/" + "API\\.md",
+                                    r"(?<![\w/-])" + "reference/" + r"[\w.-]+\.md")]
+
+
+def source_files() -> list[Path]:
+    """Python and Markdown files of the repository (environments and outputs excluded).
+
+    Returns
+    -------
+    list[Path]
+        Sorted paths under the repository root.
+    """
+    found = []
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith(".") and not d.endswith(".egg-info")
+                   and d != "site-packages"]
+        found += [Path(folder) / f for f in files if f.endswith((".py", ".md"))]
+    return sorted(found)
+
+
+def test_source_files_are_found() -> None:
+    names = {p.relative_to(ROOT).as_posix() for p in source_files()}
+    assert {"README.md", "landscape/__init__.py", "fl/algorithms/fedgucci.py", "docs/index.md"} <= names
+
+
+def test_every_docs_mention_exists() -> None:
+    this = Path(__file__).resolve()
+    missing = []
+    for path in source_files():
+        if path.resolve() == this:  # its own examples of bad pointers
+            continue
+        for mention in DOC_MENTION.findall(path.read_text(encoding="utf-8", errors="replace")):
+            if not (ROOT / mention).is_file():
+                missing.append(f"{path.relative_to(ROOT)}: {mention}")
+    assert not missing, "pointers to missing pages:\n" + "\n".join(missing)
+
+
+def test_markdown_links_resolve() -> None:
+    broken = []
+    for path in source_files():
+        if path.suffix != ".md":
+            continue
+        for target in MD_LINK.findall(path.read_text(encoding="utf-8")):
+            if "://" not in target and not (path.parent / target).resolve().is_file():
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_no_pointer_outside_the_repository() -> None:
+    this = Path(__file__).resolve()
+    offending = []
+    for path in source_files():
+        if path.resolve() == this:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if any(p.search(line) for p in FORBIDDEN):
+                offending.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
+    assert not offending, "pointers outside the repository:\n" + "\n".join(offending)
+
+
+def test_checks_catch_what_they_should() -> None:
+    """The patterns match the mistakes they exist for (and not the pages' own names)."""
+    text = "see docs/methods/nowhere.md and docs/barriers.md; docs/api.md#x"
+    assert DOC_MENTION.findall(text) == ["docs/methods/nowhere.md", "docs/barriers.md", "docs/api.md"]
+    assert not (ROOT / "docs/methods/nowhere.md").exists()
+    bad = ["See `../" + "shared/API.md`", "reference/" + "ima.md section 1.4", "the shared/" + "API.md contract"]
+    assert all(any(p.search(b) for p in FORBIDDEN) for b in bad)
+    assert not any(p.search("docs/methods/fedgucci.md; reference=...") for p in FORBIDDEN)
+    assert MD_LINK.findall("[a](barriers.md#group) [b](https://x.org/y.md) [c](api.md)") == \
+        ["barriers.md", "https://x.org/y.md", "api.md"]
+
+
+def test_verdict_references_name_existing_pages() -> None:
+    from landscape.claims import checks
+
+    text = Path(checks.__file__).read_text(encoding="utf-8")
+    references = re.findall(r'reference="([^"]+)"', text)
+    assert references, "the claim checks lost their references"
+    for reference in references:
+        pages = DOC_MENTION.findall(reference)
+        assert pages and all((ROOT / p).is_file() for p in pages), reference
+
+
+def test_cli_page_is_generated_from_the_parsers() -> None:
+    spec = importlib.util.spec_from_file_location("cli_help", ROOT / "scripts" / "cli_help.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    old = os.environ.get("COLUMNS")
+    try:
+        expected = module.render()
+    finally:
+        if old is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = old
+    current = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert current == expected, "docs/cli.md is out of date: run .venv/bin/python scripts/cli_help.py"
+    for command in ("fl-run", "landscape path", "landscape plane", "landscape check transitivity"):
+        assert f"## `{command}`" in current
+
+
+@pytest.mark.parametrize("page", ["index.md", "api.md", "barriers.md", "batchnorm.md", "cli.md", "run-folder.md",
+                                  "cache.md", "methods/fedgucci.md", "methods/floco.md", "methods/ima.md",
+                                  "methods/lss.md", "methods/landscape.md"])
+def test_page_is_in_the_site_navigation(page: str) -> None:
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert (ROOT / "docs" / page).is_file() and f" {page}" in nav
