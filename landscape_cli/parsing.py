@@ -7,10 +7,11 @@ every message names the offending option without repeating it here.
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import operator
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 from landscape import ConfigError
 from landscape.infra.devices import resolve_device
@@ -119,3 +120,20 @@ def device_name(text: str) -> str:
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def api_default(function: Callable[..., Any], name: str) -> Any:
+    """The default of a keyword argument of an API function (the flags take the API's defaults).
+
+    Parameters
+    ----------
+    function : Callable
+        E.g. ``landscape.hessian_trace``.
+    name : str
+        The keyword argument.
+
+    Returns
+    -------
+    Any
+    """
+    return inspect.signature(function).parameters[name].default

@@ -16,73 +16,82 @@ from landscape_cli.commands.hessian import lanczos_parent
 from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
 from landscape_cli.output import emit
-from landscape_cli.parsing import (Formatter, Parser, count_at_least_2, finite_float, nonnegative_float, number,
-                                   positive_int, seed_int)
+from landscape_cli.parsing import (Formatter, Parser, api_default, count_at_least_2, finite_float,
+                                   nonnegative_float, number, positive_int, seed_int)
 
 METRICS = ("accuracy", "loss")
 
 
 def register(sub: Any) -> None:
-    """Add ``check`` and its claims to the subcommands.
+    """Add ``check`` and its claims to the subcommands; defaults are those of ``landscape.claims``.
 
     Parameters
     ----------
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
-    from landscape import claims as claims_module
+    from landscape import claims as api
 
     check = sub.add_parser("check", formatter_class=Formatter,
                            help="check a paper claim on your models (exit 0: holds, 1: does not)",
                            description="Check a claim; exit status 0 when it holds, 1 when it fails or is "
                                        "not applicable, 2 on errors.")
     claims = check.add_subparsers(dest="claim", metavar="CLAIM", required=True, parser_class=Parser)
+    fn = api.transitivity
     p = add_analysis_command(claims, "transitivity", func=run, default_models=None, nmodels=(3, 3),
                              help="w1, w2 connected to an anchor => connected to each other (models: W1 W2 ANCHOR)")
     p.add_argument("--baseline", nargs=2, metavar=("V1", "V2"),
                    help="a baseline pair (checkpoints, or run selectors with --run) for the relative reduction")
-    p.add_argument("--threshold", type=nonnegative_float, default=0.05,
+    p.add_argument("--threshold", type=nonnegative_float, default=api_default(fn, "threshold"),
                    help="largest barrier counted as connected (accuracy: relative drop, Eq. 4; loss: Eq. 3)")
-    p.add_argument("--min-reduction", type=finite_float, default=0.1,
+    p.add_argument("--min-reduction", type=finite_float, default=api_default(fn, "min_reduction"),
                    help="with --baseline: smallest relative barrier reduction that supports the claim")
-    p.add_argument("--metric", default="accuracy", choices=METRICS, help="barrier metric")
-    p.add_argument("--alphas", type=count_at_least_2, default=21, help="alphas per path")
+    p.add_argument("--metric", default=api_default(fn, "metric"), choices=METRICS, help="barrier metric")
+    p.add_argument("--alphas", type=count_at_least_2, default=api_default(fn, "alphas"), help="alphas per path")
 
+    fn = api.group_connectivity
     p = add_analysis_command(claims, "group", func=run, default_models=["clients"], nmodels=(2, None),
                              help="the group barrier of the models is small")
-    p.add_argument("--threshold", type=nonnegative_float, default=0.05,
+    p.add_argument("--threshold", type=nonnegative_float, default=api_default(fn, "threshold"),
                    help="largest group barrier counted as connected")
-    p.add_argument("--metric", default="accuracy", choices=METRICS, help="barrier metric (Eq. 10 / 9)")
+    p.add_argument("--metric", default=api_default(fn, "metric"), choices=METRICS,
+                   help="barrier metric (Eq. 10 / 9)")
     p.add_argument("--weights", nargs="+", type=nonnegative_float,
                    help="fusion weights, non-negative, not all zero (normalised); default uniform")
     p.add_argument("--by-size", action="store_true", help="also barriers of random subsets of every size K")
-    p.add_argument("--draws", type=positive_int, default=5, help="subsets per size")
-    p.add_argument("--seed", type=seed_int, default=0, help="seed of the subsets")
+    p.add_argument("--draws", type=positive_int, default=api_default(fn, "draws"), help="subsets per size")
+    p.add_argument("--seed", type=seed_int, default=api_default(fn, "seed"), help="seed of the subsets")
 
+    fn = api.shared_basin
     p = add_analysis_command(claims, "shared-basin", func=run, default_models=["clients", "global"],
                              nmodels=(2, None),
                              help="clients and the global model lie in one basin (models: clients; global from the "
                                   "run or --global)")
     p.add_argument("--global", dest="global_model", metavar="FILE",
                    help="the global model's checkpoint (with --module)")
-    p.add_argument("--plane-kind", default="clients", choices=("clients", "pca"),
+    p.add_argument("--plane-kind", default=api_default(fn, "plane_kind"), choices=("clients", "pca"),
                    help="plane through the first three clients, or the clients' top-2 PCA around the global")
-    p.add_argument("--resolution", type=count_at_least_2, default=21, help="grid points per axis")
-    p.add_argument("--margin", type=nonnegative_float, default=0.2, help="grid margin around the models")
+    p.add_argument("--resolution", type=count_at_least_2, default=api_default(fn, "resolution"),
+                   help="grid points per axis")
+    p.add_argument("--margin", type=nonnegative_float, default=api_default(fn, "margin"),
+                   help="grid margin around the models")
     p.add_argument("--level", type=finite_float,
                    help="sublevel c of the basin (default: highest loss at the clients)")
-    p.add_argument("--barrier-threshold", type=nonnegative_float, default=0.05,
+    p.add_argument("--barrier-threshold", type=nonnegative_float, default=api_default(fn, "barrier_threshold"),
                    help="largest client-global barrier consistent with one basin")
-    p.add_argument("--metric", default="loss", choices=METRICS, help="barrier metric")
-    p.add_argument("--alphas", type=count_at_least_2, default=11, help="alphas per client-global path")
+    p.add_argument("--metric", default=api_default(fn, "metric"), choices=METRICS, help="barrier metric")
+    p.add_argument("--alphas", type=count_at_least_2, default=api_default(fn, "alphas"),
+                   help="alphas per client-global path")
 
-    p = add_analysis_command(claims, "flatter", func=run, parents=(lanczos_parent(claims_module.flatter),), default_models=None,
+    fn = api.flatter
+    p = add_analysis_command(claims, "flatter", func=run, parents=(lanczos_parent(fn),), default_models=None,
                              nmodels=(2, 2), help="model A has a smaller top Hessian eigenvalue than model B "
                                                   "(models: A B)")
-    p.add_argument("--margin", type=number(float, ge=0, lt=1), default=0.0,
+    p.add_argument("--margin", type=number(float, ge=0, lt=1), default=api_default(fn, "margin"),
                    help="A must be below (1 - margin) times B")
     p.add_argument("--density", action="store_true", help="also both spectral densities (and a figure of them)")
-    p.add_argument("--density-iterations", type=positive_int, default=50, help="Lanczos steps of the densities")
+    p.add_argument("--density-iterations", type=positive_int, default=api_default(fn, "density_iterations"),
+                   help="Lanczos steps of the densities")
 
 
 def run(args: argparse.Namespace) -> int:

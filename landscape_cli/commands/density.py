@@ -5,10 +5,10 @@ import argparse
 from typing import Any
 
 from landscape_cli.commands.base import add_analysis_command
-from landscape_cli.commands.hessian import api_default, curvature_parent, density_figures
+from landscape_cli.commands.hessian import curvature_parent, density_figures
 from landscape_cli.inputs import Context
 from landscape_cli.output import emit
-from landscape_cli.parsing import number, positive_float, positive_int, seed_int
+from landscape_cli.parsing import api_default, number, positive_float, positive_int, seed_int
 
 
 def register(sub: Any) -> None:

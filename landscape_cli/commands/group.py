@@ -10,7 +10,7 @@ from landscape import ConfigError
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.output import emit
-from landscape_cli.parsing import count_at_least_2, nonnegative_float, positive_int, seed_int
+from landscape_cli.parsing import api_default, count_at_least_2, nonnegative_float, positive_int, seed_int
 
 
 def register(sub: Any) -> None:
@@ -21,13 +21,17 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
+    from landscape import group_barrier_by_size
+
     p = add_analysis_command(sub, "group", func=run, default_models=["clients"], nmodels=(2, None),
                              help="group barrier of K models around their centroid (FedGuCci Def. 3.6)")
     p.add_argument("--weights", nargs="+", type=nonnegative_float,
                    help="fusion weights, non-negative, not all zero (normalised); default uniform")
     p.add_argument("--by-size", action="store_true", help="also barriers of random subsets of every size K")
-    p.add_argument("--draws", type=positive_int, default=5, help="subsets per size")
-    p.add_argument("--seed", type=seed_int, default=0, help="seed of the random subsets")
+    p.add_argument("--draws", type=positive_int, default=api_default(group_barrier_by_size, "draws"),
+                   help="subsets per size")
+    p.add_argument("--seed", type=seed_int, default=api_default(group_barrier_by_size, "seed"),
+                   help="seed of the random subsets")
     p.add_argument("--matrix", action="store_true", help="also the pairwise barrier matrix")
     p.add_argument("--alphas", type=count_at_least_2, default=11, help="alphas of the pairwise paths (--matrix)")
 

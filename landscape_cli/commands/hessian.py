@@ -6,30 +6,12 @@ Also the flag groups shared by the curvature commands (``trace``, ``density``) a
 from __future__ import annotations
 
 import argparse
-import inspect
 from typing import Any, Callable
 
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.output import emit
-from landscape_cli.parsing import positive_float, positive_int, seed_int
-
-
-def api_default(function: Callable[..., Any], name: str) -> Any:
-    """The default of a keyword argument of an API function (the flags take the API's defaults).
-
-    Parameters
-    ----------
-    function : Callable
-        E.g. ``landscape.hessian_trace``.
-    name : str
-        The keyword argument.
-
-    Returns
-    -------
-    Any
-    """
-    return inspect.signature(function).parameters[name].default
+from landscape_cli.parsing import api_default, positive_float, positive_int, seed_int
 
 
 def lanczos_parent(function: Callable[..., Any]) -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
 from landscape_cli.output import emit
-from landscape_cli.parsing import count_at_least_2, finite_float
+from landscape_cli.parsing import api_default, count_at_least_2, finite_float
 
 
 def register(sub: Any) -> None:
@@ -22,9 +22,12 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
+    from landscape import interpolate
+
     p = add_analysis_command(sub, "path", func=run, default_models=["clients"], keep_clients=2, nmodels=(2, 2),
                              help="loss/accuracy along the line between two models, barriers (FedGuCci Eq. 3/4)")
-    p.add_argument("--alphas", type=count_at_least_2, default=21, help="number of alphas")
+    p.add_argument("--alphas", type=count_at_least_2, default=api_default(interpolate, "alphas"),
+                   help="number of alphas")
     p.add_argument("--alpha-range", nargs=2, type=finite_float, default=(0.0, 1.0), metavar=("LO", "HI"),
                    help="alpha interval (0 and 1 are always added)")
 

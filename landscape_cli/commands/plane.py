@@ -12,7 +12,8 @@ from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
 from landscape_cli.output import emit
-from landscape_cli.parsing import count_at_least_2, finite_float, nonnegative_float, positive_float, seed_int
+from landscape_cli.parsing import (api_default, count_at_least_2, finite_float, nonnegative_float, positive_float,
+                                   seed_int)
 
 KINDS = ("through", "random", "pca")
 
@@ -25,6 +26,7 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
+    from landscape import plane, random_plane
     from landscape.geometry.planes import NORMALIZATIONS
 
     p = add_analysis_command(sub, "plane", func=run, default_models=["clients", "global"], keep_clients=3,
@@ -33,11 +35,15 @@ def register(sub: Any) -> None:
     p.add_argument("--kind", default="through", choices=KINDS,
                    help="through the first three models (others placed in it); random around the first; "
                         "PCA of all models around the last")
-    p.add_argument("--resolution", type=count_at_least_2, default=21, help="grid points per axis")
-    p.add_argument("--margin", type=nonnegative_float, default=0.2, help="grid margin (through / pca)")
-    p.add_argument("--span", type=positive_float, default=1.0, help="grid half-width (random)")
-    p.add_argument("--normalization", default="filter", choices=NORMALIZATIONS, help="random")
-    p.add_argument("--seed", type=seed_int, default=0, help="random directions")
+    p.add_argument("--resolution", type=count_at_least_2, default=api_default(plane, "resolution"),
+                   help="grid points per axis")
+    p.add_argument("--margin", type=nonnegative_float, default=api_default(plane, "margin"),
+                   help="grid margin (through / pca)")
+    p.add_argument("--span", type=positive_float, default=api_default(random_plane, "span"),
+                   help="grid half-width (random)")
+    p.add_argument("--normalization", default=api_default(random_plane, "normalization"), choices=NORMALIZATIONS,
+                   help="random")
+    p.add_argument("--seed", type=seed_int, default=api_default(random_plane, "seed"), help="random directions")
     p.add_argument("--level", type=finite_float,
                    help="sublevel of the basin analysis (default: highest loss at the models)")
 
