@@ -34,16 +34,18 @@ def transitivity_claims(ctx: Any) -> list[ClaimRow]:
     for seed in ctx.seeds:
         tr = Trainer(data.train_x, data.train_y, data.input_shape, epochs, 0.05, 32, seed, model="mnist1d_mlp")
         ev = landscape.Evaluator(tr.init("template"), (data.test_x, data.test_y), progress=False)
-        anchor = tr.train("anchor")
+        folder = ctx.cache / "central"
+        anchor = tr.cached(folder, "anchor")
         keys = [f"model {i}" for i in range(pool)]
-        vanilla = [tr.train(k) for k in keys]
-        conn = [tr.train(k, anchor=anchor, beta=1.0) for k in keys]
+        vanilla = [tr.cached(folder, k) for k in keys]
+        conn = [tr.cached(folder, k, "trained-anchor-beta1", anchor=anchor, beta=1.0) for k in keys]
         b["vanilla"].append(_pair_barrier(vanilla, ev))
         b["trained"].append(_pair_barrier(conn, ev))
         weak = {"random-init": tr.init("random anchor").state_dict(),
-                "semi-trained": tr.train("semi anchor", steps=20)}
+                "semi-trained": tr.cached(folder, "semi anchor", "steps20", steps=20)}
         for name, w_anc in weak.items():
-            b[name].append(_pair_barrier([tr.train(k, anchor=w_anc, beta=1.0) for k in keys[:weak_pool]], ev))
+            b[name].append(_pair_barrier([tr.cached(folder, k, f"{name}-anchor-beta1", anchor=w_anc, beta=1.0)
+                                          for k in keys[:weak_pool]], ev))
         for name, models in (("slope vanilla", vanilla), ("slope conn", conn)):
             by_k = landscape.group_barrier_by_size(models, ev, sizes=sizes, draws=5, seed=seed).accuracy_barrier
             b[name].append(float(np.polyfit(sizes, np.asarray(by_k).mean(axis=1), 1)[0]))

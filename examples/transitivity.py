@@ -27,7 +27,8 @@ import argparse
 import hashlib
 import sys
 from dataclasses import dataclass
-from typing import Mapping
+from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -114,6 +115,20 @@ class Trainer:
                 loss.backward()
                 opt.step()
         return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+    def cached(self, folder: Path, key: str, tag: str = "vanilla", **kwargs: Any) -> dict[str, torch.Tensor]:
+        """``train(key, **kwargs)`` stored in ``folder`` and re-read by a later call. The file name
+        holds the model, epochs, learning rate, batch size, seed, data size, key and ``tag``
+        (``tag`` must name what ``kwargs`` change, e.g. the anchor and beta)."""
+        name = (f"{self.model}-n{len(self.y)}-e{self.epochs}-lr{self.lr}-b{self.batch_size}-seed{self.seed}-"
+                f"{key}-{tag}").replace(" ", "_")
+        path = Path(folder) / f"{name}.safetensors"
+        if path.exists():
+            return landscape.load_state_dict(path)
+        state = self.train(key, **kwargs)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        landscape.save_state_dict(state, path)
+        return state
 
 
 def pair_row(label: str, paths: list[landscape.PathResult], ev: landscape.Evaluator,
