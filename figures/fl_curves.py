@@ -72,11 +72,14 @@ def fl_curves_plotly(runs: Runs, *, title: str | None = None) -> go.Figure:
     if not runs:
         raise ConfigError("no runs to plot: pass a mapping algorithm name -> metrics")
     fig = make_subplots(rows=1, cols=len(PANELS), subplot_titles=[p[0] for p in PANELS])
+    listed: set[str] = set()  # each curve label once in the legend, though drawn in several panels
     for i, name, panel, key, label, rounds, values in _series(runs):
         text = [f"{label}<br>round={r}<br>{key}={fmt(v, 6)}" for r, v in zip(rounds, values)]
         fig.add_trace(go.Scatter(x=rounds, y=values, mode="lines+markers", name=label, legendgroup=name,
+                                 showlegend=label not in listed,
                                  line={"color": color(i), "dash": "dash" if key in _DASHED else "solid"}, marker={"size": 4}, text=text,
                                  hovertemplate="%{text}<extra></extra>"), row=1, col=panel + 1)
+        listed.add(label)
     for c, (ylabel, _) in enumerate(PANELS, start=1):
         fig.update_xaxes(title_text="round", row=1, col=c)
         fig.update_yaxes(title_text=ylabel, row=1, col=c)

@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from matplotlib.figure import Figure
 
+from landscape.claims import DEFAULT_THRESHOLD
 from landscape.infra.errors import ConfigError
 from landscape.results import BarrierMatrix, GroupResult
 
@@ -106,41 +107,88 @@ def _matrix(matrix: BarrierMatrix, metric: str) -> tuple[np.ndarray, list[str]]:
     return values, labels
 
 
+def barrier_scale(values: np.ndarray, threshold: float = DEFAULT_THRESHOLD) -> tuple[float, float]:
+    """Fixed colour range ``(vmin, vmax)`` of a barrier heatmap: 0 up to the threshold or beyond.
+
+    Parameters
+    ----------
+    values
+        Barriers (FedGuCci Eq. 3 / Eq. 4); NaN entries are ignored.
+    threshold
+        The barrier that counts as a wall (the claims' default threshold): barriers far below it
+        stay dark instead of being stretched over the whole colour map.
+
+    Returns
+    -------
+    tuple of float
+        ``vmin = min(0, smallest value)`` (negative barriers are gains), ``vmax = max(threshold,
+        largest value)``.
+    """
+    finite_values = values[np.isfinite(values)]
+    lo = min(0.0, float(finite_values.min())) if finite_values.size else 0.0
+    hi = max(threshold, float(finite_values.max())) if finite_values.size else threshold
+    return lo, hi
+
+
 def barrier_matrix_figure(matrix: BarrierMatrix, *, metric: str = "loss", annotate: bool | None = None,
-                          title: str | None = None, size: float = 4.4) -> Figure:
+                          threshold: float = DEFAULT_THRESHOLD, title: str | None = None,
+                          size: float = 4.4) -> Figure:
     """Matplotlib heatmap of pairwise barriers; cells hold the values (when n <= 12 by default).
 
-    Non-finite entries (overflowed paths; a diagonal left as NaN) are drawn in grey.
+    The colour scale is fixed by :func:`barrier_scale` (0 to ``max(threshold, largest
+    barrier)``), so a negligible barrier is never drawn as a bright cell. Non-finite entries
+    (overflowed paths; a diagonal left as NaN) are drawn in grey.
+
+    Parameters
+    ----------
+    matrix
+        Pairwise barriers from :func:`landscape.barrier_matrix`.
+    metric
+        ``"loss"`` (Eq. 3) or ``"accuracy"`` (Eq. 4).
+    annotate
+        Write the values in the cells (default: when there are at most 12 models).
+    threshold
+        Upper end of the colour scale unless a barrier exceeds it.
+    title, size
+        Figure title and height in inches.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
     """
     values, labels = _matrix(matrix, metric)
     raw = np.asarray(matrix.loss_barrier if metric == "loss" else matrix.accuracy_barrier, dtype=np.float64)
     n = len(labels)
+    vmin, vmax = barrier_scale(values, threshold)
     with style_context({"axes.grid": False}):
         fig = new_figure(size + 0.8, size)
         ax = fig.add_subplot()
-        im = ax.imshow(np.ma.masked_invalid(values), cmap=masked_cmap(MATRIX_CMAP), origin="upper")
+        im = ax.imshow(np.ma.masked_invalid(values), cmap=masked_cmap(MATRIX_CMAP), origin="upper",
+                       vmin=vmin, vmax=vmax)
         fig.colorbar(im, ax=ax, label=f"{metric} barrier", shrink=0.85)
         ax.set_xticks(range(n), labels, rotation=45, ha="right")
         ax.set_yticks(range(n), labels)
         if annotate if annotate is not None else n <= 12:
-            mid = np.nanmean(values) if np.isfinite(values).any() else 0.0
             for i in range(n):
                 for j in range(n):
+                    dark = np.isfinite(values[i, j]) and im.norm(values[i, j]) < 0.5
                     ax.text(j, i, fmt(raw[i, j], 2), ha="center", va="center", fontsize=7,
-                            color="white" if values[i, j] < mid else "black")
+                            color="white" if dark else "black")
         masked = int(np.isnan(values).sum())
         fig.suptitle((title or f"Pairwise {metric} barriers") + masked_note(masked, "entries"))
     return fig
 
 
-def barrier_matrix_plotly(matrix: BarrierMatrix, *, metric: str = "loss", title: str | None = None) -> go.Figure:
-    """Plotly heatmap; hover gives the pair and both its loss and accuracy barriers."""
+def barrier_matrix_plotly(matrix: BarrierMatrix, *, metric: str = "loss", threshold: float = DEFAULT_THRESHOLD,
+                          title: str | None = None) -> go.Figure:
+    """Plotly heatmap on the fixed :func:`barrier_scale`; hover gives the pair and both its barriers."""
     values, labels = _matrix(matrix, metric)
     n = len(labels)
     loss, acc = np.asarray(matrix.loss_barrier, float), np.asarray(matrix.accuracy_barrier, float)
     text = [[f"{labels[i]} – {labels[j]}<br>loss barrier={fmt(loss[i, j], 6)}<br>accuracy barrier={fmt(acc[i, j], 6)}"
              for j in range(n)] for i in range(n)]
-    fig = go.Figure(go.Heatmap(z=values, x=labels, y=labels, colorscale=PLOTLY_MATRIX, text=text,
+    vmin, vmax = barrier_scale(values, threshold)
+    fig = go.Figure(go.Heatmap(z=values, x=labels, y=labels, colorscale=PLOTLY_MATRIX, text=text, zmin=vmin, zmax=vmax,
                                hovertemplate="%{text}<extra></extra>", colorbar={"title": {"text": f"{metric} barrier"}}))
     masked = int(np.isnan(values).sum())
     return style_plotly(fig, (title or f"Pairwise {metric} barriers") + masked_note(masked, "entries"),

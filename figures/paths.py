@@ -70,12 +70,30 @@ def _check_metrics(metrics: Sequence[str]) -> None:
 
 def path_figure(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
                 endpoint_labels: tuple[str, str] | None = ("A", "B"), title: str | None = None,
-                width: float = 7.0, height: float = 3.0) -> Figure:
-    """Matplotlib: one panel per metric, one line per path, endpoints and barrier annotated.
+                width: float = 7.0, height: float = 3.4) -> Figure:
+    """Matplotlib: one panel per metric, one line per path, endpoints and barrier marked.
 
-    The dashed line joins the endpoint values (the baseline of Eq. 3/4); the arrow at alpha*
-    spans the barrier gap. Non-finite (overflowed) points are left out of the lines and
+    The dashed line joins the endpoint values (the baseline of FedGuCci Eq. 3/4); the arrow at
+    alpha* spans the barrier gap (drawn only for a positive barrier). The endpoint names label
+    alpha = 0 and alpha = 1 once, on the top axis; each panel's legend sits below it (never on
+    the curves) and names every path with its barrier. With one path the barrier value is also
+    written next to its arrow. Non-finite (overflowed) points are left out of the lines and
     counted in the title.
+
+    Parameters
+    ----------
+    paths
+        One :class:`PathResult`, a name -> path mapping, or a sequence of paths.
+    metrics
+        Panels to draw, from ``("loss", "accuracy")``.
+    endpoint_labels
+        Names of the models at alpha = 0 and alpha = 1 (None: no names).
+    title, width, height
+        Figure title (the BatchNorm mode of BN models is appended) and size in inches.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
     """
     _check_metrics(metrics)
     named = named_paths(paths)
@@ -84,40 +102,43 @@ def path_figure(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
         axes = fig.subplots(1, len(metrics), squeeze=False)[0]
         for ax, metric in zip(axes, metrics):
             for i, (name, path) in enumerate(named):
-                _draw_path(ax, name, path, metric, color(i), endpoint_labels)
+                _draw_path(ax, name, path, metric, color(i), annotate=len(named) == 1)
             ax.set_xlabel("α (interpolation coefficient)")
             ax.set_ylabel(metric)
-            ax.legend(loc="best")
+            if endpoint_labels is not None:
+                top = ax.secondary_xaxis("top")
+                top.set_xticks([0.0, 1.0], list(endpoint_labels), fontweight="bold")
+                top.tick_params(length=0)
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=1 if len(named) > 2 else len(named))
         masked = sum(int((~np.isfinite(getattr(p, m))).sum()) for _, p in named for m in metrics)
         fig.suptitle((title or "Linear interpolation") + bn_note([p for _, p in named]) + masked_note(masked))
     return fig
 
 
-def _draw_path(ax, name: str, path: PathResult, metric: str, col: str,
-               endpoint_labels: tuple[str, str] | None) -> None:
+def _draw_path(ax, name: str, path: PathResult, metric: str, col: str, annotate: bool) -> None:
     values = finite(getattr(path, metric))
     loc = barrier_location(path, metric)
-    label = name if loc is None else f"{name} (barrier {barrier_text(loc[1], metric)})"
+    label = name if loc is None else f"{name} (barrier {barrier_text(loc[1], metric)} at α={loc[0]:.2f})"
     ax.plot(path.alphas, values, color=col, marker="o", markersize=2.5, label=label)
     ends = endpoint_values(path, metric)
     if ends is None:
         return
     ax.plot([0.0, 1.0], ends, color=col, linestyle="--", linewidth=0.9, alpha=0.7)
     ax.scatter([0.0, 1.0], ends, s=45, color=col, edgecolors="black", zorder=5)
-    if endpoint_labels is not None:
-        for a, v, text in zip((0.0, 1.0), ends, endpoint_labels):
-            ax.annotate(text, (a, v), xytext=(0, 7), textcoords="offset points", ha="center",
-                        fontweight="bold")
-    if loc is not None:
-        a_star, barrier = loc
-        curve_value = float(np.interp(a_star, path.alphas, getattr(path, metric)))
-        line_value = (1 - a_star) * ends[0] + a_star * ends[1]
-        if np.isfinite(curve_value):
-            ax.annotate("", xy=(a_star, curve_value), xytext=(a_star, line_value),
-                        arrowprops={"arrowstyle": "<->", "color": col, "linewidth": 1.0})
+    if loc is None or not loc[1] > 0:  # a zero (or negative, Eq. 4 gain) barrier has no gap to mark
+        return
+    a_star, barrier = loc
+    curve_value = float(np.interp(a_star, path.alphas, getattr(path, metric)))
+    line_value = (1 - a_star) * ends[0] + a_star * ends[1]
+    if np.isfinite(curve_value):
+        ax.annotate("", xy=(a_star, curve_value), xytext=(a_star, line_value),
+                    arrowprops={"arrowstyle": "<->", "color": col, "linewidth": 1.0})
+    if annotate:
+        left = a_star <= 0.5
         ax.annotate(f"{barrier_text(barrier, metric)} at α={a_star:.2f}",
                     (a_star, line_value if not np.isfinite(curve_value) else 0.5 * (curve_value + line_value)),
-                    xytext=(5, 0), textcoords="offset points", color=col, fontsize=7, va="center")
+                    xytext=(5 if left else -5, 0), textcoords="offset points", color=col, fontsize=7,
+                    va="center", ha="left" if left else "right")
 
 
 def path_plotly(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
@@ -138,15 +159,16 @@ def path_plotly(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
             ends = endpoint_values(path, metric)
             if ends is None:
                 continue
-            fig.add_trace(go.Scatter(x=[0.0, 1.0], y=list(ends), mode="lines+markers+text",
+            labelled = i == 0 and endpoint_labels is not None  # the endpoint names once per panel
+            fig.add_trace(go.Scatter(x=[0.0, 1.0], y=list(ends), mode="lines+markers+text" if labelled else "lines+markers",
                                      line={"color": col, "dash": "dash", "width": 1},
                                      marker={"size": 10, "color": col, "line": {"color": "black", "width": 1}},
-                                     text=list(endpoint_labels or ("", "")), textposition="top center",
+                                     text=list(endpoint_labels) if labelled else None, textposition="top center",
                                      name=f"{name} endpoints", legendgroup=name, showlegend=False,
                                      hovertemplate=f"{name} endpoint<br>α=%{{x}}<br>{metric}=%{{y:.6g}}<extra></extra>"),
                           row=1, col=col_idx)
             loc = barrier_location(path, metric)
-            if loc is not None:
+            if loc is not None and loc[1] > 0:
                 a_star, barrier = loc
                 curve_value = float(np.interp(a_star, path.alphas, getattr(path, metric)))
                 line_value = (1 - a_star) * ends[0] + a_star * ends[1]

@@ -52,6 +52,7 @@ def model_points(plane: PlaneResult, roles: Mapping[str, str] | None = None) -> 
     grouped: dict[str, list[tuple[str, float, float]]] = {}
     for label, xy in plane.models.items():
         x, y = (float(c) for c in list(xy)[:2])
+        label = str(label)  # models given as a mapping may be keyed by client id
         grouped.setdefault(role_of(label, roles).name, []).append((label, x, y))
     return grouped
 
@@ -114,21 +115,59 @@ def _draw_contour(fig: Figure, plane: PlaneResult, values: np.ndarray, metric: s
     if np.isnan(values).any():
         ax.set_facecolor(MASKED_COLOR)
         handles.append(Patch(facecolor=MASKED_COLOR, label=f"non-finite ({int(np.isnan(values).sum())} masked)"))
-    for role, pts in model_points(plane, roles).items():
+    grouped = model_points(plane, roles)
+    # biggest markers first, so a small marker on the same spot stays visible on top
+    for role, pts in sorted(grouped.items(), key=lambda item: -ROLES[item[0]].size):
         style = ROLES[role]
         xs, ys = [p[1] for p in pts], [p[2] for p in pts]
         handles.append(ax.scatter(xs, ys, marker=style.marker, s=style.size, c=style.color, edgecolors="black",
-                                  linewidths=0.8, zorder=5, label=role))
-        for label, x, y in pts:
-            ax.annotate(label, (x, y), xytext=(4, 4), textcoords="offset points", fontsize=7,
-                        bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.7})
+                                  linewidths=0.8, zorder=6, label=role))
+    mid = 0.5 * (plane.x[0] + plane.x[-1])
+    for text, x, y in merged_labels(plane, grouped):
+        left = x <= mid
+        ax.annotate(text, (x, y), xytext=(6 if left else -6, 6), textcoords="offset points", fontsize=7,
+                    ha="left" if left else "right", zorder=5,
+                    bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.7})
     ax.set_xlim(plane.x[0], plane.x[-1])
     ax.set_ylim(plane.y[0], plane.y[-1])
     ax.set_aspect("equal", adjustable="box")
     ax.set_xlabel("x (along u)")
     ax.set_ylabel("y (along v)")
-    if handles:
-        ax.legend(handles=handles, loc="upper right", fontsize=7, frameon=True)
+    if handles:  # below the axes: never over the models or the contours
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=min(len(handles), 3),
+                  fontsize=7, frameon=False)
+
+
+def merged_labels(plane: PlaneResult, grouped: Mapping[str, list[tuple[str, float, float]]],
+                  tol: float = 0.02) -> list[tuple[str, float, float]]:
+    """One label per spot: models closer than ``tol`` of the plane's extent share one joined label.
+
+    Parameters
+    ----------
+    plane
+        The plane (its grid extent sets the distance scale).
+    grouped
+        ``{role: [(label, x, y), ...]}`` as from :func:`model_points`.
+    tol
+        Fraction of the larger grid side under which two models count as the same spot
+        (e.g. a FedAvg global model and the average of its clients).
+
+    Returns
+    -------
+    list of (text, x, y)
+        ``text`` joins the labels of the models at that spot with " = ".
+    """
+    scale = tol * max(plane.x[-1] - plane.x[0], plane.y[-1] - plane.y[0])
+    spots: list[tuple[list[str], float, float]] = []
+    for pts in grouped.values():
+        for label, x, y in pts:
+            for names, sx, sy in spots:
+                if np.hypot(x - sx, y - sy) <= scale:
+                    names.append(label)
+                    break
+            else:
+                spots.append(([label], x, y))
+    return [(" = ".join(names), x, y) for names, x, y in spots]
 
 
 def _draw_surface(fig: Figure, plane: PlaneResult, values: np.ndarray, metric: str, log_scale: bool,
@@ -161,6 +200,29 @@ def _log10(values: np.ndarray, metric: str) -> np.ndarray:
 
 def _zlabel(metric: str, log_scale: bool) -> str:
     return f"log10 {metric}" if log_scale else metric
+
+
+def contour_size(plane: PlaneResult, plot_width: int = 480) -> dict[str, object]:
+    """Plotly ``width``, ``height`` and ``margin`` fitting an equal-scale plane without empty bands.
+
+    Parameters
+    ----------
+    plane
+        The plane; its x and y extents set the aspect ratio of the plotting area.
+    plot_width
+        Width of the plotting area in pixels (the height follows the aspect, within 200-720).
+
+    Returns
+    -------
+    dict
+        Layout entries: the plot area plus room for the title, axis titles, colour bar and legend.
+    """
+    aspect = (plane.y[-1] - plane.y[0]) / (plane.x[-1] - plane.x[0])
+    plot_height = float(np.clip(plot_width * aspect, 200, 720))
+    width, plot_height = int(min(plot_height / aspect, 1000)), int(plot_height)
+    margin = {"l": 70, "r": 20, "t": 60, "b": 110}
+    return {"width": width + margin["l"] + margin["r"] + 110, "height": plot_height + margin["t"] + margin["b"],
+            "margin": margin, "autosize": False}
 
 
 def _hover_grid(plane: PlaneResult) -> np.ndarray:
@@ -203,13 +265,17 @@ def plane_plotly(plane: PlaneResult, *, metric: str = "loss", kind: str = "conto
         text = [f"{label} ({role})<br>x={fmt(x)}<br>y={fmt(y)}<br>{metric}≈{fmt(v, 6)} (grid interpolation)"
                 for (label, x, y), v in zip(pts, raw)]
         marker = {"symbol": style.symbol if kind == "contour" else style.symbol3d, "size": 11, "color": style.color, "line": {"color": "black", "width": 1}}
-        common = dict(mode="markers+text", name=role, text=[p[0] for p in pts], textposition="top right",
-                      hovertext=text, hovertemplate="%{hovertext}<extra></extra>", marker=marker)
+        common = dict(mode="markers", name=role, hovertext=text, hovertemplate="%{hovertext}<extra></extra>", marker=marker)
         if kind == "contour":
             fig.add_trace(go.Scatter(x=[p[1] for p in pts], y=[p[2] for p in pts], **common))
         else:
             zs = [v if np.isfinite(v) else float(np.nanmin(z)) for v in zs]
+            common.update(mode="markers+text", text=[p[0] for p in pts], textposition="top right")
             fig.add_trace(go.Scatter3d(x=[p[1] for p in pts], y=[p[2] for p in pts], z=zs, **common))
+    if kind == "contour" and plane.models:  # one label per spot (coincident models share it)
+        spots = merged_labels(plane, model_points(plane, roles))
+        fig.add_trace(go.Scatter(x=[p[1] for p in spots], y=[p[2] for p in spots], text=[p[0] for p in spots],
+                                 mode="text", textposition="top right", showlegend=False, hoverinfo="skip"))
     if np.isnan(values).any():
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", marker={"color": MASKED_COLOR, "size": 10},
                                  name=f"non-finite ({int(np.isnan(values).sum())} masked)")
@@ -218,9 +284,11 @@ def plane_plotly(plane: PlaneResult, *, metric: str = "loss", kind: str = "conto
                                    name=f"non-finite ({int(np.isnan(values).sum())} masked)"))
     layout: dict[str, object] = {"legend": {"orientation": "h", "y": -0.15}}
     if kind == "contour":
-        layout.update(xaxis={"title": {"text": "x (along u)"}, "range": [plane.x[0], plane.x[-1]]},
+        layout.update(contour_size(plane))
+        layout.update(xaxis={"title": {"text": "x (along u)"}, "range": [plane.x[0], plane.x[-1]],
+                             "constrain": "domain"},
                       yaxis={"title": {"text": "y (along v)"}, "scaleanchor": "x", "scaleratio": 1,
-                             "range": [plane.y[0], plane.y[-1]]},
+                             "range": [plane.y[0], plane.y[-1]], "constrain": "domain"},
                       plot_bgcolor=MASKED_COLOR if np.isnan(values).any() else "white")
     else:
         layout["scene"] = {"xaxis_title": "x (along u)", "yaxis_title": "y (along v)",

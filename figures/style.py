@@ -157,7 +157,25 @@ def style_plotly(fig: go.Figure, title: str | None = None, **layout: object) -> 
 
 
 def bn_note(results: object) -> str:
-    """Title suffix naming the BatchNorm mode recorded in the results' spec (if any)."""
+    """Title suffix naming the BatchNorm mode of results computed on models that have BatchNorm.
+
+    Parameters
+    ----------
+    results
+        One result or a list/tuple of results; each carries the evaluator's fingerprint in
+        ``spec["evaluator"]`` (``"bn"``: the mode; ``"batchnorm_layers"``: how many BatchNorm
+        layers the model has, when recorded).
+
+    Returns
+    -------
+    str
+        ``" (BN: mode, ...)"`` over the results whose model has BatchNorm layers (or whose
+        fingerprint does not record the count); empty when no result qualifies.
+    """
     items = results if isinstance(results, (list, tuple)) else [results]
-    modes = sorted({str(r.spec["bn"]) for r in items if "bn" in getattr(r, "spec", {})})
-    return f" (BN: {', '.join(modes)})" if modes else ""
+    modes = set()
+    for r in items:
+        evaluator = getattr(r, "spec", {}).get("evaluator") or {}
+        if "bn" in evaluator and evaluator.get("batchnorm_layers", 1):
+            modes.add(str(evaluator["bn"]))
+    return f" (BN: {', '.join(sorted(modes))})" if modes else ""

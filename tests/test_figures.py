@@ -1,4 +1,7 @@
-"""Figures are drawn from hand-made result objects; read the drawn data back and compare."""
+"""Figures drawn from analytic hand-made results (known barriers, extrema, masks); read the drawn data back.
+
+Layout checks on figures of real results (trained models) are in test_figure_layout.py.
+"""
 from __future__ import annotations
 
 import base64
@@ -36,7 +39,7 @@ def make_path(barrier: float = 0.5, nonfinite_at: int | None = None) -> PathResu
     loss = 0.3 + 4 * barrier * a * (1 - a) + 0.1 * a  # Eq. 3 barrier = barrier, attained at alpha = 0.5
     if nonfinite_at is not None:
         loss[nonfinite_at] = np.inf
-    return PathResult(alphas=a, loss=loss, accuracy=0.9 - 0.2 * a * (1 - a), spec={"bn": "keep"})
+    return PathResult(alphas=a, loss=loss, accuracy=0.9 - 0.2 * a * (1 - a))
 
 
 MODELS = {"client 0": [0.0, 0.0], "client 1": [1.0, 0.0], "client 2": [0.3, 0.9], "average": [0.433, 0.3],
@@ -53,7 +56,7 @@ def make_plane(nonfinite: bool = False) -> PlaneResult:
     acc = np.clip(1.0 / (1.0 + np.nan_to_num(loss, nan=1e9, posinf=1e9)), 0, 1)
     z = np.zeros(4)
     return PlaneResult(x=x, y=y, loss=loss, accuracy=acc, origin=z, u=z, v=z, param_mask=np.ones(4, bool),
-                       models=MODELS, spec={"bn": "interpolate"})
+                       models=MODELS)
 
 
 def group(barrier: float) -> GroupResult:
@@ -105,17 +108,16 @@ def test_path_figure_data_endpoints_and_annotation():
     line = ax_loss.lines[0]
     np.testing.assert_allclose(line.get_xdata(), paths["vanilla"].alphas)
     np.testing.assert_allclose(line.get_ydata(), paths["vanilla"].loss)
-    texts = [t.get_text() for t in ax_loss.texts]
-    assert "A" in texts and "B" in texts
-    assert any(t.startswith("0.5 at α=0.50") for t in texts)
-    assert any(t.startswith("0.1 at α=0.50") for t in texts)
+    assert [t.get_text() for t in ax_loss.child_axes[0].get_xticklabels()] == ["A", "B"]
+    assert not [t for t in ax_loss.texts if "α=" in t.get_text()]  # two paths: barriers in the legend
     labels = [l.get_label() for l in ax_loss.lines]
-    assert "vanilla (barrier 0.5)" in labels
+    assert "vanilla (barrier 0.5 at α=0.50)" in labels and "connectivity (barrier 0.1 at α=0.50)" in labels
+    single = F.path_figure(paths["vanilla"]).axes[0]
+    assert any(t.get_text() == "0.5 at α=0.50" for t in single.texts)
     # endpoint markers sit at (0, L(0)) and (1, L(1))
     offsets = [np.asarray(c.get_offsets()) for c in ax_loss.collections]
     p = paths["vanilla"]
     assert any(np.allclose(o, [[0.0, p.loss[5]], [1.0, p.loss[25]]]) for o in offsets)
-    assert "BN: keep" in fig._suptitle.get_text()
 
 
 def test_path_nonfinite_masked():
@@ -170,8 +172,10 @@ def test_plane_plotly_contour_and_surface_data():
         assert f"x={plane.x[j]:.4g}" in grid.text[i][j] and f"y={plane.y[i]:.4g}" in grid.text[i][j]
         placed = {}
         for tr in fig.data[1:]:
-            for label, x, y in zip(tr.text, tr.x, tr.y):
-                placed[label] = (x, y)
+            if tr.mode == "text":  # the label layer of a contour (checked in test_figure_layout)
+                continue
+            for hover, x, y in zip(tr.hovertext, tr.x, tr.y):
+                placed[hover.split(" (")[0]] = (x, y)
         assert set(placed) == set(MODELS)
         for label, xy in MODELS.items():
             assert placed[label] == pytest.approx(tuple(xy))
