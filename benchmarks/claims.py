@@ -67,7 +67,14 @@ class Context:
                 settings["tau"] = 2
         tag = "-".join(f"{k}{v}" for k, v in sorted(overrides.items()) if not isinstance(v, dict))
         out = self.cache / f"{recipe}-{settings['algorithm']}{'-' + tag if tag else ''}-seed{seed}{'-quick' if self.quick else ''}"
-        return fl.run(**settings, seed=seed, out=out, device="cpu")
+        for _ in range(240):  # another claims.py process may be writing this run: wait for it (up to 1 h)
+            try:
+                return fl.run(**settings, seed=seed, out=out, device="cpu")
+            except landscape.ConfigError as err:
+                if "being written by another process" not in str(err):
+                    raise
+                time.sleep(15)
+        raise TimeoutError(f"{out} stayed locked by another process for an hour")
 
 
 # ----------------------------------------------------------------------------- claim 1

@@ -1,4 +1,4 @@
-"""IMA Sec. 4 on digits: client models and the global model in one basin; FMA vs IMA.
+"""IMA Sec. 4 on MNIST-1D (or digits): client models and the global model in one basin; FMA vs IMA.
 
 An FL run (FedAvg, non-IID: ``#C = 2`` class shards per client by default, or Dirichlet)
 stores every round's client and global models. For an early, a middle and the final round
@@ -18,7 +18,8 @@ Then an ``"ima"`` run (same seed and partition) gives the final FMA model (the p
 aggregate of the last round's clients, from the IMA window) and the IMA model; the loss
 along ``(1 - beta) FMA + beta IMA`` for beta in [-0.5, 1.5] (IMA Fig. 5(c), claim C14).
 
-    python examples/fl_basin.py
+    python examples/fl_basin.py                      # MNIST-1D
+    python examples/fl_basin.py --dataset digits
     python examples/fl_basin.py --partition dirichlet --alpha 0.1
 """
 from __future__ import annotations
@@ -31,12 +32,13 @@ import numpy as np
 import landscape
 from figures import (fl_curves_figure, fl_curves_plotly, path_figure, path_plotly, plane_figure,
                      plane_plotly)
-from landscape.geometry.basin import basin
 
 from _common import Example, average, run_fl, test_evaluator
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", default="mnist1d", choices=("mnist1d", "digits"),
+                        help="embedded data set; the MNIST-1D paper's MLP on mnist1d, the digits MLP on digits")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--local-epochs", type=int, default=2)
@@ -72,8 +74,8 @@ def analyse_round(ex: Example, run, r: int, ev: landscape.Evaluator, positions: 
     models = {**{n: clients[k] for n, k in zip(names, trio)}, "global": glob, "average (3 clients)": avg3}
     metrics = ev.evaluate(list(models.values()))
     exact = dict(zip(models, map(float, metrics.loss)))
-    level = basin(grid, models=names, refine=False).level  # c = highest client loss on the grid
-    found = basin(grid, models=list(models), model_loss=exact, level=level)
+    level = landscape.basin(grid, models=names, refine=False).level  # c = highest client loss on the grid
+    found = landscape.basin(grid, models=list(models), model_loss=exact, level=level)
     paths = {k: landscape.interpolate(clients[k], glob, ev, alphas=11) for k in ids}
     barriers = np.array([p.loss_barrier for p in paths.values()])
     client_losses = ev.evaluate([clients[k] for k in ids]).loss
@@ -107,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ex.args
     if ex.quick:
         a.rounds, a.clients, a.local_epochs, a.resolution, a.ima_window, a.ima_start = 4, 4, 1, 5, 2, 2
-    common = dict(clients=a.clients, rounds=a.rounds, local_epochs=a.local_epochs, lr=a.lr, momentum=a.momentum,
+    common = dict(dataset=a.dataset, model="mnist1d_mlp" if a.dataset == "mnist1d" else "mlp",
+                  clients=a.clients, rounds=a.rounds, local_epochs=a.local_epochs, lr=a.lr, momentum=a.momentum,
                   partition=a.partition, alpha=a.alpha)
     fedavg = run_fl(ex, "fedavg", "fedavg", **common)
     ima = run_fl(ex, "ima", "ima", window=a.ima_window, start_round=a.ima_start, **common)
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         names = [f"global r{r}" for r in trio]
         grid = landscape.plane(*globs, ev, resolution=a.resolution, labels=names, extra={"average": mean})
         exact = dict(zip(names + ["average"], map(float, ev.evaluate(globs + [mean]).loss)))
-        found = basin(grid, models=names + ["average"], model_loss=exact)
+        found = landscape.basin(grid, models=names + ["average"], model_loss=exact)
         ex.table("Three consecutive global models and their mean (IMA Fig. 1 col. 4, claim C3)",
                  [{"model": n, "test loss": exact[n], "dist to bottom": float(d), "loss gap": float(gap)}
                   for n, d, gap in zip(found.names, found.distance, found.loss_gap)],
@@ -165,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ima_model = ima.global_state(-1)
     betas = np.round(np.linspace(-0.5, 1.5, 41), 10)
     line = landscape.interpolate(fma, ima_model, ev, alphas=betas)
-    on_line = basin(line, models={"FMA": 0.0, "IMA": 1.0})
+    on_line = landscape.basin(line, models={"FMA": 0.0, "IMA": 1.0})
     i0, i1 = (int(np.argmin(np.abs(betas - b))) for b in (0.0, 1.0))
     ex.table("FMA vs IMA on the line (1 - beta) FMA + beta IMA (final round of the IMA run)",
              [{"beta*": float(on_line.refined_bottom[0]), "loss at beta*": on_line.refined_loss,
