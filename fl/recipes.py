@@ -79,7 +79,7 @@ def scaled_decay(gamma: float, paper_rounds: int, rounds: int) -> float:
 FEDGUCCI = "FedGuCci: Improving Group Connectivity for Generalization of Federated Deep Learning (KDD 2025)"
 FLOCO = "FLOCO: Federated Learning over Connected Modes (NeurIPS 2024)"
 IMA = "IMA: Understanding and Improving Model Averaging in Federated Learning on Heterogeneous Data"
-LSS = "LSS: Local Superior Soups (CVPR 2024)"
+LSS = "LSS: Local Superior Soups (NeurIPS 2024)"
 
 _FEDGUCCI_DIR = "FedGuCci Sec. 5.1 (Dirichlet label skew per class, as the official code)"
 _IMA_DIR = "IMA Sec. 7.1.1 (Dirichlet label skew of FedLab / NIID-Bench)"

@@ -1,4 +1,4 @@
-"""Write ``docs/cli.md``: the ``--help`` of ``fl-run`` and of every ``landscape`` command.
+"""Write ``docs/cli.md``: the ``--help`` of ``fl-run`` and of every ``landscape`` command, and the recipes.
 
 The page is generated from the parsers themselves (``landscape_cli.main.build_parser`` and
 ``fl.cli.build_parser``), so it says exactly what the installed commands accept. Regenerate it
@@ -77,6 +77,27 @@ def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     return found
 
 
+def recipes_section() -> str:
+    """A table per recipe of ``fl.RECIPES`` (``fl-run --recipe NAME``): each setting, its value and source.
+
+    Returns
+    -------
+    str
+        Markdown.
+    """
+    from fl import RECIPES
+
+    parts = ["## Recipes (`fl-run --recipe NAME`)\n",
+             "Each recipe is a paper's training setting; explicit flags override it, and the run's "
+             "`config.json` records the recipe's name and the resolved values.\n"]
+    for name, recipe in RECIPES.items():
+        rows = [f"| `{key}` | `{value!r}` | {recipe.sources.get(key, '')} |" for key, value in recipe.settings.items()]
+        notes = f" {recipe.notes}" if recipe.notes else ""
+        parts.append(f"### `{name}`\n\n{recipe.paper}.{notes}\n\n| setting | value | source |\n|---|---|---|\n"
+                     + "\n".join(rows) + "\n")
+    return "\n".join(parts)
+
+
 def render() -> str:
     """The text of ``docs/cli.md``.
 
@@ -91,6 +112,7 @@ def render() -> str:
         parser.prog = name
         text = parser.format_help().rstrip()
         parts.append(f"## `{name}`\n\n```text\n{text}\n```\n")
+    parts.append(recipes_section())
     return "\n".join(parts)
 
 
