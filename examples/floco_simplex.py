@@ -1,7 +1,7 @@
 """FLOCO on digits: client points on the solution simplex and the loss over the simplex.
 
-A FLOCO run with 3 endpoints (a 2-simplex of classifiers, drawn as a triangle; reference/
-floco.md section 7, Figure 1 and section 8) assigns every client a point ``alpha_k`` at
+A FLOCO run with 3 endpoints (a 2-simplex of classifiers, drawn as a triangle;
+FLOCO Figure 1, docs/methods/floco.md) assigns every client a point ``alpha_k`` at
 round ``tau`` and trains it on the subregion ``|alpha - alpha_k|_1 <= rho``. From the last
 round's endpoints (``Run.algorithm_state``) the classifier at any barycentric point is
 ``sum_m alpha_m W_m`` (Eq. 6); this example evaluates a barycentric lattice:

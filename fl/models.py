@@ -137,7 +137,7 @@ class ConvNet(nn.Module):
 
 
 def fedgucci_cnn(input_shape: tuple[int, ...], num_classes: int) -> ConvNet:
-    """FedGuCci's SimpleCNN (fedgucci.md §5.2): conv3-32, pool, conv3-64, pool, conv3-64,
+    """FedGuCci's SimpleCNN (FedGuCci App. A.5): conv3-32, pool, conv3-64, pool, conv3-64,
     FC(1024->64), FC(64->C); ReLU, PyTorch default init. Minimum input side 18."""
     c = input_shape[0]
     features = nn.Sequential(nn.Conv2d(c, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
@@ -147,7 +147,7 @@ def fedgucci_cnn(input_shape: tuple[int, ...], num_classes: int) -> ConvNet:
 
 
 def floco_cnn(input_shape: tuple[int, ...], num_classes: int) -> ConvNet:
-    """FLOCO's CifarCNN (floco.md): conv5-16 (pad 0), conv5-32 (pad 1), conv3-64 (pad 1),
+    """FLOCO's CifarCNN (the FLOCO authors' code): conv5-16 (pad 0), conv5-32 (pad 1), conv3-64 (pad 1),
     each with LeakyReLU and maxpool 2; FC(576->128), LeakyReLU, classifier(128->C).
     Xavier-normal weights, zero biases. Minimum input side 16."""
     c = input_shape[0]
@@ -163,7 +163,7 @@ def floco_cnn(input_shape: tuple[int, ...], num_classes: int) -> ConvNet:
 
 
 def ima_cnn(input_shape: tuple[int, ...], num_classes: int) -> ConvNet:
-    """IMA's FedAvg CNN (ima.md §4.2, Table 4): two conv5 + ReLU + maxpool 2 blocks, then
+    """IMA's FedAvg CNN (IMA Table 4): two conv5 + ReLU + maxpool 2 blocks, then
     FC(->384), FC(384->128), FC(128->C). 32 channels for 1-channel inputs (FMNIST CNN,
     flatten 512 on 28x28), 64 for colour inputs (CIFAR-10 CNN, flatten 1600 on 32x32).
     ReLU after FC(384->128) as in the released code (Table 4 omits it). No normalisation
@@ -176,7 +176,7 @@ def ima_cnn(input_shape: tuple[int, ...], num_classes: int) -> ConvNet:
 
 
 def ima_digit_cnn(input_shape: tuple[int, ...], num_classes: int, groups: int = 2) -> ConvNet:
-    """IMA's Digit-Five CNN (ima.md §4.2, Table 4; FedBN's DigitModel with GroupNorm(2)):
+    """IMA's Digit-Five CNN (IMA Table 4; FedBN's DigitModel with GroupNorm(2)):
     three conv5 (stride 1, pad 2) + GN + ReLU blocks, max-pool 2 after the first two,
     FC(->2048), FC(2048->128), classifier(128->C); flatten 6272 on 28x28 inputs. ReLU after
     both hidden FCs as in the code. Min side 4 (no upsampling needed for 8x8 digits)."""
@@ -268,7 +268,7 @@ def resnet20(input_shape: tuple[int, ...], num_classes: int, norm: str = "bn",
 
 
 def resnet18_gn(input_shape: tuple[int, ...], num_classes: int, groups: int = 2) -> ResNet:
-    """IMA's ResNet-18 (ima.md §4.2): CIFAR variant (3x3 stem, no max-pool), 4 stages x 2
+    """IMA's ResNet-18 (IMA Table 4): CIFAR variant (3x3 stem, no max-pool), 4 stages x 2
     blocks of widths 64/128/256/512 with projection shortcuts, GroupNorm(2) everywhere,
     linear projector 512->128 (+ReLU, as in the code) and classifier 128->C."""
     return ResNet(input_shape[0], num_classes, (64, 128, 256, 512), (2, 2, 2, 2), "gn", groups,

@@ -216,7 +216,7 @@ def test_ima_learning_rate_schedules():
     assert exp.start == 301  # paper t_s = 0.75 R (0-based) is our round 301
     assert exp.lr(1) == pytest.approx(0.01)
     assert exp.lr(300) == pytest.approx(0.01 * 0.99 ** 299)
-    assert exp.lr(301) == pytest.approx(0.01 * 0.99 ** 300)  # ~4.90e-4 (ima.md §3.3)
+    assert exp.lr(301) == pytest.approx(0.01 * 0.99 ** 300)  # ~4.90e-4 (IMA Sec. 3.3, docs/methods/ima.md)
     assert exp.lr(301) == pytest.approx(4.90e-4, rel=1e-3)
     assert exp.lr(400) == pytest.approx(0.01 * 0.99 ** 300 * 0.97 ** 99)
     assert make(schedule="const").lr(350) == 5e-5

@@ -65,7 +65,7 @@ def test_path_endpoints_equal_the_models_own_metrics(digits, trained_mlps):
     np.testing.assert_allclose(path.accuracy[[0, -1]], own.accuracy, atol=1e-12)
     assert 0.0 <= path.accuracy_barrier <= 1.0
     assert path.loss_barrier >= 0.0
-    # the paper's midpoint columns (fedgucci.md 1.5) by hand
+    # the paper's midpoint columns (FedGuCci Table 1, docs/barriers.md) by hand
     mid = ev.evaluate([{k: 0.5 * (a.state_dict()[k] + b.state_dict()[k]) for k in a.state_dict()}])
     i = int(np.flatnonzero(np.isclose(path.alphas, 0.4))[0])
     ind_acc = own.accuracy.mean()
