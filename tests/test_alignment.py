@@ -68,6 +68,13 @@ def test_groups_of_resnet20_residual_streams_and_groupnorm_blocks() -> None:
     # 9 block-internal groups (16/32/64 x 3), the first stream (16), and the zero channels that the
     # option-A shortcuts pad in front of and behind the stream (8 + 8, then 16 + 16)
     assert sorted(g.size for g in bn.groups) == sorted([16] * 4 + [32] * 3 + [64] * 3 + [8, 8, 16, 16])
+    # GroupNorm(2): the first stream's 16 units move within blocks of 8; where the option-A padding puts
+    # them across the two groups of a 32-channel GroupNorm they still do, and nothing is pinned
+    gn20 = discover(build_model("resnet20_gn", num_classes=10, input_shape=(3, 32, 32)), torch.zeros(2, 3, 32, 32))
+    assert sorted(g.size for g in gn20.groups) == sorted(g.size for g in bn.groups)
+    stream = max(gn20.groups, key=lambda g: len(g.members))  # the first residual stream: 40 tensors
+    assert (stream.size, stream.block) == (16, 8)
+    assert all(g.block == 0 or g.size % g.block == 0 for g in gn20.groups)
     gn = discover(build_model("resnet18_gn", num_classes=10, input_shape=(3, 32, 32)), torch.zeros(2, 3, 32, 32))
     assert {g.size: g.block for g in gn.groups if g.size in (64, 512)} == {64: 32, 512: 256}  # GroupNorm(2)
 

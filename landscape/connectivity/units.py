@@ -98,14 +98,21 @@ def leaf_runs(layout: Layout) -> list[tuple[Run, int]]:
     return out
 
 
+def _restrict(run: Run, block: int, why: str) -> None:
+    """Add a block constraint (blocks aligned at the run's start; ``block`` divides its size).
+    Blocks of one unit allow no permutation: the run is fixed."""
+    block = gcd(run.block, block) if run.block else block
+    if block == 1:
+        run.fixed, run.why = True, run.fixed and run.why or why
+    else:
+        run.block = block
+
+
 def _split(root: Run, at: int) -> None:
     head, tail = Run(at, root.fixed, root.why), Run(root.size - at, root.fixed, root.why)
-    if root.block:
-        if at % root.block:
-            head.fixed = tail.fixed = True
-            head.why = tail.why = "a split inside a GroupNorm group"
-        else:
-            head.block = tail.block = root.block
+    if root.block:  # blocks of gcd(at, block) units lie inside the parent's blocks on both sides of the cut
+        for child in (head, tail):
+            _restrict(child, gcd(at, root.block), "a split inside a GroupNorm group")
     root.children = (head, tail)
 
 
@@ -117,7 +124,7 @@ def _union(a: Run, b: Run) -> None:
     if b.fixed and not a.fixed:
         a.fixed, a.why = True, b.why
     if b.block:
-        a.block = gcd(a.block, b.block) if a.block else b.block
+        _restrict(a, b.block, "GroupNorm groups")
 
 
 def unify(x: Layout, y: Layout, why: str) -> None:
@@ -155,8 +162,5 @@ def constrain_blocks(layout: Layout, block: int, why: str) -> None:
         fix(layout, why)
         return
     for leaf, offset in leaf_runs(layout):
-        root = find(leaf)
-        if offset % block or root.size % block:
-            fix(Layout(1, ((root, root.size),), 1), why)
-        else:
-            root.block = gcd(root.block, block) if root.block else block
+        root = find(leaf)  # blocks of gcd(offset, block, size) units lie inside the GroupNorm groups
+        _restrict(root, gcd(gcd(offset, block), root.size), why)
