@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: demo test install bench docs clean
+.PHONY: demo test test-flower install bench docs clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,5 +34,18 @@ $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml constraints.txt
 docs: $(VENV)/.docs-installed
 	$(VENV)/bin/mkdocs build --strict --quiet -d $(DOCS_SITE)
 
+# The Flower integration (fl.flower) in its own environment: flwr[simulation] pins ray 2.55.1 and
+# protobuf < 7, which clash with constraints.txt (see constraints-flower.txt).
+FLOWER_VENV ?= .venv-flower
+
+$(FLOWER_VENV)/.installed: pyproject.toml constraints-flower.txt
+	$(PYTHON) -m venv $(FLOWER_VENV)
+	$(FLOWER_VENV)/bin/python -m pip install --upgrade pip
+	$(FLOWER_VENV)/bin/python -m pip install -c constraints-flower.txt -e ".[flower,test]"
+	touch $@
+
+test-flower: $(FLOWER_VENV)/.installed
+	$(FLOWER_VENV)/bin/python -m pytest tests/test_flower.py
+
 clean:
-	rm -rf $(VENV) report $(DOCS_SITE)
+	rm -rf $(VENV) $(FLOWER_VENV) report $(DOCS_SITE)
