@@ -44,13 +44,27 @@ def load_data(spec: str, *, split: str = "test", root: str | None = None) -> Ten
     """
     if split not in ("train", "test"):
         raise ConfigError(f"split must be 'train' or 'test', got {split!r}")
-    path = Path(spec)
-    if path.suffix in (".pt", ".pth", ".npz"):
-        return load_tensor_file(path)
+    if is_file_spec(spec):
+        return load_tensor_file(spec)
     from fl.datasets import load_dataset
 
     bundle = load_dataset(spec, root=root, download=False)
     return (bundle.train_x, bundle.train_y) if split == "train" else (bundle.test_x, bundle.test_y)
+
+
+def is_file_spec(spec: str) -> bool:
+    """Whether a data spec names a data file (``.pt``, ``.pth``, ``.npz``) rather than a dataset.
+
+    Parameters
+    ----------
+    spec : str
+        A ``--data`` value.
+
+    Returns
+    -------
+    bool
+    """
+    return Path(spec).suffix in (".pt", ".pth", ".npz")
 
 
 def load_tensor_file(path: str | Path) -> TensorPair:

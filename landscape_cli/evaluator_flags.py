@@ -1,14 +1,16 @@
 """The ``evaluation`` flags, generated from :class:`landscape.evaluation.options.EvaluatorOptions`.
 
-Every field of the dataclass becomes ``--field-name`` with the field's help, choices and
-bounds (metadata ``help``, ``choices``, ``minimum``, ``parse``), so the command line offers
-exactly the options of the Python API and validates them the same way. A field whose
-metadata says ``cli=False`` is Python-only; ``progress`` is expressed by ``--quiet``.
+Every field of the dataclass becomes ``--field-name`` with the field's help, its choices (the
+``Literal`` values of its annotation), its bounds (metadata ``ge``) and its parser (metadata
+``parse``), as declared with :func:`landscape.infra.options.option`, so the command line offers
+exactly the options of the Python API and validates them the same way. A field whose metadata
+says ``cli=False`` is Python-only; ``progress`` is expressed by ``--quiet``.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import types
 import typing
 from typing import Any, Callable
 
@@ -50,6 +52,24 @@ def add_evaluator_arguments(parser: argparse.ArgumentParser) -> None:
                            **_argument_kind(f, hints[f.name]))
 
 
+def literal_choices(hint: Any) -> tuple[str, ...]:
+    """The string values a ``Literal[...]`` annotation (alone or in a union) allows.
+
+    Parameters
+    ----------
+    hint : Any
+        A field's evaluated annotation, e.g. ``Literal["loop", "vmap"] | None``.
+
+    Returns
+    -------
+    tuple[str, ...]
+        Empty when the annotation holds no ``Literal``.
+    """
+    members = typing.get_args(hint) if typing.get_origin(hint) is not typing.Literal else (hint,)
+    return tuple(value for member in members if typing.get_origin(member) is typing.Literal
+                 for value in typing.get_args(member) if isinstance(value, str))
+
+
 def _argument_kind(f: dataclasses.Field, hint: Any) -> dict[str, Any]:
     """argparse keywords (type, choices, metavar or action) for one field.
 
@@ -57,21 +77,20 @@ def _argument_kind(f: dataclasses.Field, hint: Any) -> dict[str, Any]:
     refuses exactly what ``EvaluatorOptions`` refuses, and the message names the flag.
     """
     meta = f.metadata
-    choices = meta.get("choices")
     members = set(typing.get_args(hint)) or {hint}
+    bounds = {key: meta[key] for key in ("gt", "ge", "lt", "le") if key in meta}
     if hint is bool:
         return {"action": argparse.BooleanOptionalAction}
     if "parse" in meta:
-        kind: dict[str, Any] = {"type": meta["parse"],
-                                "metavar": "{" + ",".join(choices) + "}" if choices else f.name.upper()}
-    elif choices is not None:
-        kind = {"type": str, "choices": tuple(choices)}
+        kind: dict[str, Any] = {"type": meta["parse"], "metavar": f.name.upper()}
+    elif literal_choices(hint):
+        kind = {"type": str, "choices": literal_choices(hint)}
     elif torch.device in members:
         kind = {"type": device_name}
     elif members <= {int, type(None)}:
-        kind = {"type": number(int, ge=meta.get("minimum")), "metavar": "N"}
+        kind = {"type": number(int, **bounds), "metavar": "N"}
     elif members <= {float, int, type(None)}:
-        kind = {"type": number(float, ge=meta.get("minimum")), "metavar": "X"}
+        kind = {"type": number(float, **bounds), "metavar": "X"}
     elif int in members:  # a key or an index: digits give the index
         kind = {"type": _key_or_index, "metavar": "KEY|INDEX"}
     else:
@@ -94,6 +113,14 @@ def _validated(convert: Callable[[str], Any], name: str) -> Callable[[str], Any]
 
     checked.__name__ = name
     return checked
+
+
+def _parser_choices(parse: Callable[[str], Any]) -> tuple[str, ...] | None:
+    """The names a dtype parser accepts (its table's keys), for the flag's metavar."""
+    for cell in parse.__closure__ or ():
+        if isinstance(cell.cell_contents, dict):
+            return tuple(cell.cell_contents)
+    return None
 
 
 def _key_or_index(text: str) -> str | int:

@@ -15,7 +15,8 @@ from landscape import Evaluator, group_barrier, interpolate
 from landscape_cli.main import build_parser, main
 from landscape.claims import transitivity
 
-SUBCOMMANDS = [["train"], ["path"], ["plane"], ["group"], ["hessian"], ["decompose"], ["check"], ["report"],
+SUBCOMMANDS = [["train"], ["path"], ["plane"], ["group"], ["hessian"], ["trace"], ["density"], ["decompose"],
+               ["check"], ["report"], ["align"], ["curve"],
                ["check", "transitivity"], ["check", "group"], ["check", "shared-basin"], ["check", "flatter"]]
 
 
@@ -52,7 +53,8 @@ def test_every_subcommand_is_listed(capsys):
     parser = build_parser()
     code, out, _ = run_cli(["--help"], capsys)
     assert code == 0
-    for name in ("train", "path", "plane", "group", "hessian", "decompose", "check", "report"):
+    for name in ("train", "path", "plane", "group", "hessian", "trace", "density", "decompose", "check", "report",
+                 "align", "curve"):
         assert name in out
     assert parser.prog == "landscape"
 
@@ -224,3 +226,63 @@ def test_train_has_every_flag_of_fl_run(capsys):
     assert code == 0
     fl_flags = set(re.findall(r"(--[a-z][a-z0-9+-]*)", fl_help))
     assert len(fl_flags) > 20 and fl_flags <= set(re.findall(r"(--[a-z][a-z0-9+-]*)", train_help))
+
+
+def _mlp_states(tmp_path):
+    """A module file with a one-hidden-layer MLP, data, a model A and B = A with its hidden units permuted."""
+    (tmp_path / "nets.py").write_text(
+        "import torch\n"
+        "def make(input_shape, num_classes):\n"
+        "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(input_shape[0], 6),\n"
+        "                               torch.nn.ReLU(), torch.nn.Linear(6, num_classes))\n")
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(60, 3, generator=gen)
+    y = (x[:, 0] + x[:, 1] > 0).long()
+    np.savez(tmp_path / "data.npz", inputs=x.numpy(), targets=y.numpy())
+    np.savez(tmp_path / "train.npz", inputs=x.numpy()[:40], targets=y.numpy()[:40])
+    a = {"1.weight": torch.randn(6, 3, generator=gen), "1.bias": torch.randn(6, generator=gen),
+         "3.weight": torch.randn(2, 6, generator=gen), "3.bias": torch.randn(2, generator=gen)}
+    perm = torch.tensor([3, 0, 5, 1, 4, 2])
+    b = {"1.weight": a["1.weight"][perm], "1.bias": a["1.bias"][perm], "3.weight": a["3.weight"][:, perm],
+         "3.bias": a["3.bias"]}
+    torch.save(a, tmp_path / "a.pt")
+    torch.save(b, tmp_path / "b.pt")
+    return a, (x, y)
+
+
+def test_align_recovers_a_permuted_copy_exactly(tmp_path, capsys):
+    from landscape import load_state_dict
+
+    a, _ = _mlp_states(tmp_path)
+    code, out, err = run_cli(["align", "--module", f"{tmp_path / 'nets.py'}:make", "--checkpoints", tmp_path / "b.pt",
+                              tmp_path / "a.pt", "--data", tmp_path / "data.npz", "--save", tmp_path / "b_aligned.pt",
+                              "--out", tmp_path / "o", "--json", "--no-figures", "--no-cache", "--quiet"], capsys)
+    assert code == 0, err
+    nums = json.loads(out)["numbers"]
+    aligned = load_state_dict(tmp_path / "b_aligned.pt")
+    for name, tensor in a.items():  # B is A with permuted hidden units: alignment undoes the permutation
+        torch.testing.assert_close(aligned[name], tensor, rtol=0, atol=0)
+    assert nums["units_moved"] > 0 and nums["loss_barrier_after"] == 0.0 and nums["accuracy_barrier_after"] == 0.0
+
+
+def test_curve_equals_the_api(tmp_path, capsys):
+    from landscape.connectivity import curve_summary
+
+    _, data = _mlp_states(tmp_path)
+    args = ["curve", "--module", f"{tmp_path / 'nets.py'}:make", "--checkpoints", tmp_path / "a.pt",
+            tmp_path / "b.pt", "--data", tmp_path / "data.npz", "--train-data", tmp_path / "train.npz",
+            "--epochs", 2, "--points", 5, "--train-batch-size", 16, "--seed", 4, "--out", tmp_path / "o", "--json",
+            "--no-cache", "--quiet"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    nums = json.loads(out)["numbers"]
+    from landscape_cli.modelspec import build_module
+
+    template = build_module(f"{tmp_path / 'nets.py'}:make", input_shape=(3,), num_classes=2)
+    train = np.load(tmp_path / "train.npz")
+    api = curve_summary(tmp_path / "a.pt", tmp_path / "b.pt", Evaluator(template, data, progress=False),
+                        train_data=(torch.as_tensor(train["inputs"]), torch.as_tensor(train["targets"])),
+                        epochs=2, points=5, batch_size=16, seed=4)
+    for key in ("loss_barrier", "accuracy_barrier", "line_loss_barrier", "max_loss"):
+        assert nums[key] == pytest.approx(api[key], rel=1e-9, abs=1e-12)
+    np.testing.assert_allclose(nums["history"], api["history"], rtol=1e-9)

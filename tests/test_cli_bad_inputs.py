@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ import torch
 from landscape import ConfigError
 from landscape.evaluation.options import EvaluatorOptions
 from landscape.infra import host_memory
-from landscape_cli.evaluator_flags import ELSEWHERE, evaluator_options
+from landscape_cli.evaluator_flags import ELSEWHERE, evaluator_options, literal_choices
 from landscape_cli.main import build_parser, main
 
 NETS = ("import torch\n"
@@ -146,6 +147,14 @@ CORPUS = [
     (["path"], ["--module", "{folder}/boom.py:make"], ("m0.pt", "m1.pt"), "data.npz", "--module", None),
     (["path"], [], ("m0.pt", "m1.pt"), "dicts.pt", "dicts.pt", None),
     (["path"], ["--out", "{folder}/nets.py/out"], ("m0.pt", "m1.pt"), "data.npz", "nets.py", None),
+    (["align"], [], ("m0.pt", "m1.pt"), "data.npz", "--save", None),
+    (["align"], ["--save", "{folder}/x.pt", "--method", "cosine"], ("m0.pt", "m1.pt"), "data.npz", "--method", None),
+    (["curve"], [], ("m0.pt", "m1.pt"), "data.npz", "--train-data", None),
+    (["curve"], ["--momentum", "1"], ("m0.pt", "m1.pt"), "data.npz", "--momentum", None),
+    (["curve"], ["--epochs", "0"], ("m0.pt", "m1.pt"), "data.npz", "--epochs", None),
+    (["curve"], ["--lr", "nan"], ("m0.pt", "m1.pt"), "data.npz", "--lr", None),
+    (["curve"], ["--train-data", "{folder}/float_labels.npz"], ("m0.pt", "m1.pt"), "data.npz", "--train-data",
+     None),
 ]
 if not torch.cuda.is_available():
     CORPUS.append((["path"], ["--device", "cuda"], ("m0.pt", "m1.pt"), "data.npz", "--device", None))
@@ -294,13 +303,15 @@ def test_every_evaluator_option_has_a_flag_with_its_help_and_choices(files, caps
     squeezed = "".join(capsys.readouterr()[0].split())
     base = ["path", *models(files, "m0.pt", "m1.pt")]
     parser = build_parser()
+    hints = typing.get_type_hints(EvaluatorOptions)
     for f in dataclasses.fields(EvaluatorOptions):
         if f.name in ELSEWHERE or f.metadata.get("cli") is False:
             continue
         flag = "--" + f.name.replace("_", "-")
         assert flag in squeezed and "".join(f.metadata["help"].split()) in squeezed, f.name
-        for choice in f.metadata.get("choices", ()):
+        for choice in literal_choices(hints[f.name]):
             assert parser.parse_args([*base, flag, choice]) is not None
+    assert literal_choices(hints["bn"]) == ("interpolate", "keep", "recompute")
 
 
 def test_flags_build_the_same_options_as_the_api(files):

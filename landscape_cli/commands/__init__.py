@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-COMMANDS = ("train", "path", "plane", "group", "hessian", "trace", "density", "decompose", "check", "report")
+COMMANDS = ("train", "path", "plane", "group", "hessian", "trace", "density", "decompose", "check", "report",
+            "align", "curve")
 
 
 def command_modules() -> list[ModuleType]:
