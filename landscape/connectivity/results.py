@@ -1,7 +1,7 @@
-"""Result classes of learned curves and simplices (cacheable like every landscape result)."""
+"""Result classes of learned curves and simplices (cacheable like every landscape result; the
+registry gives them the summary ``repr`` and HTML of :class:`landscape.results.base.Result`)."""
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -11,12 +11,6 @@ from landscape import PathResult
 from landscape.results.base import Result, register
 
 from .shapes import coefficients
-
-
-def _table(title: str, rows: list[tuple[str, str]]) -> str:
-    body = "".join(f"<tr><td style='text-align:left'>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
-                   for k, v in rows)
-    return f"<div><strong>{html.escape(title)}</strong><table><tbody>{body}</tbody></table></div>"
 
 
 @register
@@ -40,6 +34,8 @@ class CurveResult(Result):
     curve_kind: str = "bezier"
     history: list = field(default_factory=list)
     array_fields: ClassVar[tuple[str, ...]] = ("t", "loss", "accuracy", "line_loss", "line_accuracy", "knots")
+    summary_fields: ClassVar[tuple[str, ...]] = ("curve_kind", "loss_barrier", "line_loss_barrier",
+                                                 "accuracy_barrier", "line_accuracy_barrier")
 
     @property
     def path(self) -> PathResult:
@@ -76,21 +72,6 @@ class CurveResult(Result):
         """The flat vector ``phi(t)``."""
         return coefficients(self.curve_kind, np.array([t]), len(self.knots))[0] @ self.knots
 
-    def _rows(self) -> list[tuple[str, str]]:
-        return [("points", str(len(self.t))), ("max loss (curve / line)",
-                                               f"{np.nanmax(self.loss):.4g} / {np.nanmax(self.line_loss):.4g}"),
-                ("loss barrier (curve / line)", f"{self.loss_barrier:.4g} / {self.line_loss_barrier:.4g}"),
-                ("accuracy barrier (curve / line)", f"{self.accuracy_barrier:.4g} / {self.line_accuracy_barrier:.4g}"),
-                ("epochs", str(len(self.history)))]
-
-    def __repr__(self) -> str:
-        return (f"CurveResult({self.curve_kind}, {len(self.t)} points, loss barrier {self.loss_barrier:.4g} "
-                f"(line {self.line_loss_barrier:.4g}), accuracy barrier {self.accuracy_barrier:.4g} "
-                f"(line {self.line_accuracy_barrier:.4g}))")
-
-    def _repr_html_(self) -> str:
-        return _table(f"Learned {self.curve_kind} curve", self._rows())
-
 
 @register
 @dataclass(frozen=True, eq=False)
@@ -111,6 +92,7 @@ class SimplexResult(Result):
     fixed: int = 2
     history: list = field(default_factory=list)
     array_fields: ClassVar[tuple[str, ...]] = ("coords", "loss", "accuracy", "vertices")
+    summary_fields: ClassVar[tuple[str, ...]] = ("fixed", "loss_barrier", "accuracy_barrier")
 
     @property
     def vertex_loss(self) -> np.ndarray:
@@ -129,14 +111,3 @@ class SimplexResult(Result):
         expected = self.coords @ self.vertex_accuracy
         with np.errstate(divide="ignore", invalid="ignore"):
             return float(np.max(np.where(expected > 0, 1.0 - self.accuracy / expected, 0.0)))
-
-    def __repr__(self) -> str:
-        return (f"SimplexResult({len(self.vertices)} vertices ({self.fixed} fixed), {len(self.loss)} points, "
-                f"max loss {np.nanmax(self.loss):.4g}, loss barrier {self.loss_barrier:.4g}, "
-                f"accuracy barrier {self.accuracy_barrier:.4g})")
-
-    def _repr_html_(self) -> str:
-        return _table("Simplex of connected models", [
-            ("vertices (fixed)", f"{len(self.vertices)} ({self.fixed})"), ("points", str(len(self.loss))),
-            ("max loss", f"{np.nanmax(self.loss):.4g}"), ("loss barrier", f"{self.loss_barrier:.4g}"),
-            ("accuracy barrier", f"{self.accuracy_barrier:.4g}"), ("epochs", str(len(self.history)))])
