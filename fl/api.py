@@ -21,7 +21,7 @@ from .reader import Run, load_run
 from .resolve import build_config, make_algorithm, merge_settings
 from .rundir import prepare_dir, split_clients
 from .store import RunStore
-from .options import field_default
+from landscape.infra.options import field_default
 from .template import build_template, check_model_fits, state_digest
 
 

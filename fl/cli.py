@@ -24,7 +24,7 @@ from landscape import LandscapeError
 from . import resolve
 from .algorithms import registry
 from .config import RunConfig
-from .options import describe_range, field_default
+from landscape.infra.options import describe_range, field_default
 
 
 class OneLineParser(argparse.ArgumentParser):

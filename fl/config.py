@@ -17,7 +17,7 @@ from typing import Any, Literal, Mapping
 
 from landscape import ConfigError
 
-from .options import Options, check_value, did_you_mean, option
+from landscape.infra.options import Options, check_value, did_you_mean, option
 from .partition import METHODS
 from .partition import partition as partition_clients
 

@@ -17,7 +17,7 @@ from landscape import ConfigError
 from . import algorithms
 from .algorithms.base import Algorithm
 from .config import CONFIG_VERSION, RunConfig
-from .options import did_you_mean
+from landscape.infra.options import did_you_mean
 from .recipes import RECIPES
 
 #: Wrapper composed around the algorithm by the RunConfig field ``ima``.

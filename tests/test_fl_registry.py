@@ -29,7 +29,7 @@ THROWAWAY = textwrap.dedent('''
     import dataclasses
 
     from fl.algorithms.base import Algorithm
-    from fl.options import Options, option
+    from landscape.infra.options import Options, option
 
 
     @dataclasses.dataclass(frozen=True)
@@ -91,7 +91,7 @@ def test_registration_rules():
         type("OtherFedAvg", (Algorithm,), {"name": "fedavg", "__module__": "elsewhere"})
     import dataclasses
 
-    from fl.options import Options, option
+    from landscape.infra.options import Options, option
 
     shadow = dataclasses.make_dataclass("Shadow", [("lr", float, option(0.1, help="x"))], bases=(Options,),
                                         frozen=True)

@@ -2,7 +2,7 @@
 
 An algorithm is one file in ``fl/algorithms/``: a subclass of :class:`Algorithm` with a
 class attribute ``name`` (what users pass to ``fl.run``) and ``Options``, a frozen dataclass
-of its options declared with :func:`fl.options.option` (help, paper source, range). The
+of its options declared with :func:`landscape.infra.options.option` (help, paper source, range). The
 class registers itself (``fl.algorithms.registry``); the command line, the validation and
 the configuration digest are generated from ``Options``.
 
@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Mapping
 from torch import Tensor, nn
 
 from ..config import RunConfig
-from ..options import Options
+from landscape.infra.options import Options
 from .averaging import sample_weighted_average, weighted_average
 from .contexts import ClientUpdate, EvalContext, LocalContext, RoundContext, State
 from .registry import register

@@ -49,7 +49,7 @@ from torch import Tensor, nn
 
 from landscape import ConfigError
 
-from ..options import Options, option
+from landscape.infra.options import Options, option
 from .base import (Algorithm, ClientUpdate, LocalContext, LossFn, RoundContext, State, forward,
                    make_generator, minibatches, split_state)
 

@@ -9,7 +9,7 @@ import dataclasses
 import torch
 from torch import Tensor
 
-from ..options import Options, option
+from landscape.infra.options import Options, option
 from .base import Algorithm, LocalContext, State
 
 

@@ -67,7 +67,7 @@ from torch import Tensor, nn
 
 from landscape import ConfigError
 
-from ..options import Options, option
+from landscape.infra.options import Options, option
 from .base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext, State,
                    local_sgd, make_generator, sample_weighted_average)
 from .simplex import (SUBREGION_SAMPLERS, assign_points, pca_scores, sample_subregion, sample_uniform_simplex,

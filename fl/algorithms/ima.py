@@ -36,7 +36,7 @@ from typing import Any, Literal, Mapping
 
 import torch
 
-from ..options import Options, option
+from landscape.infra.options import Options, option
 from .base import Algorithm, ClientUpdate, EvalContext, State, weighted_average
 from .wrapper import Wrapper
 

@@ -60,7 +60,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..options import Options, option
+from landscape.infra.options import Options, option
 from .base import (Algorithm, ClientUpdate, LocalContext, State, forward, make_generator, minibatches,
                    split_state, weighted_average)
 from .simplex import sample_uniform_simplex

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from landscape import ConfigError
 
-from ..options import did_you_mean
+from landscape.infra.options import did_you_mean
 
 if TYPE_CHECKING:
     from .base import Algorithm

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import threading
 import uuid
+import warnings
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -41,6 +42,22 @@ class EvaluatorSpec:
     Holds the template module (CPU copy), the evaluation batches (CPU tensors, batch
     boundaries kept) and the options; never a cache, so workers cannot write one.
     ``token`` identifies the spec in a worker's memory of rebuilt evaluators.
+
+    Attributes
+    ----------
+    evaluator_class : type
+        The class of the described evaluator (rebuilt as such).
+    module : torch.nn.Module
+        A CPU copy of the template.
+    batches : tuple of (x, y) tensor pairs
+        The evaluation batches, on the CPU.
+    options : EvaluatorOptions
+        The evaluator's options, with its resolved strategy, chunk size and device, and no
+        back end or progress bar.
+    bn_batches_data : tuple of (x, y) tensor pairs or None
+        The data for re-estimating BatchNorm statistics, if it differs from ``batches``.
+    token : str
+        A random hex identifier, fresh for every :meth:`describe`.
     """
 
     evaluator_class: type
@@ -69,7 +86,22 @@ class EvaluatorSpec:
 
     @staticmethod
     def describe(evaluator: Evaluator) -> "EvaluatorSpec":
-        """A new spec of ``evaluator`` (with a fresh token)."""
+        """A new spec of ``evaluator`` (with a fresh token).
+
+        Parameters
+        ----------
+        evaluator
+            The evaluator to describe.
+
+        Returns
+        -------
+        EvaluatorSpec
+
+        Raises
+        ------
+        ConfigError
+            The evaluator's loss is a name that workers cannot resolve.
+        """
         def cpu(data) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
             return tuple((x.cpu(), y.cpu()) for x, y in data.batches)
 
@@ -96,8 +128,10 @@ class EvaluatorSpec:
         """
         bn_data = None if self.bn_batches_data is None else DataLoader(list(self.bn_batches_data), batch_size=None)
         options = self.options if device is None else self.options.replace(device=str(device))
-        return self.evaluator_class(self.module, DataLoader(list(self.batches), batch_size=None), bn_data=bn_data,
-                                    cache=None, options=options)
+        with warnings.catch_warnings():  # the caller's evaluator already warned about its BatchNorm data
+            warnings.simplefilter("ignore", UserWarning)
+            return self.evaluator_class(self.module, DataLoader(list(self.batches), batch_size=None),
+                                        bn_data=bn_data, cache=None, options=options)
 
 
 _SPECS: "weakref.WeakKeyDictionary[Evaluator, EvaluatorSpec]" = weakref.WeakKeyDictionary()
@@ -134,7 +168,19 @@ def worker_evaluator(spec: EvaluatorSpec) -> Evaluator:
 
 @dataclass(frozen=True)
 class PointShard:
-    """A run of consecutive points of a point set, with the evaluator that computes them."""
+    """A run of consecutive points of a point set, with the evaluator that computes them.
+
+    Attributes
+    ----------
+    spec : EvaluatorSpec
+        The evaluator the worker rebuilds.
+    points : PointSet
+        Only the shard's points, and only the directions they use.
+    reference : torch.Tensor
+        Reference point for ``bn="keep"`` (float64).
+    start : int
+        Index of the shard's first point in the whole point set.
+    """
 
     spec: EvaluatorSpec
     points: PointSet        # only the points of the shard, and only the directions they use
@@ -144,7 +190,19 @@ class PointShard:
 
 @dataclass(frozen=True)
 class ModelTask:
-    """``fn(vector, evaluator, **kwargs)`` for one model, on the worker's rebuilt evaluator."""
+    """``fn(vector, evaluator, **kwargs)`` for one model, on the worker's rebuilt evaluator.
+
+    Attributes
+    ----------
+    spec : EvaluatorSpec
+        The evaluator the worker rebuilds.
+    fn : Callable[..., Any]
+        A module-level (picklable) function.
+    vector : torch.Tensor
+        The model as a flat vector of the evaluator's space.
+    kwargs : Mapping[str, Any]
+        Keyword arguments of ``fn``.
+    """
 
     spec: EvaluatorSpec
     fn: Callable[..., Any]
@@ -153,7 +211,18 @@ class ModelTask:
 
 
 def run_model_task(task: ModelTask) -> Any:
-    """Worker side of :func:`map_models`: the task's result (moved to the CPU)."""
+    """Worker side of :func:`map_models`: the task's result (moved to the CPU).
+
+    Parameters
+    ----------
+    task : ModelTask
+        The model and function.
+
+    Returns
+    -------
+    Any
+        ``fn``'s result, its tensors moved to the CPU when the worker has a device.
+    """
     result = task.fn(task.vector, worker_evaluator(task.spec), **task.kwargs)
     return result if current_device() is None else to_device(result, "cpu")
 
@@ -192,7 +261,18 @@ def map_models(fn: Callable[..., Any], models: Sequence[Any], evaluator: Evaluat
 
 
 def evaluate_shard(shard: PointShard) -> tuple[np.ndarray, np.ndarray]:
-    """Loss and accuracy of a shard's points (worker side)."""
+    """Loss and accuracy of a shard's points (worker side).
+
+    Parameters
+    ----------
+    shard : PointShard
+        The points and the evaluator that computes them.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(loss, accuracy)`` of each point of the shard.
+    """
     return worker_evaluator(shard.spec).evaluate_points(shard.points, reference=shard.reference)
 
 

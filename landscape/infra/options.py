@@ -7,15 +7,21 @@ the default (a paper equation, the official code, or a choice of ours) and the a
 * validation (:meth:`Options.from_mapping`): unknown keys (with a did-you-mean), wrong types,
   NaN and infinite numbers, values out of range, each a one-line ``ConfigError`` naming the
   option;
-* the command-line flags with their help and choices (``fl.cli``);
+* the command-line flags with their help and choices (``fl.cli`` for runs,
+  ``landscape_cli.evaluator_flags`` for the evaluator);
 * the configuration digest (``fl.config.config_digest``: fields marked ``volatile`` are left
   out).
 
+Used by every option set of the toolkit: the FL run configuration and each algorithm's options
+(``fl``) and the evaluator's options (:class:`landscape.evaluation.options.EvaluatorOptions`).
+
 Supported annotations: ``int``, ``float``, ``bool``, ``str``, ``Literal[...]``, ``X | None``,
-``list[X]``, ``dict[str, Any]``, ``Any`` and unions of these.
+``list[X]``, ``dict[str, Any]``, ``Callable``, any other class (an ``isinstance`` test), ``Any``
+and unions of these.
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import difflib
 import math
@@ -25,7 +31,7 @@ from typing import Any, Literal, Mapping, Sequence, TypeVar, Union
 
 import numpy as np
 
-from landscape import ConfigError
+from .errors import ConfigError
 
 T = TypeVar("T", bound="Options")
 _RANGE_KEYS = ("ge", "gt", "le", "lt")
@@ -34,7 +40,7 @@ _MAX_DEPTH = 8  # nesting of dict/list option values (a deeply nested value is r
 
 def option(default: Any, *, help: str, source: str | None = None, ge: float | None = None,
            gt: float | None = None, le: float | None = None, lt: float | None = None,
-           volatile: bool = False) -> Any:
+           volatile: bool = False, parse: Any = None, cli: bool = True) -> Any:
     """Declare a dataclass field of an :class:`Options` class.
 
     Parameters
@@ -50,13 +56,18 @@ def option(default: Any, *, help: str, source: str | None = None, ge: float | No
     volatile : bool
         True for options that may change when a stored run is resumed (device, back end):
         they are left out of the configuration digest and of the stored-run comparison.
+    parse : callable, optional
+        Turns a command-line string into the value (for types argparse cannot convert alone).
+    cli : bool
+        False for options that only make sense from Python (callables, data).
 
     Returns
     -------
     dataclasses.Field
         The field, to be assigned in the class body.
     """
-    meta = {"help": help, "source": source, "volatile": volatile,
+    meta = {"help": help, "source": source, "volatile": volatile, "cli": cli,
+            **({"parse": parse} if parse is not None else {}),
             **{k: v for k, v in zip(_RANGE_KEYS, (ge, gt, le, lt)) if v is not None}}
     if isinstance(default, (dict, list)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -166,6 +177,22 @@ class Options:
 
     def check(self) -> None:
         """Constraints between fields (default: none); raise ``ConfigError``."""
+
+    def validate(self) -> None:
+        """Check every field of this instance against its annotation and range, then :meth:`check`.
+
+        For option sets that validate on construction (call it from ``__post_init__``); values
+        are normalised in place as :func:`check_value` does.
+
+        Raises
+        ------
+        ConfigError
+            Naming the first invalid option.
+        """
+        types_ = self.types()
+        for name, f in self.fields().items():
+            object.__setattr__(self, name, check_value(name, getattr(self, name), types_[name], f.metadata))
+        self.check()
 
 
 def field_default(field: dataclasses.Field) -> Any:
@@ -285,6 +312,8 @@ def describe_type(tp: Any) -> str:
         return f"a list of {describe_type(args[0]).removeprefix('a ').removeprefix('an ')}s" if args else "a list"
     if origin is dict or tp is dict:
         return "a dict"
+    if origin is collections.abc.Callable:
+        return "a callable"
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string",
             type(None): "None"}.get(tp, getattr(tp, "__name__", str(tp)))
 
@@ -328,6 +357,10 @@ def _match(value: Any, tp: Any, depth: int) -> tuple[bool, Any]:
         ok = (isinstance(value, Mapping) and all(isinstance(k, str) for k in value)
               and not _too_deep(value, _MAX_DEPTH - depth))
         return ok, dict(value) if ok else value
+    if origin is collections.abc.Callable:
+        return callable(value), value
+    if isinstance(tp, type):
+        return isinstance(value, tp), value
     raise TypeError(f"unsupported option annotation {tp!r}")
 
 
