@@ -137,3 +137,54 @@ def test_cli_page_is_generated_from_the_parsers() -> None:
 def test_page_is_in_the_site_navigation(page: str) -> None:
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     assert (ROOT / "docs" / page).is_file() and f" {page}" in nav
+
+
+#: a dotted name of the packages in a page (``landscape.claims.transitivity``, ``fl.run``)
+DOTTED = re.compile(r"(?<![\w./-])((?:landscape|fl|figures)(?:\.[A-Za-z_]\w*)+)")
+#: ``from package.module import a, b`` in a page's code
+FROM_IMPORT = re.compile(r"^\s*from ((?:landscape|fl|figures)[\w.]*) import ([\w, ]+)$", re.M)
+
+
+def resolve(dotted: str) -> bool:
+    """Whether ``dotted`` names an importable module or an attribute of one.
+
+    Parameters
+    ----------
+    dotted : str
+        ``package.module.attribute...``.
+
+    Returns
+    -------
+    bool
+    """
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_names_in_the_pages_exist() -> None:
+    pages = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
+    missing = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        names = {d for d in DOTTED.findall(text) if d.rsplit(".", 1)[-1] not in ("md", "py", "h5", "json", "jsonl")}
+        for module, imported in FROM_IMPORT.findall(text):
+            names |= {f"{module}.{n.strip()}" for n in imported.split(",") if n.strip()}
+        missing += [f"{page.relative_to(ROOT)}: {name}" for name in sorted(names) if not resolve(name)]
+    assert not missing, "names the code does not have:\n" + "\n".join(missing)
+
+
+def test_name_check_catches_a_stale_name() -> None:
+    assert resolve("landscape.claims.transitivity") and resolve("fl.run") and resolve("landscape.interpolate")
+    assert not resolve("landscape.distributed.map_calls") and not resolve("landscape.curve")
+    assert FROM_IMPORT.findall("from landscape.connectivity import align, match\n") == \
+        [("landscape.connectivity", "align, match")]
