@@ -3,7 +3,8 @@
 Docstrings, verdict references, examples and pages mention ``docs/<page>.md``; users have only
 the repository, so each such page must exist, Markdown links between pages must resolve, and
 nothing may point at specification files that are not shipped. The command-line page must be
-what ``scripts/cli_help.py`` generates from the parsers today.
+what ``scripts/cli_help.py`` generates from the parsers today, and every ``landscape``/``fl``/
+``figures`` name a page or the README mentions must exist in the code.
 """
 from __future__ import annotations
 
