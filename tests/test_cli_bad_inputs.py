@@ -187,6 +187,13 @@ RUN_CORPUS = [
 ]
 
 
+@pytest.mark.parametrize("argv, fragment", [([], "COMMAND"), (["bogus"], "bogus"), (["check"], "CLAIM"),
+                                            (["check", "bogus"], "bogus"), (["path", "--bogus"], "--bogus")])
+def test_bad_command_line_is_one_line(argv, fragment, capsys):
+    line = one_line_error(main(argv), capsys.readouterr()[1])
+    assert fragment in line, line
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, str]:
     """A trained FL run (3 clients, 1 round) and tampered copies of it."""
