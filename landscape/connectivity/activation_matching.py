@@ -35,8 +35,9 @@ def probe_activations(module: nn.Module, spec: PermutationSpec, x: torch.Tensor)
             return out
 
     state = unique_state(module)
+    device = next(iter(state.values())).device if state else x.device
     with torch.no_grad():
-        Capture(graph).run([state[k] for k in names], x)
+        Capture(graph).run([state[k] for k in names], x.to(device))
     missing = wanted - set(captured)
     if missing:
         raise ConfigError(f"the traced graph at batch size {len(x)} lacks nodes {sorted(missing)[:3]}: the model's "

@@ -95,6 +95,8 @@ def trace(module: nn.Module, example: torch.Tensor) -> tuple[torch.fx.GraphModul
     template = copy.deepcopy(module).eval()
     state = unique_state(template)
     names = list(state)
+    if state:
+        example = example.to(next(iter(state.values())).device)
 
     def forward(tensors: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         return functional_call(template, dict(zip(names, tensors)), (x,), tie_weights=True)
