@@ -20,7 +20,7 @@ def make_key(spec: Mapping[str, Any]) -> str:
 
     Parameters
     ----------
-    spec:
+    spec : Mapping[str, Any]
         Everything that determines the computation (digests of the models and data, options).
 
     Returns
@@ -35,6 +35,18 @@ def make_key(spec: Mapping[str, Any]) -> str:
 def entry_name(kind: str, key: str) -> str:
     """File name of the entry ``key`` of ``kind``: ``points-<key>.h5`` with ``key`` percent-encoded.
 
+    Parameters
+    ----------
+    kind : str
+        One of :data:`KINDS` (``"points"`` or ``"result"``).
+    key : str
+        The entry's key (any text; usually from :func:`make_key`).
+
+    Returns
+    -------
+    str
+        ``<kind>-<percent-encoded key>.h5``, at most :data:`MAX_NAME` bytes.
+
     Raises
     ------
     CacheError
@@ -48,7 +60,19 @@ def entry_name(kind: str, key: str) -> str:
 
 
 def parse_entry_name(name: str) -> tuple[str, str] | None:
-    """``(kind, key)`` of an entry file name, or None for any other file."""
+    """``(kind, key)`` of an entry file name, or None for any other file.
+
+    Parameters
+    ----------
+    name : str
+        A file name (no folder), as :func:`entry_name` writes it.
+
+    Returns
+    -------
+    tuple[str, str] or None
+        The kind and the decoded key (the inverse of :func:`entry_name`), or None if ``name`` is
+        not an entry file name.
+    """
     kind, sep, rest = name.partition("-")
     if not sep or kind not in KINDS or not rest.endswith(SUFFIX) or len(rest) == len(SUFFIX):
         return None

@@ -21,7 +21,18 @@ FORMAT_VERSION = "1"
 
 
 class LegacyCache:
-    """Read-only access to a format-1 cache file."""
+    """Read-only access to a format-1 cache file.
+
+    Parameters
+    ----------
+    path : Path
+        The cache file; its seal (if any) is checked on every read.
+
+    Raises
+    ------
+    CacheError
+        The file is unreadable, damaged, or of another format version.
+    """
 
     def __init__(self, path: Path):
         self.path = path
@@ -39,29 +50,76 @@ class LegacyCache:
             yield f
 
     def points(self, key: str, n: int) -> Points | None:
-        """The point set ``key``, or None."""
+        """The point set ``key``, or None.
+
+        Parameters
+        ----------
+        key : str
+            The entry's key.
+        n : int
+            The number of points the set must have.
+
+        Returns
+        -------
+        Points or None
+            The stored arrays, or None if there is no such entry.
+
+        Raises
+        ------
+        CacheError
+            The stored set does not have ``n`` points.
+        """
         with self._open() as f:
             group = f.get(f"points/{key}")
             return None if group is None else read_points(group, n, f"{self.path}: entry {key}")
 
     def load_result(self, key: str) -> Result | None:
-        """The complete result ``key``, or None."""
+        """The complete result ``key``, or None.
+
+        Parameters
+        ----------
+        key : str
+            The entry's key.
+
+        Returns
+        -------
+        Result or None
+            The stored result, or None if absent or not marked complete.
+        """
         with self._open() as f:
             group = f.get(f"results/{key}")
             return None if group is None else read_result(group, f"{self.path}: result {key}")
 
     def keys(self) -> dict[str, list[str]]:
-        """Keys of stored point sets and results."""
+        """Keys of stored point sets and results.
+
+        Returns
+        -------
+        dict[str, list[str]]
+            ``{"points": [...], "results": [...]}``, each sorted.
+        """
         with self._open() as f:
             return {g: sorted(f[g].keys()) if g in f else [] for g in ("points", "results")}
 
     def point_counts(self) -> dict[str, int]:
-        """The number of points of every stored point set."""
+        """The number of points of every stored point set.
+
+        Returns
+        -------
+        dict[str, int]
+            Key of each point set -> its number of points.
+        """
         with self._open() as f:
             return {key: f[f"points/{key}/done"].shape[0] for key in (f["points"].keys() if "points" in f else [])}
 
     def refuse_writes(self) -> CacheError:
-        """The error for an attempt to add to this file."""
+        """The error for an attempt to add to this file.
+
+        Returns
+        -------
+        CacheError
+            Saying how to upgrade the file into a cache folder (the caller raises it).
+        """
         return CacheError(f"{self.path}: this cache file was written by an earlier version (one HDF5 file for "
                           "all entries) and can be read but not extended; copy its entries into a cache folder "
                           f"with 'python -m landscape.cache.upgrade {self.path} NEW' and use NEW, or pass a new "

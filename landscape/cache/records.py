@@ -26,7 +26,17 @@ COMPRESS_ABOVE = 4096
 
 @dataclass
 class Points:
-    """The metric arrays of a point set of ``n`` points."""
+    """The metric arrays of a point set of ``n`` points.
+
+    Attributes
+    ----------
+    loss, accuracy : np.ndarray
+        float64 of shape ``(n,)``; NaN where a point is not computed yet.
+    done : np.ndarray
+        bool of shape ``(n,)``: True where a point has been computed.
+    meta : dict
+        The caller's description of the computation (stored as JSON).
+    """
 
     loss: np.ndarray
     accuracy: np.ndarray
@@ -35,16 +45,51 @@ class Points:
 
     @classmethod
     def empty(cls, n: int, meta: Mapping[str, Any] | None = None) -> "Points":
-        """``n`` points, none computed."""
+        """``n`` points, none computed.
+
+        Parameters
+        ----------
+        n : int
+            The number of points.
+        meta : Mapping[str, Any] or None
+            The description stored with the set (copied); None for none.
+
+        Returns
+        -------
+        Points
+            NaN metrics and ``done`` all False.
+        """
         return cls(np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=bool), dict(meta or {}))
 
     def update(self, idx: np.ndarray, loss: np.ndarray, acc: np.ndarray) -> None:
-        """Mark points ``idx`` computed with the given values."""
+        """Mark points ``idx`` computed with the given values.
+
+        Parameters
+        ----------
+        idx : np.ndarray
+            Indices of the computed points.
+        loss, acc : np.ndarray
+            Their loss and accuracy, aligned with ``idx``.
+        """
         self.loss[idx], self.accuracy[idx], self.done[idx] = loss, acc, True
 
 
 def read_points(group: Any, n: int, where: str) -> Points:
     """The point set stored in ``group``; ``where`` names it in errors.
+
+    Parameters
+    ----------
+    group : h5py.Group
+        The entry's group (root of a sealed entry file, or a format-1 group).
+    n : int
+        The number of points the set must have.
+    where : str
+        Names the entry in errors.
+
+    Returns
+    -------
+    Points
+        The stored arrays (loss and accuracy as float64) and description.
 
     Raises
     ------
@@ -61,7 +106,15 @@ def read_points(group: Any, n: int, where: str) -> Points:
 
 
 def write_points(group: Any, points: Points) -> None:
-    """Store ``points`` in the empty ``group``."""
+    """Store ``points`` in the empty ``group``.
+
+    Parameters
+    ----------
+    group : h5py.Group
+        An empty group of a file open for writing.
+    points : Points
+        The arrays and description to store (``done`` as uint8, ``meta`` as JSON).
+    """
     group.create_dataset("loss", data=points.loss)
     group.create_dataset("accuracy", data=points.accuracy)
     group.create_dataset("done", data=points.done.astype(np.uint8))
@@ -70,6 +123,18 @@ def write_points(group: Any, points: Points) -> None:
 
 def read_result(group: Any, where: str) -> Result | None:
     """The result stored in ``group``, or None if it is not marked complete.
+
+    Parameters
+    ----------
+    group : h5py.Group
+        The entry's group.
+    where : str
+        Names the entry in errors.
+
+    Returns
+    -------
+    Result or None
+        Rebuilt with ``from_record`` of the stored class, or None if not marked complete.
 
     Raises
     ------
@@ -88,7 +153,16 @@ def read_result(group: Any, where: str) -> Result | None:
 
 
 def write_result(group: Any, result: Result) -> None:
-    """Store ``result`` (marked complete) in the empty ``group``."""
+    """Store ``result`` (marked complete) in the empty ``group``.
+
+    Parameters
+    ----------
+    group : h5py.Group
+        An empty group of a file open for writing.
+    result : Result
+        Stored through its ``to_record`` (arrays gzip-compressed above :data:`COMPRESS_ABOVE`
+        elements); never pickled.
+    """
     arrays, attrs = result.to_record()
     for name, arr in arrays.items():
         arr = np.asarray(arr)

@@ -30,7 +30,7 @@ def build(fill: Callable[[Any], None]) -> bytearray:
 
     Parameters
     ----------
-    fill:
+    fill : Callable[[h5py.Group], None]
         Called once with the open, empty root group of the file.
 
     Returns
@@ -50,25 +50,71 @@ def build(fill: Callable[[Any], None]) -> bytearray:
 
 
 def is_sealed(data: bytes) -> bool:
-    """True if ``data`` starts with a seal (whether or not the digest matches)."""
+    """True if ``data`` starts with a seal (whether or not the digest matches).
+
+    Parameters
+    ----------
+    data : bytes
+        The bytes of a file.
+
+    Returns
+    -------
+    bool
+    """
     return data.startswith(SEAL)
 
 
 def seal_matches(data: bytes) -> bool:
-    """True if ``data`` is sealed and its content matches the sealed digest."""
+    """True if ``data`` is sealed and its content matches the sealed digest.
+
+    Parameters
+    ----------
+    data : bytes
+        The bytes of a file.
+
+    Returns
+    -------
+    bool
+        True if the SHA-256 of everything after the user block equals the one sealed into it.
+    """
     head = data[len(SEAL):len(SEAL) + 64]
     return is_sealed(data) and len(data) >= USERBLOCK and \
         hashlib.sha256(memoryview(data)[USERBLOCK:]).hexdigest().encode() == head
 
 
 def corrupt(path: str | os.PathLike, detail: object) -> CacheError:
-    """The error for an unreadable cache file ``path``."""
+    """The error for an unreadable cache file ``path``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    detail : object
+        What went wrong (an exception or a sentence).
+
+    Returns
+    -------
+    CacheError
+        The one-line error (the caller raises it), advising to move the file away.
+    """
     return CacheError(f"{path}: not a readable HDF5 cache file (corrupt or truncated?): {detail}. "
                       "Move it away to recompute what it held.")
 
 
 def read_bytes(path: Path, *, follow_links: bool = True) -> bytes | None:
     """The whole content of ``path`` (one read of one version, even if it is replaced meanwhile), or None if absent.
+
+    Parameters
+    ----------
+    path : Path
+        The file to read.
+    follow_links : bool
+        If False, a symbolic link at ``path`` is refused.
+
+    Returns
+    -------
+    bytes or None
+        The file's bytes, or None if it does not exist.
 
     Raises
     ------
@@ -95,11 +141,11 @@ def parsed(data: bytes, path: str | os.PathLike, *, require_seal: bool = True) -
 
     Parameters
     ----------
-    data:
+    data : bytes
         The file's bytes.
-    path:
+    path : str or os.PathLike
         Where they came from (named in errors).
-    require_seal:
+    require_seal : bool
         If False, a file without a seal (written before seals existed) is parsed unchecked;
         a seal that is present is always checked.
 

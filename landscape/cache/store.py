@@ -56,12 +56,18 @@ class Cache:
 
     Parameters
     ----------
-    path:
+    path : str or os.PathLike
         The cache folder (created on the first write), or a format-1 cache file (read only).
-    lock_timeout:
+    lock_timeout : float
         Seconds a writer waits for another writer to finish before failing.
-    flush_interval:
+    flush_interval : float
         Queued points are written when this many seconds have passed since the last write.
+
+    Raises
+    ------
+    CacheError
+        ``path`` is a folder that is not a cache, holds another cache format, or is an
+        unreadable format-1 file.
     """
 
     def __init__(self, path: str | os.PathLike, *, lock_timeout: float = 600.0, flush_interval: float = 1.0):
@@ -124,6 +130,25 @@ class Cache:
         """``(loss, accuracy, done)`` of the point set ``key`` of ``n`` points; all NaN / False if unknown.
 
         Points queued but not yet flushed are included.
+
+        Parameters
+        ----------
+        key : str
+            The point set's key.
+        n : int
+            Its number of points.
+
+        Returns
+        -------
+        loss, accuracy : np.ndarray
+            float64 of shape ``(n,)``, NaN where not computed.
+        done : np.ndarray
+            bool of shape ``(n,)``.
+
+        Raises
+        ------
+        CacheError
+            The stored entry is damaged or does not have ``n`` points.
         """
         stored = self._stored_points(key, n) or Points.empty(n)
         for idx, loss, acc, _, _ in self._pending.get(key, []):
@@ -131,14 +156,36 @@ class Cache:
         return stored.loss, stored.accuracy, stored.done
 
     def load_result(self, key: str) -> Result | None:
-        """The stored (complete) result for ``key``, or None."""
+        """The stored (complete) result for ``key``, or None.
+
+        Parameters
+        ----------
+        key : str
+            The result's key.
+
+        Returns
+        -------
+        Result or None
+            The stored result, or None if there is none.
+
+        Raises
+        ------
+        CacheError
+            The stored entry is damaged or of an unknown result type.
+        """
         if self.legacy is not None:
             return self.legacy.load_result(key)
         with self._entry("result", key) as f:
             return None if f is None else read_result(f, str(self.path / entry_name("result", key)))
 
     def keys(self) -> dict[str, list[str]]:
-        """Keys of stored point sets (``"points"``) and results (``"results"``)."""
+        """Keys of stored point sets (``"points"``) and results (``"results"``).
+
+        Returns
+        -------
+        dict[str, list[str]]
+            ``{"points": [...], "results": [...]}``, each sorted.
+        """
         if self.legacy is not None:
             return self.legacy.keys()
         found: dict[str, list[str]] = {"points": [], "result": []}
@@ -156,6 +203,21 @@ class Cache:
 
         They are written when ``flush_interval`` seconds have passed since the last write, or
         at once with ``force``.
+
+        Parameters
+        ----------
+        key : str
+            The point set's key.
+        n : int
+            Its number of points.
+        idx : np.ndarray
+            Indices of the computed points.
+        loss, acc : np.ndarray
+            Their loss and accuracy, aligned with ``idx``.
+        meta : Mapping[str, Any] or None
+            Description stored with the set when its entry is first written.
+        force : bool
+            Write now, whatever the time since the last write.
         """
         self._pending.setdefault(key, []).append(
             (np.asarray(idx), np.asarray(loss, dtype=np.float64), np.asarray(acc, dtype=np.float64),
@@ -186,7 +248,15 @@ class Cache:
         self._last_flush = time.monotonic()
 
     def save_result(self, key: str, result: Result) -> None:
-        """Store ``result`` (complete) under ``key``, replacing any earlier one."""
+        """Store ``result`` (complete) under ``key``, replacing any earlier one.
+
+        Parameters
+        ----------
+        key : str
+            The result's key.
+        result : Result
+            Any registered result dataclass.
+        """
         with self.writer_lock():
             self._write_entry("result", key, lambda f: write_result(f, result))
 
@@ -205,6 +275,11 @@ class Cache:
 
         On the first write the folder and its format marker are created and temporary files
         left by killed writers are removed.
+
+        Yields
+        ------
+        None
+            While the lock is held.
 
         Raises
         ------

@@ -19,15 +19,20 @@ def upgrade(old: str | os.PathLike, new: str | os.PathLike) -> int:
 
     Parameters
     ----------
-    old:
+    old : str or os.PathLike
         A format-1 cache file (left unchanged).
-    new:
+    new : str or os.PathLike
         A cache folder (created if missing); point sets with the same keys are merged, results replaced.
 
     Returns
     -------
     int
         The number of entries copied.
+
+    Raises
+    ------
+    CacheError
+        ``old`` is not a readable format-1 file, or ``new`` is a cache file rather than a folder.
     """
     source = LegacyCache(Path(old))
     target = Cache(new)
@@ -47,7 +52,19 @@ def upgrade(old: str | os.PathLike, new: str | os.PathLike) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m landscape.cache.upgrade OLD NEW``: copy a format-1 cache file into a cache folder."""
+    """``python -m landscape.cache.upgrade OLD NEW``: copy a format-1 cache file into a cache folder.
+
+    Parameters
+    ----------
+    argv : Sequence[str] or None
+        The two arguments ``OLD NEW``; None reads them from ``sys.argv``.
+
+    Returns
+    -------
+    int
+        The exit status: 0 on success, 2 on a usage error or a :class:`LandscapeError`
+        (printed as one line on standard error).
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
         print("usage: python -m landscape.cache.upgrade OLD_FILE NEW_FOLDER", file=sys.stderr)

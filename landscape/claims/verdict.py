@@ -88,7 +88,13 @@ class Verdict:
                 "legend": dict(self.legend), "informational": list(self.informational)}
 
     def to_json(self) -> str:
-        """:meth:`to_dict` as indented JSON."""
+        """:meth:`to_dict` as indented JSON.
+
+        Returns
+        -------
+        str
+            Indented JSON text (non-finite numbers written as ``NaN``/``Infinity``).
+        """
         return json.dumps(self.to_dict(), indent=2, allow_nan=True)
 
     # ------------------------------------------------------------- rendering

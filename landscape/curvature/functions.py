@@ -109,6 +109,11 @@ def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: Any, *, k: i
     :class:`~landscape.results.curvature.Eigenvalues` is an ``np.ndarray`` that also carries
     ``converged``, ``residuals`` and ``matvecs``.
 
+    Parameters
+    ----------
+    model, evaluator, k, tol, max_iter, seed, method, params, return_eigenvectors, hvp, include_frozen
+        As for :func:`hessian_eigen`.
+
     Returns
     -------
     Eigenvalues or tuple
@@ -249,7 +254,20 @@ def _generator(seed: int) -> torch.Generator:
 
 
 def spec_of(evaluator: Any, **options: Any) -> dict[str, Any]:
-    """The spec recorded with a curvature result: evaluator fingerprint, version and options."""
+    """The spec recorded with a curvature result: evaluator fingerprint, version and options.
+
+    Parameters
+    ----------
+    evaluator : Evaluator
+        Its ``fingerprint()`` (model, data, loss, BatchNorm mode) enters the spec.
+    **options : Any
+        Every option of the computation (``k``, ``tol``, ``method``, ...).
+
+    Returns
+    -------
+    dict[str, Any]
+        ``{"evaluator": ..., "version": ALGORITHM_VERSION, **options}``.
+    """
     return {"evaluator": evaluator.fingerprint(), "version": ALGORITHM_VERSION, **options}
 
 

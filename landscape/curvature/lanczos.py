@@ -180,7 +180,18 @@ class KrylovBasis:
         return theta, s, np.abs(self.beta * s[-1, :])
 
     def ritz_vectors(self, s: np.ndarray) -> torch.Tensor:
-        """Ritz vectors ``V^T s`` as rows, for eigenvectors ``s`` (columns) of ``H``."""
+        """Ritz vectors ``V^T s`` as rows, for eigenvectors ``s`` (columns) of ``H``.
+
+        Parameters
+        ----------
+        s : np.ndarray
+            ``(rows, r)``: eigenvectors of the projected matrix ``H`` (as from :meth:`ritz`).
+
+        Returns
+        -------
+        torch.Tensor
+            ``(r, size)``: the Ritz vectors, on the basis's device and dtype.
+        """
         coeff = torch.as_tensor(s, dtype=self.vectors.dtype, device=self.vectors.device)
         return coeff.T @ self.vectors[:self.rows]
 
@@ -262,6 +273,19 @@ def lanczos_top(op: SymmetricOperator, k: int = 1, *, tol: float = 1e-3, max_ite
 
 
 def check_k(k: int, dim: int) -> None:
-    """Refuse a number of eigenpairs outside ``[1, dim]``."""
+    """Refuse a number of eigenpairs outside ``[1, dim]``.
+
+    Parameters
+    ----------
+    k : int
+        The number of eigenpairs asked for.
+    dim : int
+        The operator's dimension.
+
+    Raises
+    ------
+    ConfigError
+        ``k < 1`` or ``k > dim``.
+    """
     if not 1 <= k <= dim:
         raise ConfigError(f"k must lie in [1, {dim}] (the number of parameters), got {k}")

@@ -59,10 +59,26 @@ class SymmetricOperator(Protocol):
     matvecs: int
 
     def matvec(self, v: torch.Tensor) -> torch.Tensor:
-        """``A v`` for a vector of length ``size``."""
+        """``A v`` for a vector of length ``size``.
+
+        Parameters
+        ----------
+        v : torch.Tensor
+            A vector of length ``size`` (moved to the operator's device and dtype).
+
+        Returns
+        -------
+        torch.Tensor
+            ``A v``, on the operator's device.
+        """
 
     def to_scipy(self) -> Any:
-        """A ``scipy.sparse.linalg.LinearOperator`` view (float64)."""
+        """A ``scipy.sparse.linalg.LinearOperator`` view (float64).
+
+        Returns
+        -------
+        scipy.sparse.linalg.LinearOperator
+        """
 
 
 def scipy_view(op: SymmetricOperator) -> Any:
@@ -93,6 +109,11 @@ class MatrixOperator:
     ----------
     matrix
         A symmetric ``(n, n)`` tensor (not checked for symmetry).
+
+    Raises
+    ------
+    ConfigError
+        ``matrix`` is not square.
     """
 
     def __init__(self, matrix: torch.Tensor):
@@ -105,14 +126,31 @@ class MatrixOperator:
         self.matvecs = 0
 
     def matvec(self, v: torch.Tensor) -> torch.Tensor:
-        """``A v``."""
+        """``A v`` (one product, counted in ``matvecs``).
+
+        Parameters
+        ----------
+        v : torch.Tensor
+            A vector of length ``size`` (moved to the operator's device and dtype).
+
+        Returns
+        -------
+        torch.Tensor
+            ``A v``, on the operator's device.
+        """
         self.matvecs += 1
         return self.matrix @ v.to(self.device, self.dtype)
 
     __call__ = matvec
 
     def to_scipy(self) -> Any:
-        """A ``scipy.sparse.linalg.LinearOperator`` view (float64)."""
+        """A ``scipy.sparse.linalg.LinearOperator`` view (float64).
+
+        Returns
+        -------
+        scipy.sparse.linalg.LinearOperator
+            See :func:`scipy_view`.
+        """
         return scipy_view(self)
 
 
@@ -135,8 +173,20 @@ class HessianOperator:
     check_determinism
         Refuse a model whose outputs differ between two identical calls (dropout in eval mode).
 
-    ``matvecs`` counts the Hessian-vector products computed so far; ``size`` (= ``dim``) is the
-    number of differentiated parameters.
+    Attributes
+    ----------
+    size, dim
+        The number of differentiated parameters (equal).
+    theta
+        Their values at the point (flat, on the evaluator's device).
+    matvecs
+        Hessian-vector products computed so far.
+
+    Raises
+    ------
+    ConfigError
+        Unknown ``mode``, a flat vector of the wrong length, or a model whose outputs are not
+        deterministic in eval mode.
     """
 
     def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
@@ -171,24 +221,61 @@ class HessianOperator:
 
     # ------------------------------------------------------------------ the loss
     def params_dict(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
-        """State-dict-named tensors with the selected parameters taken from ``theta``."""
+        """State-dict-named tensors with the selected parameters taken from ``theta``.
+
+        Parameters
+        ----------
+        theta : torch.Tensor
+            A flat vector of length ``dim`` (differentiable through).
+
+        Returns
+        -------
+        dict[str, torch.Tensor]
+            Every tensor of the model: the selected parameters reshaped from ``theta``, the
+            others as fixed at the point.
+        """
         parts = torch.split(theta, self.numels)
         out = dict(self._fixed)
         out.update({n: p.reshape(s) for n, p, s in zip(self.names, parts, self.shapes)})
         return out
 
     def batch_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """This batch's share of the loss: ``sum_{i in batch} l_i / N``."""
+        """This batch's share of the loss: ``sum_{i in batch} l_i / N``.
+
+        Parameters
+        ----------
+        theta : torch.Tensor
+            The selected parameters (flat).
+        x, y : torch.Tensor
+            One batch of inputs and targets.
+
+        Returns
+        -------
+        torch.Tensor
+            A scalar; its sum over the evaluator's batches is ``L(theta)``.
+        """
         ev = self.evaluator
         return ev.per_sample_loss(ev.forward(self.params_dict(theta), x), y).sum() / ev.num_samples
 
     def loss(self) -> float:
-        """``L(theta)`` at the operator's point."""
+        """``L(theta)`` at the operator's point.
+
+        Returns
+        -------
+        float
+            The mean loss over all of the evaluator's data.
+        """
         with torch.no_grad():
             return float(sum(self.batch_loss(self.theta, x, y).double() for x, y in self.evaluator.batches))
 
     def gradient(self) -> torch.Tensor:
-        """``grad L(theta)`` (flat, on the device)."""
+        """``grad L(theta)`` (flat, on the device).
+
+        Returns
+        -------
+        torch.Tensor
+            Length ``dim``.
+        """
         g = torch.zeros_like(self.theta)
         for x, y in self.evaluator.batches:
             g += grad(self.batch_loss)(self.theta, x, y)
@@ -196,7 +283,23 @@ class HessianOperator:
 
     # ---------------------------------------------------------- linear operator
     def matvec(self, v: torch.Tensor) -> torch.Tensor:
-        """``H v`` for a flat vector ``v`` of length ``dim`` (one Hessian-vector product)."""
+        """``H v`` for a flat vector ``v`` of length ``dim`` (one Hessian-vector product).
+
+        Parameters
+        ----------
+        v : torch.Tensor
+            Length ``dim``.
+
+        Returns
+        -------
+        torch.Tensor
+            ``H v`` summed over the evaluator's batches.
+
+        Raises
+        ------
+        ConfigError
+            ``v`` does not have length ``dim``.
+        """
         if v.shape != (self.dim,):
             raise ConfigError(f"H v needs a vector of length {self.dim}, got shape {tuple(v.shape)}")
         v = v.to(self.device, self.dtype)
@@ -229,7 +332,23 @@ class HessianOperator:
         return self._retained
 
     def dense(self, max_dim: int = 5000) -> torch.Tensor:
-        """The full Hessian (``dim`` products; only for small problems and tests)."""
+        """The full Hessian (``dim`` products; only for small problems and tests).
+
+        Parameters
+        ----------
+        max_dim : int
+            Largest ``dim`` accepted.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(dim, dim)``, row ``i`` being ``H e_i``.
+
+        Raises
+        ------
+        ConfigError
+            ``dim > max_dim``.
+        """
         if self.dim > max_dim:
             raise ConfigError(f"the Hessian has {self.dim} rows; dense() is limited to {max_dim}. "
                               "Use the iterative estimators (hessian_eigenvalues, hessian_trace) instead.")
@@ -237,7 +356,13 @@ class HessianOperator:
         return torch.stack([self.matvec(e) for e in eye])
 
     def to_scipy(self) -> Any:
-        """A ``scipy.sparse.linalg.LinearOperator`` (float64 in and out) of this Hessian."""
+        """A ``scipy.sparse.linalg.LinearOperator`` (float64 in and out) of this Hessian.
+
+        Returns
+        -------
+        scipy.sparse.linalg.LinearOperator
+            See :func:`scipy_view`.
+        """
         return scipy_view(self)
 
     # ---------------------------------------------------------------- checks

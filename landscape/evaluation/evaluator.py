@@ -173,7 +173,18 @@ class Evaluator:
 
     def measure_strategies(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
         """Time loop and vmap on the first points of ``vecs`` and keep the faster
-        (see :meth:`.runner.ChunkRunner.measure_strategies`)."""
+        (see :meth:`.runner.ChunkRunner.measure_strategies`).
+
+        Parameters
+        ----------
+        vecs, coeffs
+            ``(P, D)`` device vectors (BatchNorm mode applied) and their coefficients.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            The metrics of ``vecs``, computed with the chosen strategy.
+        """
         return self.runner.measure_strategies(vecs, coeffs)
 
     # ------------------------------------------------------------------ basics
@@ -351,7 +362,13 @@ class Evaluator:
         return self.batchnorm.apply(vecs, reference)
 
     def activation_bytes(self) -> int:
-        """Estimated activation memory of one point (see :func:`.memory.activation_bytes`)."""
+        """Estimated activation memory of one point (see :func:`.memory.activation_bytes`).
+
+        Returns
+        -------
+        int
+            Bytes (computed once, then remembered).
+        """
         if self._activation_bytes is None:
             self._activation_bytes = activation_bytes(self.module, self.batches)
         return self._activation_bytes

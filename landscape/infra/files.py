@@ -43,12 +43,12 @@ def write_atomic(path: str | os.PathLike, data: bytes | bytearray | memoryview, 
 
     Parameters
     ----------
-    path:
+    path : str or os.PathLike
         The file to create or replace. Its folder is created if missing; a folder or a target
         that is a symbolic link is refused.
-    data:
+    data : bytes, bytearray or memoryview
         The complete new content.
-    mode:
+    mode : int or None
         Permission bits of the new file; default: those of the file it replaces, or
         ``0o666`` less the process umask for a new file.
 
@@ -95,9 +95,9 @@ def write_text(path: str | os.PathLike, text: str, *, mode: int | None = None) -
 
     Parameters
     ----------
-    path, mode:
+    path, mode
         As for :func:`write_atomic`.
-    text:
+    text : str
         The complete new content.
 
     Returns
@@ -114,11 +114,11 @@ def write_json(path: str | os.PathLike, value: Any, *, indent: int | None = 2, s
 
     Parameters
     ----------
-    path, mode:
+    path, mode
         As for :func:`write_atomic`.
-    value:
+    value : Any
         Anything :func:`json.dumps` accepts.
-    indent, sort_keys:
+    indent, sort_keys
         Passed to :func:`json.dumps`.
 
     Returns
@@ -130,18 +130,45 @@ def write_json(path: str | os.PathLike, value: Any, *, indent: int | None = 2, s
 
 
 def discard(path: str | os.PathLike) -> None:
-    """Remove a file if possible (nothing happens on a read-only disk or if it is absent)."""
+    """Remove a file if possible (nothing happens on a read-only disk or if it is absent).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (a link at ``path`` is removed, not followed).
+    """
     with contextlib.suppress(OSError):
         os.unlink(path)
 
 
 def is_temporary(name: str) -> bool:
-    """True for the name of a temporary file left by :func:`write_atomic` (``.<name>.tmp-<random>``)."""
+    """True for the name of a temporary file left by :func:`write_atomic` (``.<name>.tmp-<random>``).
+
+    Parameters
+    ----------
+    name : str
+        A file name (no folder).
+
+    Returns
+    -------
+    bool
+    """
     return name.startswith(".") and TEMP_MARKER in name
 
 
 def write_failure_reason(exc: OSError) -> str:
-    """Why a write failed, in words (full disk, read-only location, a link, ...)."""
+    """Why a write failed, in words (full disk, read-only location, a link, ...).
+
+    Parameters
+    ----------
+    exc : OSError
+        The operating system's error.
+
+    Returns
+    -------
+    str
+        A phrase for a known ``errno``, else the system's own message.
+    """
     reasons = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
                errno.EROFS: "the location is not writable (read-only file system)",
                errno.EACCES: "the location is not writable (permission denied)",
@@ -155,11 +182,11 @@ def write_error(path: str | os.PathLike, exc: OSError, size: int | None = None) 
 
     Parameters
     ----------
-    path:
+    path : str or os.PathLike
         The file that was being written.
-    exc:
+    exc : OSError
         The operating system's error.
-    size:
+    size : int or None
         Bytes that were to be written (named in the message when known).
 
     Returns
@@ -178,6 +205,16 @@ def open_lock(path: str | os.PathLike) -> int:
 
     The file is opened for reading and writing but never truncated or written, so even a hard
     link planted at ``path`` loses nothing.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The lock file; its folder is created if missing.
+
+    Returns
+    -------
+    int
+        An open file descriptor (the caller closes it).
 
     Raises
     ------
@@ -208,14 +245,25 @@ def exclusive_lock(path: str | os.PathLike, *, timeout: float,
 
     Parameters
     ----------
-    path:
+    path : str or os.PathLike
         The lock file.
-    timeout:
+    timeout : float
         Seconds to wait for another holder to finish (0: do not wait).
-    busy:
+    busy : Callable[[], LandscapeError]
         Builds the error raised when the lock is still held after ``timeout``.
 
-    The kernel releases the lock when the holder exits, even after SIGKILL.
+    Yields
+    ------
+    None
+        While the lock is held. The kernel releases the lock when the holder exits, even
+        after SIGKILL.
+
+    Raises
+    ------
+    LandscapeError
+        ``busy()``, when the lock is still held after ``timeout`` seconds.
+    FileWriteError
+        The lock file cannot be opened (see :func:`open_lock`).
     """
     fd = open_lock(path)
     try:

@@ -33,17 +33,12 @@ import os
 import tempfile
 import threading
 import traceback
-import uuid
-import weakref
-from collections import OrderedDict
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
 from .errors import ConfigError, LandscapeError
 

@@ -44,6 +44,12 @@ class Result:
 
     Subclasses list their array fields in ``array_fields`` and the scalar numbers their summary
     shows first (fields or properties) in ``summary_fields``.
+
+    Attributes
+    ----------
+    spec : Mapping[str, Any]
+        What produced the result (function, options, digests of models and data); keyword-only,
+        empty by default. Stored as a JSON attribute in the cache.
     """
 
     spec: Mapping[str, Any] = field(default_factory=dict, kw_only=True)

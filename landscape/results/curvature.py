@@ -21,6 +21,23 @@ class HessianEigen(Result):
     ``residuals``: residual norms ``||H x - theta x||`` (bounds on the absolute eigenvalue
     errors), for Lanczos and power iteration alike.
     ``vectors``: eigenvectors as rows (over the selected parameters) when requested.
+
+    Attributes
+    ----------
+    values, residuals : np.ndarray
+        ``(k,)``: the eigenvalues ``theta`` (descending) and ``||H x - theta x||``.
+    matvecs : int
+        Hessian-vector products used.
+    converged : bool
+        Whether every residual met the solver's tolerance.
+    method : str
+        The solver's registered name (``"lanczos"``, ``"power"``, ...).
+    dim : int
+        Dimension of the operator (number of selected parameters).
+    vectors : np.ndarray or None
+        ``(k, dim)`` eigenvectors, or None when not requested.
+    restarts : int
+        Thick restarts performed (Lanczos only).
     """
 
     summary_fields: ClassVar[tuple[str, ...]] = ('values', 'converged', 'matvecs', 'restarts')
@@ -78,6 +95,21 @@ class TraceEstimate(Result):
     Hutchinson: ``value = mean(samples)`` with ``samples = z^T H z``. Hutch++ (Meyer et al.
     2021): ``value = exact + mean(samples)``, ``exact = tr(Q^T H Q)`` on a sketched subspace
     and ``samples`` the Hutchinson samples of the deflated remainder.
+
+    Attributes
+    ----------
+    value, stderr : float
+        The estimate of ``tr H`` and its standard error (sample standard deviation over ``sqrt(len(samples))``).
+    samples : np.ndarray
+        The Hutchinson samples ``z^T H z`` (of the deflated remainder for Hutch++).
+    method : str
+        ``"hutchinson"`` or ``"hutch++"``.
+    matvecs, dim : int
+        Hessian-vector products used, and the operator's dimension.
+    converged : bool
+        Whether the relative standard error met the requested tolerance.
+    exact : float
+        Hutch++ only: ``tr(Q^T H Q)`` on the sketched subspace (0 for Hutchinson).
     """
 
     summary_fields: ClassVar[tuple[str, ...]] = ('value', 'stderr', 'relative_stderr', 'converged', 'matvecs')
@@ -94,6 +126,7 @@ class TraceEstimate(Result):
 
     @property
     def relative_stderr(self) -> float:
+        """``|stderr / value|`` (inf for a zero estimate)."""
         return abs(self.stderr / self.value) if self.value != 0 else float("inf")
 
 
@@ -105,6 +138,17 @@ class SpectralDensity(Result):
     ``density`` is ``(1/runs) sum_r sum_j weights[r, j] N(grid; nodes[r, j], sigma^2)`` on
     ``grid``; it integrates to one. ``nodes``/``weights`` (shape ``(runs, m)``) are the raw
     quadrature.
+
+    Attributes
+    ----------
+    grid, density : np.ndarray
+        The eigenvalue grid and the smoothed density on it.
+    nodes, weights : np.ndarray
+        ``(runs, m)``: Gauss quadrature nodes (Ritz values) and weights of each SLQ run.
+    sigma : float
+        Width of the Gaussian kernel.
+    dim, matvecs : int
+        The operator's dimension and the Hessian-vector products used.
     """
 
     summary_fields: ClassVar[tuple[str, ...]] = ('trace', 'mean', 'sigma', 'matvecs')
@@ -137,7 +181,17 @@ class SpectralDensity(Result):
 @register
 @dataclass(frozen=True, eq=False)
 class CurvatureProfile(Result):
-    """Top Hessian eigenvalues along ``(1 - alpha) a + alpha b``: ``eigenvalues[i, j]``."""
+    """Top Hessian eigenvalues along ``(1 - alpha) a + alpha b``: ``eigenvalues[i, j]``.
+
+    Attributes
+    ----------
+    alphas : np.ndarray
+        ``(n,)``: the interpolation coefficients.
+    eigenvalues, residuals : np.ndarray
+        ``(n, k)``: the ``j``-th largest eigenvalue at ``alphas[i]`` and its residual norm.
+    matvecs : np.ndarray
+        ``(n,)``: Hessian-vector products used at each point.
+    """
 
     summary_fields: ClassVar[tuple[str, ...]] = ('max_top',)
 
@@ -165,6 +219,17 @@ class CurvaturePlane(Result):
 
     The grid is the one of the :class:`~landscape.results.PlaneResult` it was computed on
     (possibly every ``stride``-th point), so it overlays that plane's loss surface.
+
+    Attributes
+    ----------
+    x, y : np.ndarray
+        The grid's coordinates.
+    eigenvalues, residuals : np.ndarray
+        ``(len(y), len(x), k)``: eigenvalues at each grid point and their residual norms.
+    matvecs : np.ndarray
+        ``(len(y), len(x))``: Hessian-vector products used at each point.
+    models : dict
+        Label -> ``[x, y]`` of the models placed in the plane (copied from the plane).
     """
 
     summary_fields: ClassVar[tuple[str, ...]] = ('max_top',)

@@ -44,7 +44,13 @@ class GridExtremes:
 @register
 @dataclass(frozen=True, eq=False)
 class Metrics(Result):
-    """Loss and accuracy of a list of models, one entry per model."""
+    """Loss and accuracy of a list of models, one entry per model.
+
+    Attributes
+    ----------
+    loss, accuracy : np.ndarray
+        ``(n,)``: mean loss and accuracy of each model on the evaluator's data.
+    """
 
     loss: np.ndarray
     accuracy: np.ndarray
@@ -57,6 +63,13 @@ class PathResult(GridExtremes, Result):
     """Metrics along ``(1 - alpha) * a + alpha * b`` (FedGuCci Eq. 3/4).
 
     Barriers use the grid points with alpha in [0, 1]; 0 and 1 must be on the grid.
+
+    Attributes
+    ----------
+    alphas : np.ndarray
+        ``(n,)``: the interpolation coefficients, increasing (may extend beyond [0, 1]).
+    loss, accuracy : np.ndarray
+        ``(n,)``: ``L(alpha)`` and ``A(alpha)`` at each coefficient.
     """
 
     summary_fields: ClassVar[tuple[str, ...]] = ('loss_barrier', 'accuracy_barrier', 'nonfinite')
@@ -114,7 +127,17 @@ def _at(alphas: np.ndarray, values: np.ndarray, alpha: float) -> float:
 @register
 @dataclass(frozen=True, eq=False)
 class GroupResult(Result):
-    """Group barrier of K models (FedGuCci Definition 3.6, Eq. 9/10) around their fused model."""
+    """Group barrier of K models (FedGuCci Definition 3.6, Eq. 9/10) around their fused model.
+
+    Attributes
+    ----------
+    weights : np.ndarray
+        ``(K,)``: the weights ``mu_i`` of the members (summing to 1).
+    member_loss, member_accuracy : np.ndarray
+        ``(K,)``: ``L(w_i)`` and ``A(w_i)``.
+    fused_loss, fused_accuracy : float
+        ``L`` and ``A`` of the fused model ``sum_i mu_i w_i``.
+    """
 
     summary_fields: ClassVar[tuple[str, ...]] = ('loss_barrier', 'accuracy_barrier', 'fused_loss', 'fused_accuracy')
 
@@ -139,7 +162,15 @@ class GroupResult(Result):
 @register
 @dataclass(frozen=True, eq=False)
 class BarrierMatrix(Result):
-    """Pairwise path barriers among n models; entry (i, j) is the barrier of the i-j path."""
+    """Pairwise path barriers among n models; entry (i, j) is the barrier of the i-j path.
+
+    Attributes
+    ----------
+    loss_barrier, accuracy_barrier : np.ndarray
+        ``(n, n)``: FedGuCci Eq. 3 and Eq. 4 barriers of each pair's linear path.
+    labels : list
+        The models' names, in matrix order.
+    """
 
     summary_fields: ClassVar[tuple[str, ...]] = ('max_accuracy_barrier', 'max_loss_barrier')
 
@@ -166,6 +197,22 @@ class PlaneResult(GridExtremes, Result):
 
     ``loss`` and ``accuracy`` have shape ``(len(y), len(x))``. ``models`` maps labels of the
     models that define or were placed in the plane to their ``(x, y)`` coordinates.
+
+    Attributes
+    ----------
+    x, y : np.ndarray
+        The grid's coordinates along ``u`` and ``v``.
+    loss, accuracy : np.ndarray
+        ``(len(y), len(x))``: metrics at each grid point.
+    origin, u, v : np.ndarray
+        Flat parameter vectors: the plane's origin and its two directions.
+    param_mask : np.ndarray
+        Flat, 1 where a coordinate belongs to the parameters the plane spans (others are
+        ignored by :meth:`project`).
+    models : Mapping[str, Any]
+        Label -> ``[x, y]`` of the models placed in the plane.
+    layout : list
+        ``[[name, offset, numel], ...]`` of the parameter space, to flatten models.
     """
 
     summary_fields: ClassVar[tuple[str, ...]] = ('min_loss', 'max_accuracy', 'nonfinite')
@@ -184,7 +231,27 @@ class PlaneResult(GridExtremes, Result):
                                                 "param_mask")
 
     def project(self, model: Any) -> tuple[float, float, float]:
-        """``(x, y, residual)`` of a model: its plane coordinates and its distance to the plane."""
+        """``(x, y, residual)`` of a model: its plane coordinates and its distance to the plane.
+
+        Parameters
+        ----------
+        model : Any
+            A flat parameter vector (numpy or torch, in the plane's parameter layout), a
+            ``torch.nn.Module``, a state dict, or a checkpoint file path.
+
+        Returns
+        -------
+        x, y : float
+            Least-squares coordinates of ``model - origin`` in the span of ``u``, ``v`` (over
+            ``param_mask``).
+        residual : float
+            The L2 distance of the model from the plane.
+
+        Raises
+        ------
+        KeyError, ValueError
+            The model lacks a parameter of the layout, or one has the wrong size.
+        """
         vec = self._vector(model)
         m = self.param_mask.astype(bool)
         d = (vec - self.origin)[m].astype(np.float64)
@@ -196,12 +263,35 @@ class PlaneResult(GridExtremes, Result):
         return x, y, residual
 
     def coordinates(self, model: Any) -> tuple[float, float]:
-        """Projection ``(<w - origin, u>, <w - origin, v>)`` of any model onto the plane."""
+        """Projection ``(<w - origin, u>, <w - origin, v>)`` of any model onto the plane.
+
+        Parameters
+        ----------
+        model : Any
+            A flat parameter vector (numpy or torch, in the plane's parameter layout), a
+            ``torch.nn.Module``, a state dict, or a checkpoint file path.
+
+        Returns
+        -------
+        tuple[float, float]
+            ``(x, y)`` as in :meth:`project`.
+        """
         x, y, _ = self.project(model)
         return x, y
 
     def with_models(self, **labelled: Any) -> "PlaneResult":
-        """A copy with more models placed in the plane (label -> model-like)."""
+        """A copy with more models placed in the plane (label -> model-like).
+
+        Parameters
+        ----------
+        **labelled : Any
+            Label -> model, as accepted by :meth:`project`.
+
+        Returns
+        -------
+        PlaneResult
+            This result with the models' coordinates added to ``models``.
+        """
         placed = dict(self.models)
         for label, model in labelled.items():
             placed[label] = list(self.coordinates(model))
