@@ -1,8 +1,9 @@
 """``landscape``: loss-landscape analysis from the command line.
 
 Subcommands: ``train`` (an FL run, as ``fl-run``), ``path``, ``plane``, ``group``, ``hessian``,
-``trace``, ``density``, ``decompose``, ``check`` (a paper claim) and ``report`` (an HTML
-report of an FL run); each is a module of :mod:`landscape_cli.commands`.
+``trace``, ``density``, ``decompose``, ``check`` (a paper claim), ``report`` (an HTML report
+of an FL run), ``align`` (Git Re-Basin) and ``curve`` (a trained Bezier curve or chain); each is
+a module of :mod:`landscape_cli.commands`.
 
 Models come from an FL run (``--run DIR --round R --models global client:3 ...``) or from
 a module spec and checkpoint files (``--module mlp --checkpoints a.pt b.pt --data digits``).
