@@ -121,7 +121,18 @@ def test_permutation_through_reductions_broadcasts_and_layernorm() -> None:
     _check_identity(model, torch.randn(4, 3, 6, 6, generator=torch.Generator().manual_seed(1)))
 
 
+class _Heads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)).view(-1, 2, 4).sum(1))  # units split into two "heads"
+
+
 def test_refuses_operations_that_do_not_commute_with_permutations() -> None:
+    with pytest.raises(PermutationError, match="splits or interleaves hidden units"):
+        discover(_Heads(), torch.zeros(2, 4))
     with pytest.raises(PermutationError, match="slice of hidden units"):
         discover(_SliceUnits(), torch.zeros(2, 4))
     with pytest.raises(PermutationError, match="aten.roll"):

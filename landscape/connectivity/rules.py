@@ -147,15 +147,14 @@ def reshape(node: Any, env: dict) -> list[Slot]:
 def _regroup(group_in: list[tuple[Slot, int]], group_out: list[int], node: Any) -> list[Slot]:
     if len(group_in) == 1 and len(group_out) == 1:
         return [group_in[0][0]]
-    why = f"a reshape in {node.name} that splits units across axes"
+    why = f"a reshape that splits or interleaves hidden units across axes ({node.target}, graph node {node.name})"
+    carrying = [k for k, (s, d) in enumerate(group_in) if s.layout is not None and not is_fixed(s.layout)]
+    if not carrying:  # positions that never move (batch, spatial, data axes; unmet parameter axes)
+        pin([s for s, _ in group_in], why)
+        return [_fixed(d) for d in group_out]
     if len(group_out) == 1:  # merge: one axis may carry units, the others become outer/inner
-        carrying = [k for k, (s, d) in enumerate(group_in) if s.layout is not None and not is_fixed(s.layout)]
-        if not carrying:
-            pin([s for s, _ in group_in], why)
-            return [_fixed(group_out[0])]
         if len(carrying) > 1:
-            pin([s for s, _ in group_in], why)
-            return [_fixed(group_out[0])]
+            raise Unsupported(why)
         k = carrying[0]
         lay = group_in[k][0].layout
         outer = prod(d for _, d in group_in[:k]) * lay.outer
@@ -164,9 +163,6 @@ def _regroup(group_in: list[tuple[Slot, int]], group_out: list[int], node: Any) 
         return [Slot(Layout(outer, lay.runs, inner))]
     if len(group_in) == 1:  # split one axis into several
         slot, _ = group_in[0]
-        if slot.layout is None or is_fixed(slot.layout):
-            pin([slot], why)
-            return [_fixed(d) for d in group_out]
         lay = slot.layout
         block = lay.units * lay.inner
         for k in range(len(group_out)):
@@ -177,10 +173,7 @@ def _regroup(group_in: list[tuple[Slot, int]], group_out: list[int], node: Any) 
                     return ([_fixed(d) for d in group_out[:k]]
                             + [Slot(Layout(outer_k, lay.runs, lay.inner // after))]
                             + [_fixed(d) for d in group_out[k + 1:]])
-        pin([slot], why)
-        return [_fixed(d) for d in group_out]
-    pin([s for s, _ in group_in], why)
-    return [_fixed(d) for d in group_out]
+    raise Unsupported(why)
 
 
 def transpose(node: Any, env: dict) -> list[Slot]:
