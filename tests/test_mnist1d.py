@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import random
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +15,14 @@ from fl.datasets import default_root, load_dataset
 @pytest.fixture(scope="module")
 def generated() -> dict[str, np.ndarray]:
     return mnist1d.generate()
+
+
+@pytest.fixture(scope="module")
+def cache_file(tmp_path_factory, generated) -> Path:
+    """A cache file written by load_dataset once, copied by tests that start from a valid cache."""
+    root = tmp_path_factory.mktemp("mnist1d_cache")
+    load_dataset("mnist1d", root=root)
+    return mnist1d.cache_path(root)
 
 
 def test_generation_is_deterministic_and_leaves_global_rngs_alone(generated):
@@ -53,9 +63,9 @@ def test_load_dataset_caches_then_reads_without_generating(tmp_path, generated, 
 
 
 @pytest.mark.parametrize("damage", ["flip_bytes", "truncate", "valid_zip_wrong_data"])
-def test_damaged_cache_is_regenerated(tmp_path, generated, damage):
+def test_damaged_cache_is_regenerated(tmp_path, generated, cache_file, damage):
     path = mnist1d.cache_path(tmp_path)
-    load_dataset("mnist1d", root=tmp_path)
+    shutil.copyfile(cache_file, path)
     raw = bytearray(path.read_bytes())
     if damage == "flip_bytes":
         for i in range(200, len(raw), 997):
