@@ -24,7 +24,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from figures import averaging_figure, averaging_plotly, decomposition_figure, decomposition_plotly
-from landscape.decomposition.ima import averaging_curve, decompose_run
+from landscape import averaging_curve, decompose_run
 
 from _common import Example, run_fl, test_evaluator
 
