@@ -21,6 +21,7 @@ from .style import bn_note, color, finite, fmt, masked_note, new_figure, style_c
 
 PathsLike = PathResult | Mapping[str, PathResult] | Sequence[PathResult]
 METRICS = ("loss", "accuracy")
+LEGEND_ROW = 0.17  # inches of figure height per legend entry
 
 
 def named_paths(paths: PathsLike) -> list[tuple[str, PathResult]]:
@@ -70,7 +71,7 @@ def _check_metrics(metrics: Sequence[str]) -> None:
 
 def path_figure(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
                 endpoint_labels: tuple[str, str] | None = ("A", "B"), title: str | None = None,
-                width: float = 7.0, height: float = 3.4) -> Figure:
+                width: float = 7.0, height: float = 3.0) -> Figure:
     """Matplotlib: one panel per metric, one line per path, endpoints and barrier marked.
 
     The dashed line joins the endpoint values (the baseline of FedGuCci Eq. 3/4); the arrow at
@@ -89,7 +90,8 @@ def path_figure(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
     endpoint_labels
         Names of the models at alpha = 0 and alpha = 1 (None: no names).
     title, width, height
-        Figure title (the BatchNorm mode of BN models is appended) and size in inches.
+        Figure title (the BatchNorm mode of BN models is appended) and size in inches (the
+        height grows by :data:`LEGEND_ROW` per path for the legends).
 
     Returns
     -------
@@ -98,7 +100,7 @@ def path_figure(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
     _check_metrics(metrics)
     named = named_paths(paths)
     with style_context():
-        fig = new_figure(width, height)
+        fig = new_figure(width, height + LEGEND_ROW * len(named))  # room for the legends below the panels
         axes = fig.subplots(1, len(metrics), squeeze=False)[0]
         for ax, metric in zip(axes, metrics):
             for i, (name, path) in enumerate(named):
@@ -109,7 +111,7 @@ def path_figure(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
                 top = ax.secondary_xaxis("top")
                 top.set_xticks([0.0, 1.0], list(endpoint_labels), fontweight="bold")
                 top.tick_params(length=0)
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=1 if len(named) > 2 else len(named))
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=7)
         masked = sum(int((~np.isfinite(getattr(p, m))).sum()) for _, p in named for m in metrics)
         fig.suptitle((title or "Linear interpolation") + bn_note([p for _, p in named]) + masked_note(masked))
     return fig

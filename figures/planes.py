@@ -57,6 +57,11 @@ def model_points(plane: PlaneResult, roles: Mapping[str, str] | None = None) -> 
     return grouped
 
 
+def by_size(grouped: Mapping[str, list[tuple[str, float, float]]]) -> list[tuple[str, list[tuple[str, float, float]]]]:
+    """Roles in drawing order, biggest marker first: a smaller marker on the same spot stays on top."""
+    return sorted(grouped.items(), key=lambda item: -ROLES[item[0]].size)
+
+
 def value_at(plane: PlaneResult, values: np.ndarray, x: float, y: float) -> float:
     """Bilinear interpolation of grid ``values`` at (x, y); NaN outside the grid."""
     interp = RegularGridInterpolator((plane.y, plane.x), values, bounds_error=False, fill_value=np.nan)
@@ -117,7 +122,7 @@ def _draw_contour(fig: Figure, plane: PlaneResult, values: np.ndarray, metric: s
         handles.append(Patch(facecolor=MASKED_COLOR, label=f"non-finite ({int(np.isnan(values).sum())} masked)"))
     grouped = model_points(plane, roles)
     # biggest markers first, so a small marker on the same spot stays visible on top
-    for role, pts in sorted(grouped.items(), key=lambda item: -ROLES[item[0]].size):
+    for role, pts in by_size(grouped):
         style = ROLES[role]
         xs, ys = [p[1] for p in pts], [p[2] for p in pts]
         handles.append(ax.scatter(xs, ys, marker=style.marker, s=style.size, c=style.color, edgecolors="black",
@@ -258,7 +263,7 @@ def plane_plotly(plane: PlaneResult, *, metric: str = "loss", kind: str = "conto
     else:
         fig = go.Figure(go.Surface(x=plane.x, y=plane.y, z=z, colorscale=PLOTLY_SEQUENTIAL, colorbar=colorbar,
                                    name=metric, **hover))
-    for role, pts in model_points(plane, roles).items():
+    for role, pts in by_size(model_points(plane, roles)):
         style = ROLES[role]
         zs = [value_at(plane, z, x, y) for _, x, y in pts]
         raw = [value_at(plane, values, x, y) for _, x, y in pts]

@@ -92,10 +92,10 @@ class Role:
 
 ROLES: dict[str, Role] = {
     "client": Role("client", "^", "triangle-up", "circle", "#000000", 40),
-    "global": Role("global", "*", "star", "diamond", "#D55E00", 110),
+    "global": Role("global", "*", "star", "diamond", "#D55E00", 150),
     "anchor": Role("anchor", "D", "diamond", "square-open", "#CC79A7", 45),
     "ima": Role("ima", "s", "square", "square", "#009E73", 45),
-    "average": Role("average", "X", "x", "x", "#FFFFFF", 70),
+    "average": Role("average", "X", "x", "x", "#FFFFFF", 40),
     "model": Role("model", "o", "circle", "circle-open", "#0072B2", 40),
 }
 

@@ -183,6 +183,8 @@ def test_fl_plane_global_visible_and_legend_off_models(fl_run):
     assert min(c.get_zorder() for c in scatters.values()) > max(t.get_zorder() for t in ax.texts)
     order = [c.get_label() for c in ax.collections if isinstance(c, PathCollection)]
     assert order.index("global") < order.index("average")
+    traces = [tr.name for tr in F.plane_plotly(grid).data]
+    assert traces.index("global") < traces.index("average")
     # no label box covers another spot's marker
     renderer = drawn(fig)
     for t in ax.texts:
