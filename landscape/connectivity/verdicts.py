@@ -65,6 +65,12 @@ def connected_modulo_permutation(a: Any, b: Any, evaluator: Evaluator, *, method
         numbers[f"loss_barrier[{label}]"] = path.loss_barrier
         numbers[f"accuracy_barrier[{label}]"] = path.accuracy_barrier
     numbers.update({"units_moved": found.moved_units, "alignment_seconds": found.seconds})
+    legend = {f"{m}_barrier[{label}]": f"{'Eq. 3 loss' if m == 'loss' else 'Eq. 4 accuracy'} barrier of the a-b line "
+              + {"before": "as given", "aligned": "after permuting b's units to match a",
+                 "aligned + REPAIR": "after alignment, every point renormalised by REPAIR"}[label]
+              for label in paths for m in ("loss", "accuracy")}
+    legend.update({"units_moved": "hidden units of b that the alignment moved",
+                   "alignment_seconds": "time to find the permutation groups and the permutations"})
     after = min(_barrier(p, metric) for k, p in paths.items() if k != "before")
     before = _barrier(paths["before"], metric)
     holds = after <= threshold
@@ -75,9 +81,10 @@ def connected_modulo_permutation(a: Any, b: Any, evaluator: Evaluator, *, method
                    claim="Connected modulo permutation: after aligning the hidden units of b to a, the linear "
                          "path has no barrier", numbers=numbers,
                    thresholds={"metric": metric, "threshold": threshold, "method": method},
-                   results={"paths": paths},
+                   results={"paths": paths}, legend=legend,
+                   informational=tuple(k for k in numbers if not k.startswith(f"{metric}_barrier[") or "before" in k),
                    reference="Entezari et al. 2022 (Conjecture 1); Ainsworth et al. 2023 (Git Re-Basin); "
-                             "Jordan et al. 2022 (REPAIR)")
+                             "Jordan et al. 2022 (REPAIR); docs/connectivity.md")
 
 
 def group_connected_modulo_permutation(models: Sequence[Any], evaluator: Evaluator, *, to: Any = None,
@@ -118,7 +125,12 @@ def group_connected_modulo_permutation(models: Sequence[Any], evaluator: Evaluat
                          f"({'to a reference' if to is not None else 'to each other, MergeMany'}), their "
                          "average has no barrier",
                    numbers=numbers, thresholds={"metric": metric, "threshold": threshold}, results=groups,
-                   reference="FedGuCci Definition 3.6 (Eq. 9/10); Ainsworth et al. 2023 (MergeMany)")
+                   legend={f"{m}[{label}]": f"{m.replace('_', ' ')} of the group's average {label} alignment"
+                           for label in ("before", "aligned") for m in ("loss_barrier", "accuracy_barrier",
+                                                                         "fused_accuracy")},
+                   informational=tuple(k for k in numbers if not k.startswith(f"{metric}_barrier[") or "before" in k),
+                   reference="FedGuCci Definition 3.6 (Eq. 9/10); Ainsworth et al. 2023 (MergeMany); "
+                             "docs/connectivity.md")
 
 
 def connected_by_curve(a: Any, b: Any, evaluator: Evaluator, *, train_data: Any, kind: str = "bezier",
@@ -156,4 +168,11 @@ def connected_by_curve(a: Any, b: Any, evaluator: Evaluator, *, train_data: Any,
                    claim=f"Connected by a curve: a learned {kind} curve joins a and b without a barrier",
                    numbers=numbers, thresholds={"metric": metric, "threshold": threshold, "kind": kind},
                    results={"curve": result},
-                   reference="Garipov et al. 2018 (section 3.2); Draxler et al. 2018")
+                   legend={"curve_loss_barrier": "Eq. 3 barrier along the learned curve (t in place of alpha)",
+                           "line_loss_barrier": "Eq. 3 barrier along the straight line",
+                           "curve_accuracy_barrier": "Eq. 4 barrier along the learned curve",
+                           "line_accuracy_barrier": "Eq. 4 barrier along the straight line",
+                           "curve_max_loss": "largest loss on the curve (endpoints included)",
+                           "line_max_loss": "largest loss on the line"},
+                   informational=tuple(k for k in numbers if k != f"curve_{metric}_barrier"),
+                   reference="Garipov et al. 2018 (section 3.2); Draxler et al. 2018; docs/connectivity.md")
