@@ -303,3 +303,12 @@ def test_fl_run_on_a_parallel_backend_equals_the_sequential_run(tmp_path, backen
             torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-5)
     assert [m["test_accuracy"] for m in seq.metrics] == pytest.approx([m["test_accuracy"] for m in par.metrics],
                                                                        abs=1e-6)
+
+
+def test_unknown_back_end_names_are_refused_before_any_work():
+    from landscape import ConfigError, Evaluator
+
+    with pytest.raises(ConfigError, match="unknown back end 'bogus'.*loky"):
+        Backend(name="bogus")
+    with pytest.raises(ConfigError, match="unknown back end 'bogus'"):
+        Evaluator(torch.nn.Linear(2, 2), (torch.zeros(3, 2), torch.zeros(3, dtype=torch.long)), backend="bogus")

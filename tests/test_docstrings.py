@@ -75,6 +75,7 @@ CHECKED: tuple[str, ...] = (
     "landscape.infra.files",
     "landscape.infra.host_memory",
     "landscape.infra.parallel",
+    "landscape.infra.backends",
     "landscape.results",
     "landscape.results.base",
     "landscape.results.curvature",

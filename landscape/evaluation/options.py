@@ -15,6 +15,7 @@ import torch
 
 from ..infra.errors import ConfigError
 from ..infra.options import Options, option
+from ..infra.backends import as_backend
 
 BN_MODES = ("interpolate", "keep", "recompute")
 STRATEGIES = ("auto", "loop", "vmap")
@@ -90,7 +91,7 @@ class EvaluatorOptions(Options):
         None, help="batches of bn_data used to re-estimate BatchNorm statistics under bn=recompute "
         "(default: all)", ge=1)
     dtype: torch.dtype | None = option(
-        None, help="evaluation dtype (default float32)", parse=_named(DTYPES, "dtype"))
+        None, help="evaluation dtype: float32 (default) or float64", parse=_named(DTYPES, "dtype"))
     strategy: Literal["auto", "loop", "vmap"] = option(
         "auto", help="loop (one point at a time), vmap (a chunk of points at once) or auto (loop on CPU, "
         "timed on a GPU)")
@@ -128,6 +129,8 @@ class EvaluatorOptions(Options):
             A dtype or autocast dtype outside the supported ones, or an unknown ``torch.compile``
             back end.
         """
+        if isinstance(self.backend, str):
+            as_backend(self.backend)  # refuses an unknown back-end name
         if isinstance(self.compile, str) and self.compile not in torch.compiler.list_backends(exclude_tags=()):
             raise ConfigError(f"compile={self.compile!r} is not a torch.compile backend; available: "
                               f"{', '.join(torch.compiler.list_backends())}")
