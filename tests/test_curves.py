@@ -195,3 +195,26 @@ def test_curves_and_simplexes_train_on_zoo_models(name: str) -> None:
     assert not np.allclose(result.knots[1], 0.5 * (result.knots[0] + result.knots[2]))
     complex_ = simplex([a, b], ev, train_data=(x, y), epochs=1, batch_size=16, samples=2)
     assert np.array_equal(complex_.vertices[1], ev.vector(b).numpy()) and np.isfinite(complex_.loss).all()
+
+
+def test_bad_arguments_give_specific_errors(pair) -> None:
+    from landscape.connectivity.align import align
+
+    data, a, b, ev = pair
+    train = (data.train_x, data.train_y)
+    with pytest.raises(landscape.ConfigError, match="kind must be one of"):
+        curve(a, b, ev, kind="spline", train_data=train)
+    with pytest.raises(landscape.ConfigError, match="bends >= 1"):
+        curve(a, b, ev, train_data=train, bends=0)
+    with pytest.raises(landscape.ConfigError, match="lr > 0"):
+        curve(a, b, ev, train_data=train, lr=0.0)
+    with pytest.raises(landscape.DataError, match="inputs but"):
+        curve(a, b, ev, train_data=(data.train_x, data.train_y[:5]))
+    with pytest.raises(landscape.ConfigError, match="method must be one of"):
+        align(b, to=a, method="optimal transport")
+    with pytest.raises(landscape.ConfigError, match="pass data="):
+        align(b, to=a, method="activation")
+    with pytest.raises(landscape.ConfigError, match="template="):
+        align(b.state_dict(), to=a.state_dict())
+    with pytest.raises(landscape.ConfigError, match="at least one fixed"):
+        simplex([], ev, train_data=train)
