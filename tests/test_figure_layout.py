@@ -153,7 +153,7 @@ def test_bn_note_only_for_batchnorm_models(models, evaluator, digits_images):
     plain = landscape.interpolate(models[0], models[1], evaluator, alphas=3)
     assert "BN" not in F.path_figure(plain)._suptitle.get_text()
     cnns = [make_bn_cnn(seed) for seed in (4, 5)]
-    bn_eval = landscape.Evaluator(cnns[0], digits_images, bn="recompute")
+    bn_eval = landscape.Evaluator(cnns[0], digits_images, bn="recompute", bn_data=digits_images)
     with_bn = landscape.interpolate(cnns[0], cnns[1], bn_eval, alphas=3)
     assert with_bn.spec["evaluator"]["bn"] == "recompute"
     assert "(BN: recompute)" in F.path_figure(with_bn)._suptitle.get_text()
