@@ -54,10 +54,13 @@ class RunConfig(Options):
     clients: int = option(10, ge=1, le=100_000, help="number of clients K")
     rounds: int = option(20, ge=0, le=1_000_000, help="training rounds T (round 0 is the initial model)")
     participation: float = option(1.0, gt=0, le=1, help="share of clients sampled each round")
-    local_epochs: int = option(1, ge=1, le=10_000, help="local epochs E per round")
+    local_epochs: int = option(3, ge=1, le=10_000, help="local epochs E per round",
+                                source="ours: defaults that train, benchmarks/default_accuracy.py")
     batch_size: int = option(32, ge=1, le=10_000_000, help="local mini-batch size")
-    lr: float = option(0.05, gt=0, le=100, help="client learning rate")
-    momentum: float = option(0.0, ge=0, lt=1, help="SGD momentum of local training")
+    lr: float = option(0.1, gt=0, le=100, help="client learning rate",
+                      source="ours: defaults that train, benchmarks/default_accuracy.py")
+    momentum: float = option(0.9, ge=0, lt=1, help="SGD momentum of local training",
+                            source="ours: defaults that train, benchmarks/default_accuracy.py")
     weight_decay: float = option(0.0, ge=0, le=1, help="SGD weight decay of local training")
     lr_decay: float = option(0.0, ge=0, lt=1, help="per-round decay gamma: lr_r = lr (1 - gamma)^(r-1)",
                              source="IMA Sec. 7.1.3")

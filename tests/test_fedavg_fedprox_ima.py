@@ -61,9 +61,11 @@ def test_client_model_is_sgd_from_previous_global(fedavg_run):
         model = fedavg_run.module()
         model.load_state_dict(fedavg_run.global_state(1))
         x, y = datasets[k].tensors
-        opt = torch.optim.SGD(model.parameters(), lr=TINY["lr"])
+        cfg = fedavg_run.config
+        opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg["momentum"],
+                              weight_decay=cfg["weight_decay"])
         model.train()
-        for idx in minibatches(len(y), TINY["batch_size"], 1, make_generator(0, "client", 2, k)):
+        for idx in minibatches(len(y), TINY["batch_size"], cfg["local_epochs"], make_generator(0, "client", 2, k)):
             opt.zero_grad()
             nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
             opt.step()

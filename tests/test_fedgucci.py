@@ -59,8 +59,8 @@ def test_algorithms_train_above_chance(runs) -> None:
 def test_first_full_batch_step_equals_fedavg_with_scaled_lr(tmp_path) -> None:
     """Round 1, one anchor (= the received w), fixed alpha, one full-batch step: the
     interpolated point is w itself, so Eq. 12's gradient is (1 + beta * alpha) * grad L(w)."""
-    common = dict(dataset="digits", clients=2, rounds=1, batch_size=5000, seed=3, progress=False,
-                  save_clients="none")
+    common = dict(dataset="digits", clients=2, rounds=1, batch_size=5000, local_epochs=1, momentum=0.0, seed=3,
+                  progress=False, save_clients="none")
     gucci = fl.api.run("fedgucci", out=tmp_path / "g", lr=0.1, beta=1.0, anchors=1, alpha_sampler="fixed",
                        fixed_alpha=0.5, **common)
     avg = fl.api.run("fedavg", out=tmp_path / "a", lr=0.15, **common)
@@ -77,7 +77,7 @@ def test_fedgucci_plus_sam_steps_match_a_hand_computation(tmp_path, update) -> N
     code's takes a SAM step on CE_tau(w), then one on beta CE_tau(w/2 + w0/2) (N + 1 steps)."""
     lr, beta, rho, tau = 0.1, 1.0, 0.05, 0.1
     run = fl.api.run("fedgucci+", out=tmp_path / update, dataset="digits", clients=1, rounds=1,
-                     batch_size=5000, lr=lr, momentum=0.0, seed=1, progress=False, beta=beta, anchors=1,
+                     batch_size=5000, local_epochs=1, lr=lr, momentum=0.0, seed=1, progress=False, beta=beta, anchors=1,
                      alpha_sampler="fixed", fixed_alpha=0.5, update=update, calibration=tau, sam_rho=rho)
     module = run.module()
     x, y = run.client_datasets()[0].tensors

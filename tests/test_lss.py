@@ -87,10 +87,10 @@ def test_lss_trains_above_chance(runs) -> None:
         assert acc[-1] > 0.3 > acc[0], (name, acc)  # chance is 0.1
 
 
-def test_default_is_the_official_code_formulation(runs) -> None:
+def test_default_uses_the_official_codes_squared_distances(runs) -> None:
     opts = runs["default"].config["options"]
     assert (opts["distance"], opts["diversity_measure"], opts["affinity"], opts["diversity"]) == \
-        ("sq_l2", "volume", 1e-3, 1e-3)
+        ("sq_l2", "mean", 1e-3, 1e-3)
     ratios = [m["regulariser_gradient_ratio"] for m in runs["default"].metrics[1:]]
     assert all(0 <= r < 1 for r in ratios), ratios  # the task gradient dominates
 

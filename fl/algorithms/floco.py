@@ -318,7 +318,10 @@ class Floco(Algorithm):
         stays the centre."""
         new = sample_weighted_average(global_state, updates)
         if self.opts["aggregation"] == "literal" and updates:
-            total = float(server_state[f"{PREFIX}total_samples"])
+            total = float(server_state.get(f"{PREFIX}total_samples", 0.0))
+            if total <= 0:
+                raise ConfigError("floco aggregation='literal' needs the clients' sample counts "
+                                  "(RoundContext.client_sizes); the engine passed none")
             for key, g in global_state.items():
                 if g.is_floating_point():
                     step = sum(u.num_samples / total * (u.state[key].double() - g.double()) for u in updates.values())

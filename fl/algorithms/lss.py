@@ -10,21 +10,27 @@ over ``interp_samples`` draws) and minimises (Algorithm 1 line 7)
 
 (affinity Eq. 5 pulls towards ``f_p``, diversity Eq. 4 pushes away from the other members).
 
-Formulations. The default is the official code's: ``distance="sq_l2"`` (squared L2 over all
-trainable tensors) for the affinity, ``diversity_measure="volume"`` (the Cayley-Menger
-determinant of the squared distances between all members, the active one included,
-``|det CM| / (((n-1)!)^2 2^(n-1))``, i.e. the squared volume of their simplex) for the
-diversity, with the code's coefficients ``affinity = diversity = 1e-3``. The paper's literal
-form (Sec. 3.3.2-3.3.3, App. E.1) is ``distance="l2", diversity_measure="mean",
-affinity=3, diversity=3``: unsquared L2 (``sqrt(|d|^2 + 1e-12)``, smooth at 0) and the mean
-distance to the other members. Coefficients do not carry over between the two.
+Formulations. The default uses the official code's squared distances and coefficient scale:
+``distance="sq_l2"`` (squared L2 over all trainable tensors) for the affinity and for the
+mean distance to the other members (``diversity_measure="mean"``), with the code's
+coefficients ``affinity = diversity = 1e-3``. ``diversity_measure="volume"`` is the official
+code's diversity term itself: the Cayley-Menger determinant of the squared distances between
+all members, the active one included, ``|det CM| / (((n-1)!)^2 2^(n-1))``, i.e. the squared
+volume of their simplex; it grows like distance^(2(n-1)) and, measured on the digits MLP
+(4 members, 20 rounds), came to dominate the task gradient in some rounds, hence not the
+default. The paper's literal form (Sec. 3.3.2-3.3.3, App. E.1) is ``distance="l2",
+diversity_measure="mean", affinity=3, diversity=3``: unsquared L2 (``sqrt(|d|^2 + 1e-12)``,
+smooth at 0) and the mean distance to the other members. Coefficients do not carry over
+between formulations.
 
 Scale warning: the unsquared L2 terms have gradients of norm ``lambda`` whatever the model
 size, so the paper's ``lambda = 3`` (tuned for a pre-trained ResNet-18 with Adam) swamps the
 task gradient of a small randomly initialised model, which then stays near chance. Every
-step measures ``|grad regularisers| / |grad task|`` for the active member (client metric
-``regulariser_gradient_ratio``, the mean over steps); when a member's mean ratio exceeds 1
-the update emits a ``RuntimeWarning`` naming the ratio.
+step measures the norms of the regularisers' and of the task loss's gradients for the active
+member; client metric ``regulariser_gradient_ratio`` = sum over steps of the first / sum of
+the second (steps with large task gradients weigh most, so a member that has fitted its data
+does not count as dominated). When a member's ratio exceeds 1 the first time in a run, the
+update emits a ``RuntimeWarning`` naming it.
 
 Compute: with ``budget="per_member"`` (default, the paper's) every member trains
 ``epochs_per_member`` epochs, so a client makes ``members * epochs_per_member`` epochs of
@@ -117,7 +123,8 @@ class LSSOptions(Options):
     distance: Literal[DISTANCES] = option("sq_l2", help="distance of the affinity term",  # type: ignore[valid-type]
                                           source="official code (sq_l2); paper: l2")
     diversity_measure: Literal[DIVERSITY_MEASURES] = option(  # type: ignore[valid-type]
-        "volume", help="mean distance (paper) or simplex volume (official code)", source="LSS Eq. 4")
+        "mean", help="mean distance to the other members (paper) or simplex volume (official code)",
+        source="LSS Eq. 4")
     pool_seed: Literal[POOL_SEEDS] = option("anchor_trained", help="how the pool starts",  # type: ignore[valid-type]
                                             source="LSS Algorithm 1 / official code")
     interp_samples: int = option(1, ge=1, le=1000, help="random convex combinations per step",
@@ -198,8 +205,8 @@ class LSS(Algorithm):
         """Algorithm 1: train the pool member by member, upload its uniform average.
 
         The gradients of the task loss and of the regularisers are taken separately, so that
-        their norm ratio can be reported (metric ``regulariser_gradient_ratio``; a
-        ``RuntimeWarning`` when it exceeds 1 on average over a member's steps)."""
+        their norms can be compared (metric ``regulariser_gradient_ratio``; a
+        ``RuntimeWarning`` when a member's summed regulariser norm exceeds its summed task norm)."""
         o = self.opts
         anchor, buffers = split_state(ctx.module, ctx.global_state, ctx.device)
         anchor = {n: t.detach() for n, t in anchor.items()}
@@ -208,13 +215,13 @@ class LSS(Algorithm):
         ctx.module.train()
         total = torch.zeros((), dtype=torch.float64, device=ctx.device)
         seen = 0
-        ratios: list[float] = []
+        norms = [0.0, 0.0]  # summed |grad reg| and |grad CE| over the client's steps
         for i, batches in enumerate(self._member_batches(ctx)):
             start = pool_mean(pool) if pool else anchor
             active = {n: t.detach().clone().requires_grad_(True) for n, t in start.items()}
             params = list(active.values())
             opt = self._optimizer(ctx, params)
-            member_ratios = []
+            member = [0.0, 0.0]
             for idx in batches:
                 idx = idx.to(ctx.device)
                 x, y = ctx.x[idx], ctx.y[idx]
@@ -228,30 +235,33 @@ class LSS(Algorithm):
                 reg = self._regulariser(active, anchor, pool)
                 if reg is not None:
                     reg_grads = torch.autograd.grad(reg, params)
-                    member_ratios.append(_norm(reg_grads) / max(_norm(grads), 1e-12))
+                    member[0] += _norm(reg_grads)
+                    member[1] += _norm(grads)
                     grads = tuple(g + h for g, h in zip(grads, reg_grads))
                 for p, g in zip(params, grads):
                     p.grad = g
                 opt.step()
                 total += task.detach().double() * len(y)
                 seen += len(y)
-            if member_ratios and sum(member_ratios) / len(member_ratios) > 1 and not self._warned:
+            if member[0] > member[1] and not self._warned:
                 self._warned = True  # once per run: the metric records every round's ratio
-                warnings.warn(f"lss: the affinity/diversity regularisers dominate the task loss for member {i} "
-                              f"of client {ctx.client} in round {ctx.round} (mean |grad reg| / |grad CE| = "
-                              f"{sum(member_ratios) / len(member_ratios):.3g}, distance={o['distance']!r}, "
-                              f"affinity={o['affinity']}, diversity={o['diversity']}); lower the coefficients "
-                              "or use the default squared formulation (warned once per run; see the client "
-                              "metric regulariser_gradient_ratio)", RuntimeWarning, stacklevel=2)
-            ratios.extend(member_ratios)
+                warnings.warn(f"lss: the affinity/diversity regularisers dominate the task loss gradient for "
+                              f"member {i} of client {ctx.client} in round {ctx.round} (sum over its steps of "
+                              f"|grad reg| / of |grad CE| = {member[0] / max(member[1], 1e-12):.3g}, "
+                              f"distance={o['distance']!r}, "
+                              f"diversity_measure={o['diversity_measure']!r}, affinity={o['affinity']}, "
+                              f"diversity={o['diversity']}); the model may not learn: lower the coefficients "
+                              "(warned once per run; the client metric regulariser_gradient_ratio has every "
+                              "round's value)", RuntimeWarning, stacklevel=2)
+            norms = [norms[0] + member[0], norms[1] + member[1]]
             pool.append({n: t.detach() for n, t in active.items()})
         averaged = pool_mean(pool)
         state = {n: (averaged[n] if n in averaged else buffers[n]) for n in ctx.global_state}
         kept = ({f"{PREFIX}pool.{i}.{n}": t for i, m in enumerate(pool) for n, t in m.items()}
                 if self._stores(ctx.client) else None)
         metrics = {"train_loss": float(total) / max(seen, 1)}
-        if ratios:
-            metrics["regulariser_gradient_ratio"] = sum(ratios) / len(ratios)
+        if norms[1] > 0:
+            metrics["regulariser_gradient_ratio"] = norms[0] / norms[1]
         return ClientUpdate(state, len(ctx.y), kept, metrics)
 
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate], server_state: State,
