@@ -196,13 +196,13 @@ class Context:
         -------
         landscape.Evaluator
             Over the command's data, with the evaluation flags and the cache
-            (``--cache``, default ``<out>/landscape_cache.h5``; none with ``--no-cache``).
+            (``--cache``, default ``<out>/landscape_cache``; none with ``--no-cache``).
         """
         from landscape import Evaluator
 
         if self._evaluator is None:
             a = self.args
-            cache = None if a.no_cache else (a.cache or str(self.out / "landscape_cache.h5"))
+            cache = None if a.no_cache else (a.cache or str(self.out / "landscape_cache"))
             self._evaluator = Evaluator(self.module, self.data, cache=cache, options=evaluator_options(a))
         return self._evaluator
 

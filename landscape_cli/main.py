@@ -7,7 +7,7 @@ a module of :mod:`landscape_cli.commands`.
 
 Models come from an FL run (``--run DIR --round R --models global client:3 ...``) or from
 a module spec and checkpoint files (``--module mlp --checkpoints a.pt b.pt --data digits``).
-Point metrics are cached in an HDF5 file (``--cache``, default ``<out>/landscape_cache.h5``),
+Point metrics are cached in an HDF5 cache folder (``--cache``, default ``<out>/landscape_cache``),
 so a rerun or an interrupted run only computes what is missing; result objects are stored
 there too. Figures go to ``--out``; a table of numbers goes to stdout (``--json`` for JSON),
 and the same numbers to ``<out>/<command>.json``. User errors print one line

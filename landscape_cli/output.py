@@ -26,7 +26,8 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     """
     o = parser.add_argument_group("output")
     o.add_argument("--out", default="landscape_out", metavar="DIR", help="folder for figures and JSON")
-    o.add_argument("--cache", metavar="FILE", help="HDF5 cache (default <out>/landscape_cache.h5)")
+    o.add_argument("--cache", metavar="DIR",
+                   help="HDF5 cache folder, one sealed file per result (default <out>/landscape_cache)")
     o.add_argument("--no-cache", action="store_true", help="do not read or write a cache")
     o.add_argument("--json", action="store_true", help="print the numbers as JSON instead of a table")
     o.add_argument("--no-figures", action="store_true", help="skip the figures")

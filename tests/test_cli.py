@@ -108,7 +108,7 @@ def test_path_json_equals_python_api(ckpts, capsys, tmp_path):
     assert (tmp_path / "path.png").stat().st_size > 0 and (tmp_path / "path.html").stat().st_size > 0
     from landscape.cache.store import Cache
 
-    assert Cache(tmp_path / "landscape_cache.h5").keys()["results"]
+    assert Cache(tmp_path / "landscape_cache").keys()["results"]
     # a rerun reads every point from the cache and prints the same numbers as a table
     code, table, _ = run_cli(["path", "--module", "mlp", "--checkpoints", paths[0], paths[2], "--data", "digits",
                               "--alphas", 6, "--alpha-range", -0.5, 1.5, "--out", tmp_path, "--no-figures"], capsys)
