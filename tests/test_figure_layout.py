@@ -246,3 +246,21 @@ def test_fl_curves_layout_and_single_legend(fl_run):
     listed = [tr.name for tr in pf.data if tr.showlegend is not False]
     assert sorted(listed) == ["again", "fedavg"]
     assert len(pf.data) == 4  # each algorithm drawn in both panels
+
+
+# ---------------------------------------------------------------- curvature and decomposition
+
+def test_curvature_figures_layout(models, evaluator):
+    density = landscape.hessian_density(models[0], evaluator, iterations=12, grid_size=201, seed=0)
+    check_layout(F.spectral_density_figure({"model 1": density}))
+    profile = landscape.curvature_along_path(models[0], models[1], evaluator, alphas=3, k=1, max_iter=15, seed=0)
+    check_layout(F.curvature_path_figure({"model 1 - model 2": profile}))
+
+
+def test_decomposition_figures_layout(fl_run):
+    ev = landscape.Evaluator(fl_run.module(), fl_run.test_dataset())
+    terms = [(r, landscape.decompose_run(fl_run, r, ev)) for r in (1, 2)]
+    check_layout(F.decomposition_figure(terms))
+    states = fl_run.client_states()
+    curve = landscape.averaging_curve([states[k] for k in sorted(states)], ev, subsets=2, seed=0)
+    check_layout(F.averaging_figure({"fedavg": curve}))
