@@ -33,6 +33,11 @@ def outputs(nb, source_start: str) -> list[dict]:
     return cells[0].outputs
 
 
+def stdout_of(nb, source_start: str) -> str:
+    return "".join(o.get("text", "") for o in outputs(nb, source_start)
+                   if o.output_type == "stream" and o.get("name") == "stdout")
+
+
 def data_of(nb, source_start: str, mime: str) -> str:
     found = [o["data"][mime] for o in outputs(nb, source_start) if mime in o.get("data", {})]
     assert found, f"no {mime} output from the cell starting {source_start!r}"
@@ -46,7 +51,7 @@ def test_no_cell_errored(executed) -> None:
 
 
 def test_key_outputs_exist(executed) -> None:
-    stream = "".join(o.get("text", "") for o in outputs(executed, "out = Path"))
+    stream = stdout_of(executed, "out = Path")
     assert "Run(" in stream and "fedavg on digits" in stream and "test accuracy per round" in stream
     assert data_of(executed, "path = ", "text/plain").startswith("PathResult(loss_barrier=")
     assert data_of(executed, "path = ", "text/html")
@@ -66,7 +71,7 @@ def test_printed_accuracies_match_the_run_folder(executed) -> None:
 
     import fl
 
-    stream = "".join(o.get("text", "") for o in outputs(executed, "out = Path"))
+    stream = stdout_of(executed, "out = Path")
     printed = ast.literal_eval(stream.split("test accuracy per round:")[1].strip())
     folder = re.search(r"Run\('([^']+)'", stream).group(1)
     stored = [round(m["test_accuracy"], 3) for m in fl.load_run(folder).metrics]
