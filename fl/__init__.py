@@ -8,7 +8,8 @@ Layout: ``api`` (``fl.run``), ``config`` (``RunConfig``: every setting, typed) a
 ``options`` (typed option machinery), ``resolve`` (recipe, defaults and options -> stored
 configuration), ``rundir``/``store`` (the run folder), ``template`` (the model), ``reader``
 (``Run``), ``engine``/``vectorized`` (the round loop), ``algorithms/`` (one file per
-algorithm, found by the registry), ``recipes`` (papers' settings), ``cli`` (``fl-run``).
+algorithm, found by the registry), ``recipes`` (papers' settings), ``cli`` (``fl-run``),
+``flower`` (records a Flower federation as a run folder; needs the ``flower`` extra, not imported here).
 """
 from .api import run
 from .config import RunConfig
