@@ -143,7 +143,25 @@ def test_page_is_in_the_site_navigation(page: str) -> None:
 #: a dotted name of the packages in a page (``landscape.claims.transitivity``, ``fl.run``)
 DOTTED = re.compile(r"(?<![\w./-])((?:landscape|fl|figures)(?:\.[A-Za-z_]\w*)+)")
 #: ``from package.module import a, b`` in a page's code
-FROM_IMPORT = re.compile(r"^\s*from ((?:landscape|fl|figures)[\w.]*) import ([\w, ]+)$", re.M)
+FROM_IMPORT = re.compile(r"^\s*from ((?:landscape|fl|figures)(?:\.[\w.]+)?) import ([\w, ]+)$", re.M)
+
+
+def module_file_exists(module: str) -> bool:
+    """Whether ``module`` is a module of the repository's packages (found without importing it).
+
+    Parameters
+    ----------
+    module : str
+        Dotted module name.
+
+    Returns
+    -------
+    bool
+    """
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # its parent is not a package, or cannot be imported
+        return False
 
 
 def resolve(dotted: str) -> bool:
@@ -157,12 +175,17 @@ def resolve(dotted: str) -> bool:
     Returns
     -------
     bool
+        True also for a module that exists but needs an optional dependency that is not
+        installed (``fl.flower`` without ``flwr``): its names cannot be checked here.
     """
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
+        module = ".".join(parts[:cut])
         try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
+            obj = importlib.import_module(module)
+        except ImportError as exc:
+            if getattr(exc, "name", None) != module and module_file_exists(module):
+                return True  # the module is there; a dependency of it (an optional extra) is not
             continue
         for name in parts[cut:]:
             if not hasattr(obj, name):
@@ -189,3 +212,5 @@ def test_name_check_catches_a_stale_name() -> None:
     assert not resolve("landscape.distributed.map_calls") and not resolve("landscape.curve")
     assert FROM_IMPORT.findall("from landscape.connectivity import align, match\n") == \
         [("landscape.connectivity", "align, match")]
+    assert FROM_IMPORT.findall("from flwr.server import ServerApp\n") == []
+    assert not DOTTED.findall("flwr.server.ServerApp and fl_x.y")
