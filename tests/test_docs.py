@@ -134,7 +134,7 @@ def test_cli_page_is_generated_from_the_parsers() -> None:
 
 @pytest.mark.parametrize("page", ["index.md", "api.md", "barriers.md", "batchnorm.md", "cli.md", "run-folder.md",
                                   "cache.md", "methods/fedgucci.md", "methods/floco.md", "methods/ima.md",
-                                  "methods/lss.md", "methods/landscape.md"])
+                                  "methods/lss.md", "methods/landscape.md", "claims.md"])
 def test_page_is_in_the_site_navigation(page: str) -> None:
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     assert (ROOT / "docs" / page).is_file() and f" {page}" in nav
