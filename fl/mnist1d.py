@@ -6,23 +6,22 @@ the data are the paper's standard 4000 training and 1000 test signals. The packa
 download path and its pickle cache are never used. The generated arrays are cached as
 ``<root>/mnist1d-<package version>.npz`` together with a SHA-256 digest of their bytes;
 a cache file that cannot be read or whose digest does not match is regenerated, never
-trusted. Writes go to a fresh temporary file in the same folder and are renamed into
-place, so a reader never sees a partial file and no existing file or link is written
-through.
+trusted. Writes go through the toolkit's link-safe atomic writer (:mod:`landscape.infra.files`),
+so a reader never sees a partial file and no existing file or link is written through.
 """
 from __future__ import annotations
 
 import hashlib
-import os
+import io
 import random
-import tempfile
 import zipfile
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
-from landscape import DataError
+from landscape import DataError, LandscapeError
+from landscape.infra.files import write_atomic
 
 #: Keys of the cached arrays, in digest order.
 KEYS = ("x", "y", "x_test", "y_test")
@@ -136,22 +135,15 @@ def _well_formed(arrays: dict[str, np.ndarray]) -> bool:
 
 
 def _write_cache(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write atomically: a new temporary file in the folder, then ``os.replace``.
+    """Write the cache with the toolkit's link-safe atomic writer.
 
     An unwritable cache folder is not an error (the arrays are already in memory)."""
+    buffer = io.BytesIO()
+    np.savez(buffer, digest=np.array(digest(arrays)), **arrays)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError:
+        write_atomic(path, buffer.getbuffer())
+    except (OSError, LandscapeError):
         return
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, digest=np.array(digest(arrays)), **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def _package_version() -> str:
