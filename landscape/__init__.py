@@ -60,11 +60,16 @@ _EXPORTS: dict[str, str] = {
     "CKAMatrix": "results.decomposition",
     # cache
     "Cache": "cache.store",
+    # connectivity: permutation alignment, REPAIR, learned curves and simplexes (docs/connectivity.md)
+    "align": "connectivity.align", "align_group": "connectivity.align", "curve": "connectivity.curves",
+    "simplex": "connectivity.simplex", "repaired_interpolate": "connectivity.repair",
+    "CurveResult": "connectivity.results", "SimplexResult": "connectivity.results",
+    "PermutationError": "connectivity.graph",
 }
 
 #: subpackages reachable as attributes (``landscape.claims.transitivity``)
 _SUBPACKAGES = ("infra", "space", "evaluation", "geometry", "curvature", "decomposition", "claims",
-                "results", "cache")
+                "results", "cache", "connectivity")
 
 __all__ = sorted(_EXPORTS) + ["claims"]
 

@@ -218,3 +218,12 @@ def test_bad_arguments_give_specific_errors(pair) -> None:
         align(b.state_dict(), to=a.state_dict())
     with pytest.raises(landscape.ConfigError, match="at least one fixed"):
         simplex([], ev, train_data=train)
+
+
+def test_public_names_are_exported_from_landscape() -> None:
+    from landscape.connectivity import align, align_group, repaired_interpolate
+
+    assert landscape.curve is curve and landscape.simplex is simplex and landscape.align is align
+    assert landscape.align_group is align_group and landscape.repaired_interpolate is repaired_interpolate
+    assert landscape.CurveResult is CurveResult and landscape.SimplexResult is SimplexResult
+    assert issubclass(landscape.PermutationError, landscape.ConfigError)
