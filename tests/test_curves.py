@@ -227,3 +227,31 @@ def test_public_names_are_exported_from_landscape() -> None:
     assert landscape.align_group is align_group and landscape.repaired_interpolate is repaired_interpolate
     assert landscape.CurveResult is CurveResult and landscape.SimplexResult is SimplexResult
     assert issubclass(landscape.PermutationError, landscape.ConfigError)
+
+
+def test_a_cached_curve_reads_back_in_a_fresh_process(tmp_path):
+    """The cache finds result types of modules the reading process has not imported yet."""
+    import subprocess
+    import sys
+    import textwrap
+
+    write = textwrap.dedent(f"""
+        import torch, landscape
+        from torch import nn
+        torch.manual_seed(0)
+        x = torch.randn(64, 4); y = (x[:, 0] > 0).long()
+        a, b = (nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)) for _ in range(2))
+        from landscape.connectivity import curve_summary
+        s = curve_summary(a, b, landscape.Evaluator(a, (x, y), device="cpu"), train_data=(x, y), epochs=1,
+                          cache={str(tmp_path / "c")!r}, key="k1")
+        print(s["key"])
+    """)
+    read = textwrap.dedent(f"""
+        import sys, landscape
+        r = landscape.Cache({str(tmp_path / "c")!r}).load_result("k1")
+        assert "landscape.connectivity" not in sys.modules or type(r).__name__ == "CurveResult"
+        print(type(r).__name__, len(r.t))
+    """)
+    for code, expected in ((write, "k1"), (read, "CurveResult 21")):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and out.stdout.strip() == expected, out.stderr[-2000:]

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..infra.errors import CacheError
-from ..results.base import RESULT_TYPES, Result
+from ..results.base import Result, result_type
 
 #: Arrays larger than this many elements are stored gzip-compressed.
 COMPRESS_ABOVE = 4096
@@ -143,7 +143,7 @@ def read_result(group: Any, where: str) -> Result | None:
     """
     if not group.attrs.get("complete", False):
         return None
-    cls = RESULT_TYPES.get(str(group.attrs["type"]))
+    cls = result_type(str(group.attrs["type"]))
     if cls is None:
         raise CacheError(f"{where}: unknown result type {group.attrs['type']!r} (written by another version?)")
     arrays = {name: group[name][...] for name in group.keys()}

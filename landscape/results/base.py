@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import importlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -18,6 +19,31 @@ import numpy as np
 
 #: class name -> result class, for reading results back from the cache
 RESULT_TYPES: dict[str, type] = {}
+#: modules that define registered result types (imported on demand by :func:`result_type`)
+RESULT_MODULES = ("landscape.results", "landscape.geometry.groups", "landscape.geometry.basin",
+                  "landscape.connectivity.results")
+
+
+def result_type(name: str) -> type | None:
+    """The registered result class called ``name``, importing the modules that define results if needed.
+
+    A cache can hold results of modules this process has not imported yet (a learned curve read
+    back in a fresh process), so an unknown name triggers the import of :data:`RESULT_MODULES`.
+
+    Parameters
+    ----------
+    name
+        The class name stored with the result.
+
+    Returns
+    -------
+    type or None
+        The class, or None when no module defines it.
+    """
+    if name not in RESULT_TYPES:
+        for module in RESULT_MODULES:
+            importlib.import_module(module)
+    return RESULT_TYPES.get(name)
 
 
 def register(cls: type) -> type:
