@@ -223,10 +223,7 @@ class Run:
         dict[int, TensorDataset]
             Client id -> dataset.
         """
-        b = self._data()
-        train, _ = self.store.read_partition(len(b.train_y))
-        return {k: TensorDataset(b.train_x[torch.as_tensor(p)], b.train_y[torch.as_tensor(p)])
-                for k, p in enumerate(train)}
+        return self._partition_datasets(0)
 
     def client_test_datasets(self) -> dict[int, TensorDataset]:
         """Each client's local test split (empty unless ``local_test_fraction`` > 0).
@@ -236,10 +233,14 @@ class Run:
         dict[int, TensorDataset]
             Client id -> dataset.
         """
+        return self._partition_datasets(1)
+
+    def _partition_datasets(self, part: int) -> dict[int, TensorDataset]:
+        """Client id -> dataset of part ``part`` of the stored partition (0: training, 1: local test)."""
         b = self._data()
-        _, test = self.store.read_partition(len(b.train_y))
+        parts = self.store.read_partition(len(b.train_y))[part]
         return {k: TensorDataset(b.train_x[torch.as_tensor(p)], b.train_y[torch.as_tensor(p)])
-                for k, p in enumerate(test)}
+                for k, p in enumerate(parts)}
 
     def test_dataset(self) -> TensorDataset:
         """The global test set.
