@@ -144,8 +144,23 @@ def check_targets(outputs: torch.Tensor, targets: torch.Tensor, loss: str) -> No
     Raises
     ------
     DataError
-        If an integer label lies outside ``[0, C - 1]`` for ``C`` outputs.
+        If an integer label lies outside ``[0, C - 1]`` for ``C`` outputs, or the labels of a
+        classification loss are booleans, floating point (other than class probabilities of
+        the outputs' shape for cross-entropy) or not one-dimensional.
     """
+    if loss in ("cross_entropy", "nll"):
+        shape = tuple(targets.shape)
+        if targets.dtype == torch.bool:
+            raise DataError(f"labels are booleans: {loss} needs integer class indices of shape (N,)")
+        if torch.is_floating_point(targets) and (targets.ndim != outputs.ndim or shape[1:] != tuple(outputs.shape[1:])):
+            probabilities = " (or class probabilities of the outputs' shape)" if loss == "cross_entropy" else ""
+            raise DataError(f"labels are floating point with shape {shape}: {loss} needs integer class indices "
+                            f"of shape (N,){probabilities}; convert them with labels.long().reshape(-1)")
+        if not torch.is_floating_point(targets) and targets.ndim != 1:
+            raise DataError(f"labels have shape {shape}: {loss} needs class indices of shape (N,); "
+                            "flatten them with labels.reshape(-1)")
+        if torch.is_floating_point(targets) and loss == "nll":
+            raise DataError("nll needs integer class indices, not floating-point labels")
     if loss in ("cross_entropy", "nll", "mse") and not torch.is_floating_point(targets):
         classes = outputs.shape[-1]
         lo, hi = int(targets.min()), int(targets.max())

@@ -72,7 +72,7 @@ class NonFiniteWeightsError(LandscapeError):
     def __init__(self, names: Sequence[str], source: str = "model"):
         self.names = list(names)
         super().__init__(f"{source} has NaN or infinite values in {_short(self.names)}; "
-                         "such a model has no meaningful loss. Pass check_finite=False to evaluate it anyway.")
+                         "such a model has no meaningful loss: use a checkpoint from before training diverged.")
 
 
 class DataError(LandscapeError):
