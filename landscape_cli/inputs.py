@@ -6,6 +6,7 @@ module spec and checkpoint files (``--module mlp --checkpoints a.pt b.pt --data 
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,9 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--labels", nargs="+", metavar="NAME", help="names of the checkpoints (default: file stems)")
     g.add_argument("--data", metavar="DATA", help=DATA_FORMAT)
     g.add_argument("--split", default="test", help="test | train (| client:K for a run): the evaluation data")
+    g.add_argument("--bn-data", metavar="DATA",
+                   help="data whose batches re-estimate BatchNorm statistics under --bn recompute (same forms "
+                        "as --data; default: the run's training data with --run, else the evaluation data)")
     g.add_argument("--data-root", metavar="DIR", help="folder of torchvision datasets (never downloaded here)")
     g.add_argument("--num-classes", type=positive_int, help="outputs of the model (default: largest label + 1)")
 
@@ -203,8 +207,22 @@ class Context:
         if self._evaluator is None:
             a = self.args
             cache = None if a.no_cache else (a.cache or str(self.out / "landscape_cache"))
-            self._evaluator = Evaluator(self.module, self.data, cache=cache, options=evaluator_options(a))
+            self._evaluator = Evaluator(self.module, self.data, bn_data=self._bn_data(), cache=cache,
+                                        options=evaluator_options(a))
         return self._evaluator
+
+    def _bn_data(self) -> Any:
+        """Data for ``--bn recompute``: ``--bn-data``, else the run's training data (said on stderr)."""
+        a = self.args
+        if getattr(a, "bn", None) != "recompute":
+            return None
+        if getattr(a, "bn_data", None):
+            return datafiles.load_data(a.bn_data, split="train", root=a.data_root)
+        if self.run is not None:
+            print("landscape: note: --bn recompute re-estimates BatchNorm statistics on the run's training data "
+                  "(the union of its clients' data)", file=sys.stderr)
+            return runs.run_data(self.run, "train")
+        return None
 
     def split_global(self) -> tuple[dict[str, Any], Any]:
         """The client models and the global model.

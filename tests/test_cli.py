@@ -286,3 +286,21 @@ def test_curve_equals_the_api(tmp_path, capsys):
     for key in ("loss_barrier", "accuracy_barrier", "line_loss_barrier", "max_loss"):
         assert nums[key] == pytest.approx(api[key], rel=1e-9, abs=1e-12)
     np.testing.assert_allclose(nums["history"], api["history"], rtol=1e-9)
+
+
+def test_bn_recompute_on_a_run_uses_its_training_data_and_says_so(tmp_path, capsys):
+    import fl
+    from landscape_cli.runs import run_data
+
+    run_dir = tmp_path / "run"
+    fl.run("fedavg", dataset="digits", model="fedgucci_cnn", clients=2, rounds=1, local_epochs=1, out=run_dir,
+           seed=0)
+    code, out, err = run_cli(["path", "--run", run_dir, "--models", "client:0", "client:1", "--bn", "recompute",
+                              "--alphas", 3, "--out", tmp_path / "p", "--json", "--no-figures", "--no-cache"], capsys)
+    assert code == 0, err
+    assert "re-estimates BatchNorm statistics on the run's training data" in err
+    run = fl.load_run(run_dir)
+    states = run.client_states(1)
+    api = interpolate(states[0], states[1], Evaluator(run.module(), run.test_dataset().tensors, bn="recompute",
+                                                      bn_data=run_data(run, "train")), alphas=3)
+    assert json.loads(out)["numbers"]["loss_barrier"] == pytest.approx(api.loss_barrier, rel=1e-9)
