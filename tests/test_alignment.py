@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 import torchvision
@@ -288,3 +289,18 @@ def test_group_connected_modulo_permutation_verdict(trained_pair) -> None:
     assert verdict.holds == (verdict.numbers["loss_barrier[aligned]"] <= 0.05)
     to_ref = group_connected_modulo_permutation([a, b], ev, to=a, metric="loss")
     assert to_ref.numbers["loss_barrier[aligned]"] < before.loss_barrier
+
+
+def test_paths_and_group_barriers_modulo_permutation_report_before_and_after(trained_pair) -> None:
+    data, a, b = trained_pair
+    ev = landscape.Evaluator(a, (data.test_x, data.test_y), device="cpu")
+    plain = landscape.interpolate(a, b, ev, alphas=11)
+    aligned = landscape.interpolate(a, b, ev, alphas=11, align="weight")
+    explicit = landscape.interpolate(a, align(b, to=a), ev, alphas=11)
+    np.testing.assert_allclose(aligned.loss, explicit.loss, rtol=1e-6)  # the same as aligning by hand
+    assert aligned.spec["unaligned"]["loss_barrier"] == pytest.approx(plain.loss_barrier)
+    assert aligned.loss_barrier < 0.5 * plain.loss_barrier
+    c = apply_permutation(a, discover(a, data.test_x[:2]), random_permutations(discover(a, data.test_x[:2]), 3))
+    group = landscape.group_barrier([a, c], ev, align="weight")  # c is a permuted copy of a
+    assert group.loss_barrier == pytest.approx(0.0, abs=1e-5)
+    assert group.spec["unaligned"]["loss_barrier"] > 0.1

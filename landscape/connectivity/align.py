@@ -204,3 +204,32 @@ def align_group(models: Sequence[Any], *, to: Any = None, data: Any = None, meth
         copy_.load_state_dict(s)
         out.append(copy_)
     return out
+
+
+def aligned_vector(model: torch.Tensor, *, to: torch.Tensor, evaluator: Any, method: str = "weight",
+                   seed: int = 0) -> torch.Tensor:
+    """``model`` (a flat vector of the evaluator's space) with its hidden units permuted to match ``to``.
+
+    The helper behind ``align=`` of :func:`landscape.interpolate` and :func:`landscape.group_barrier`.
+
+    Parameters
+    ----------
+    model, to
+        Flat float64 vectors of ``evaluator.space``.
+    evaluator
+        Gives the architecture (its template) and, for activation matching, the data.
+    method, seed
+        As :func:`match`.
+
+    Returns
+    -------
+    torch.Tensor
+        The aligned model's flat vector (the same function as ``model``).
+    """
+    space = evaluator.space
+    data = None
+    if method == "activation":
+        data = (torch.cat([x.cpu() for x, _ in evaluator.batches]), torch.cat([y.cpu() for _, y in evaluator.batches]))
+    module = align(space.state_dict(model), to=space.state_dict(to), data=data, method=method, seed=seed,
+                   template=space.module)
+    return evaluator.vector(module)

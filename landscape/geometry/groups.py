@@ -17,7 +17,7 @@ from ..results.base import Result, register
 
 
 def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
-                  weights: Sequence[float] | np.ndarray | None = None) -> GroupResult:
+                  weights: Sequence[float] | np.ndarray | None = None, align: str | None = None) -> GroupResult:
     """Barrier of the fused model ``sum_i mu_i w_i`` against the members' weighted metrics.
 
     ``mu`` is uniform (the paper) unless ``weights`` are given (normalised to sum to one, e.g.
@@ -32,6 +32,10 @@ def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
         Evaluates the loss and accuracy of the members and of the fused model.
     weights
         Non-negative mixing weights mu_i, one per model (default uniform).
+    align
+        ``None``, ``"weight"`` or ``"activation"``: first permute every member's hidden units to
+        match the first member (:func:`landscape.connectivity.align`), then fuse: the group
+        barrier "modulo permutation". The unaligned barriers are kept in ``spec["unaligned"]``.
 
     Returns
     -------
@@ -51,12 +55,20 @@ def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
         raise ConfigError("a group barrier needs at least two models")
     evaluator.warn_interpolated_batchnorm()
     mu = normalise_weights(weights, len(vecs))
+    spec: dict = {"kind": "group", "evaluator": evaluator.fingerprint()}
+    if align is not None:
+        from ..connectivity.align import aligned_vector
+
+        before = group_barrier(vecs, evaluator, weights=mu)
+        spec.update(align=align, unaligned={"loss_barrier": before.loss_barrier,
+                                            "accuracy_barrier": before.accuracy_barrier})
+        vecs = torch.stack([vecs[0]] + [aligned_vector(v, to=vecs[0], evaluator=evaluator, method=align)
+                                        for v in vecs[1:]])
     fused = torch.from_numpy(mu) @ vecs
     loss, acc = evaluator.evaluate_points(PointSet.explicit(torch.cat([vecs, fused[None]])),
                                           reference=vecs[0], label="group")
     return GroupResult(weights=mu, member_loss=loss[:-1], member_accuracy=acc[:-1],
-                       fused_loss=float(loss[-1]), fused_accuracy=float(acc[-1]),
-                       spec={"kind": "group", "evaluator": evaluator.fingerprint()})
+                       fused_loss=float(loss[-1]), fused_accuracy=float(acc[-1]), spec=spec)
 
 
 @register

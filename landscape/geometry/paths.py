@@ -51,7 +51,7 @@ def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:
 
 
 def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *,
-                alphas: int | Sequence[float] | np.ndarray = 21) -> PathResult:
+                alphas: int | Sequence[float] | np.ndarray = 21, align: str | None = None) -> PathResult:
     """Loss and accuracy along the straight line from ``a`` (alpha=0) to ``b`` (alpha=1).
 
     The model at alpha is ``(1 - alpha) a + alpha b``; the barriers of FedGuCci Eq. 3/4 are
@@ -68,6 +68,11 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *,
     alphas
         Number of evenly spaced points on [0, 1], or the coefficients themselves (see
         :func:`alpha_grid`).
+    align
+        ``None``, ``"weight"`` or ``"activation"``: first permute ``b``'s hidden units to match
+        ``a`` (:func:`landscape.connectivity.align`, Git Re-Basin), then interpolate: the barrier
+        "modulo permutation". The barriers of the unaligned path are kept in
+        ``spec["unaligned"]`` (before and after, from one call).
 
     Returns
     -------
@@ -85,10 +90,17 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *,
     evaluator.warn_interpolated_batchnorm()
     va, vb = evaluator.vector(a), evaluator.vector(b)
     grid = alpha_grid(alphas)
+    spec: dict = {"kind": "path", "evaluator": evaluator.fingerprint()}
+    if align is not None:
+        from ..connectivity.align import aligned_vector
+
+        before = interpolate(va, vb, evaluator, alphas=grid)
+        spec.update(align=align, unaligned={"loss_barrier": before.loss_barrier,
+                                            "accuracy_barrier": before.accuracy_barrier})
+        vb = aligned_vector(vb, to=va, evaluator=evaluator, method=align)
     loss, acc = evaluator.evaluate_points(PointSet.line(va, vb, torch.from_numpy(grid)), reference=va,
                                           label="path")
-    return PathResult(alphas=grid, loss=loss, accuracy=acc,
-                      spec={"kind": "path", "evaluator": evaluator.fingerprint()})
+    return PathResult(alphas=grid, loss=loss, accuracy=acc, spec=spec)
 
 
 def barrier_matrix(models: Sequence[ModelLike], evaluator: Evaluator, *,
