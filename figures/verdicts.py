@@ -16,7 +16,8 @@ def verdict_figure(verdict: Verdict, **options: Any):
         A verdict from ``landscape.claims``: transitivity (the three or four interpolation
         curves), group_connectivity (the group barrier against K; needs ``by_size=True``),
         shared_basin (the plane with the models and the basin bottom), flatter (the two Hessian
-        spectral densities; needs ``density=True``).
+        spectral densities; needs ``density=True``), connected_modulo_permutation (the paths before
+        and after alignment), connected_by_curve (the learned curve against the line).
     **options
         Passed to the underlying figure function.
 
@@ -53,4 +54,12 @@ def verdict_figure(verdict: Verdict, **options: Any):
         from .curvature import spectral_density_figure
 
         return spectral_density_figure(dict(densities), **options)
+    if verdict.kind == "connected_modulo_permutation":
+        from .connectivity import alignment_figure
+
+        return alignment_figure(dict(results["paths"]), **options)
+    if verdict.kind == "connected_by_curve":
+        from .connectivity import curve_figure
+
+        return curve_figure(results["curve"], **options)
     raise ConfigError(f"no figure for claim kind {verdict.kind!r}")

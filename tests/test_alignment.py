@@ -259,6 +259,11 @@ def test_connected_modulo_permutation_verdict(trained_pair) -> None:
     assert verdict.numbers["loss_barrier[before]"] == pytest.approx(before)
     assert verdict.numbers["loss_barrier[aligned]"] < before
     assert set(verdict.results["paths"]) == {"before", "aligned", "aligned + REPAIR"}
+    from figures.verdicts import verdict_figure
+
+    legend_texts = {t.get_text() for ax in verdict_figure(verdict).axes for leg in [ax.get_legend()] if leg
+                    for t in leg.get_texts()}
+    assert any("before" in t for t in legend_texts) and any("aligned" in t for t in legend_texts)
     strict = connected_modulo_permutation(a, b, ev, threshold=-1.0, metric="loss", alphas=11, repair=False)
     assert strict.status == "fails" and "aligned" in strict.reason
 
