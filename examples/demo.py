@@ -9,7 +9,7 @@ through three client models with the global model placed in it and the shared-ba
 (IMA Sec. 4), Hessian spectra of the global models, and the bias-variance-covariance
 decomposition of FedAvg's global model (IMA Theorem 1). Everything is cached under
 ``<out>``: FL runs in ``runs/``, central models in ``central/``, landscape points in
-``cache.h5``; a second invocation re-reads instead of recomputing.
+``cache/``; a second invocation re-reads instead of recomputing.
 
     python examples/demo.py --out report
 """
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = train(out, args.dataset, args.rounds, args.seed)
     reference = runs["fedavg"]
     cfg = reference.config
-    ev = landscape.Evaluator(reference.module(), tensors(reference.test_dataset()), cache=out / "cache.h5")
+    ev = landscape.Evaluator(reference.module(), tensors(reference.test_dataset()), cache=out / "cache")
 
     rep = Report(f"Loss landscape of federated models on {args.dataset}",
                  subtitle=f"{cfg['clients']} clients, Dirichlet({cfg['alpha']}) label skew, {args.rounds} rounds, "
@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         rep.add_image(barrier_matrix_figure(matrix, metric="accuracy"),
                       caption=f"{name}: pairwise accuracy barriers among five client models (global test set).")
     rep.add_table(rows)
-    pair = {n: pairwise_barriers(runs[n], cache=out / "cache.h5") for n in ("fedavg", "fedgucci")}
-    grp = {n: group_barriers(runs[n], cache=out / "cache.h5") for n in ("fedavg", "fedgucci")}
+    pair = {n: pairwise_barriers(runs[n], cache=out / "cache") for n in ("fedavg", "fedgucci")}
+    grp = {n: group_barriers(runs[n], cache=out / "cache") for n in ("fedavg", "fedgucci")}
     rep.add_text("Which evaluation data? Non-IID client models are individually weak on the global test set, "
                  "so barriers measured there can hide connectivity. Below, the same client models on three "
                  "choices of data: the global test set, the union of the clients' training data, and each "
