@@ -22,7 +22,27 @@ from .weight_matching import assignment
 
 
 def probe_activations(module: nn.Module, spec: PermutationSpec, x: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Outputs of the probe nodes of every group on inputs ``x`` (no gradients)."""
+    """Outputs of the probe nodes of every group on inputs ``x`` (no gradients).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The model to run (traced to its ATen graph; not modified).
+    spec : PermutationSpec
+        Permutation groups whose probe nodes are read.
+    x : torch.Tensor
+        Input batch (moved to the model's device).
+
+    Returns
+    -------
+    dict[str, torch.Tensor]
+        Probe node name -> its detached output.
+
+    Raises
+    ------
+    ConfigError
+        If the graph traced at this batch size lacks some probe node.
+    """
     graph, names = trace(module, x)
     wanted = {name for g in spec.groups for name, _ in g.probes}
     captured: dict[str, torch.Tensor] = {}
@@ -51,7 +71,20 @@ def _units(value: torch.Tensor, m: Member) -> torch.Tensor:
 
 
 def correlation(za: torch.Tensor, zb: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Pearson correlation matrix of the rows of ``za`` (n, obs) and ``zb`` (n, obs)."""
+    """Pearson correlation matrix of the rows of two activation matrices (Ainsworth et al. 2023, Sec. 3.1).
+
+    Parameters
+    ----------
+    za, zb : torch.Tensor
+        (n, obs) activations of A's and B's units, one row per unit.
+    eps : float
+        Added to the norms so that constant units give 0 rather than NaN.
+
+    Returns
+    -------
+    torch.Tensor
+        (n, n) float64 matrix, ``[i, j] = corr(za[i], zb[j])``.
+    """
     za = za.double() - za.double().mean(1, keepdim=True)
     zb = zb.double() - zb.double().mean(1, keepdim=True)
     za = za / (za.norm(dim=1, keepdim=True) + eps)

@@ -30,7 +30,25 @@ def _pairs(data: Any) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def first_inputs(data: Any, limit: int) -> torch.Tensor:
-    """The first ``limit`` inputs of ``data`` as one tensor."""
+    """The first ``limit`` inputs of ``data`` as one tensor.
+
+    Parameters
+    ----------
+    data : Any
+        A tuple ``(inputs, targets)``, a ``Dataset`` or a ``DataLoader``.
+    limit : int
+        Number of inputs wanted (fewer if the data are shorter).
+
+    Returns
+    -------
+    torch.Tensor
+        Up to ``limit`` inputs, concatenated along the first axis.
+
+    Raises
+    ------
+    DataError
+        If the data are empty or not of a supported form.
+    """
     parts, n = [], 0
     for x, _ in _pairs(data):
         parts.append(x[:limit - n])
@@ -43,7 +61,23 @@ def first_inputs(data: Any, limit: int) -> torch.Tensor:
 
 
 def all_pairs(data: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """All of ``data`` as one ``(inputs, targets)`` pair of tensors."""
+    """All of ``data`` as one ``(inputs, targets)`` pair of tensors.
+
+    Parameters
+    ----------
+    data : Any
+        A tuple ``(inputs, targets)``, a ``Dataset`` or a ``DataLoader``.
+
+    Returns
+    -------
+    (inputs, targets) : tuple[torch.Tensor, torch.Tensor]
+        Every batch concatenated along the first axis.
+
+    Raises
+    ------
+    DataError
+        If the data are ``None``, empty or not of a supported form.
+    """
     xs, ys = zip(*_pairs(data)) if data is not None else ((), ())
     if not xs or sum(len(y) for y in ys) == 0:
         raise DataError("the training data are empty")
@@ -52,7 +86,22 @@ def all_pairs(data: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 def minibatches(x: torch.Tensor, y: torch.Tensor, batch_size: int, gen: torch.Generator
                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """One epoch of shuffled minibatches (order drawn from ``gen``)."""
+    """One epoch of shuffled minibatches (order drawn from ``gen``).
+
+    Parameters
+    ----------
+    x, y : torch.Tensor
+        Inputs and targets, aligned along the first axis.
+    batch_size : int
+        Samples per minibatch (the last may be smaller).
+    gen : torch.Generator
+        Source of the shuffling order.
+
+    Yields
+    ------
+    (inputs, targets) : tuple[torch.Tensor, torch.Tensor]
+        One minibatch.
+    """
     order = torch.randperm(len(y), generator=gen)
     for start in range(0, len(y), batch_size):
         idx = order[start:start + batch_size]

@@ -45,6 +45,21 @@ def curve_summary(a: Any, b: Any, evaluator: Evaluator, *, train_data: Any, kind
                   cache: str | os.PathLike | None = None, key: str | None = None, **training: Any) -> dict[str, Any]:
     """Train a curve (:func:`~.curves.curve`), optionally store it in an HDF5 cache, and summarise it.
 
+    Parameters
+    ----------
+    a, b : model-like
+        Endpoints of the curve.
+    evaluator : Evaluator
+        Architecture, loss and evaluation data.
+    train_data : Any
+        Data the bend knots are trained on.
+    kind : str
+        ``"bezier"`` or ``"polychain"`` (Garipov et al. 2018).
+    cache, key : str or os.PathLike, str, optional
+        HDF5 cache file and key to store the :class:`~.results.CurveResult` under.
+    **training : Any
+        Further keyword arguments of :func:`~.curves.curve` (epochs, lr, seed, ...).
+
     Returns
     -------
     dict

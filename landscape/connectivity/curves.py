@@ -77,6 +77,17 @@ def curve_plane(result: CurveResult, evaluator: Evaluator, *, resolution: int = 
                 ) -> PlaneResult:
     """The plane through the endpoints and the (first) bend, as Garipov et al.'s Figure 1.
 
+    Parameters
+    ----------
+    result : CurveResult
+        A trained curve; its first, second and last knots span the plane.
+    evaluator : Evaluator
+        Architecture, loss and evaluation data.
+    resolution : int
+        Grid points per axis.
+    margin : float
+        Widening of the grid on each side, as a fraction of its width (height).
+
     Returns
     -------
     PlaneResult

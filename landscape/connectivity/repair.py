@@ -31,7 +31,19 @@ _EPS = 1e-5
 
 
 def repair_points(module: nn.Module) -> list[str]:
-    """Names of the modules whose output channels REPAIR renormalises."""
+    """Names of the modules whose output channels REPAIR renormalises (Jordan et al. 2022, Sec. 4).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The model to inspect.
+
+    Returns
+    -------
+    list[str]
+        Names of ``Linear``/``ConvNd`` layers with a bias and of affine ``GroupNorm`` and 1-D
+        ``LayerNorm`` layers, in module order.
+    """
     out = []
     for name, m in module.named_modules():
         if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)) and m.bias is not None:
@@ -51,7 +63,22 @@ def _channels(m: nn.Module, out: torch.Tensor) -> torch.Tensor:
 
 
 def channel_stats(module: nn.Module, names: Sequence[str], x: torch.Tensor) -> dict[str, tuple[torch.Tensor, ...]]:
-    """Per-channel mean and standard deviation of each named module's output on ``x`` (eval mode)."""
+    """Per-channel mean and standard deviation of each named module's output on ``x`` (eval mode).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The model to run (put in eval mode).
+    names : Sequence[str]
+        Modules whose outputs are measured.
+    x : torch.Tensor
+        One batch of inputs.
+
+    Returns
+    -------
+    dict[str, tuple[torch.Tensor, ...]]
+        Module name -> (mean, std) per output channel, float64 (population standard deviation).
+    """
     stats: dict[str, tuple[torch.Tensor, ...]] = {}
     mods = dict(module.named_modules())
     hooks = [mods[n].register_forward_hook(
@@ -150,11 +177,17 @@ def repaired_interpolate(a: Any, b: Any, evaluator: Evaluator, *, data: Any, alp
     data : inputs for the statistics (training data; the first ``samples`` inputs are used).
     alphas : number of evenly spaced points on [0, 1], or the values.
     method : ``"repair"`` (REPAIR plus BatchNorm reset) or ``"reset"`` (BatchNorm reset only).
+    samples : number of inputs the statistics are measured on.
 
     Returns
     -------
     PathResult
-        ``spec["repair"]`` records the method and the sample count.
+        ``spec["repair"]`` records the method, the sample count and the repaired layers.
+
+    Raises
+    ------
+    ConfigError
+        If ``method`` is unknown or the evaluator's ``bn`` is not ``"interpolate"``.
     """
     if method not in METHODS:
         raise ConfigError(f"method must be one of {METHODS}, got {method!r}")

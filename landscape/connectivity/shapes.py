@@ -19,7 +19,27 @@ KINDS = ("bezier", "polychain")
 
 
 def coefficients(kind: str, t: np.ndarray, m: int) -> np.ndarray:
-    """(len(t), m) coefficients of the knots at the curve parameters ``t`` in [0, 1]."""
+    """Coefficients of the knots at the curve parameters ``t`` in [0, 1] (Garipov et al. 2018, Sec. 3.2).
+
+    Parameters
+    ----------
+    kind : str
+        ``"bezier"`` (Bernstein polynomials) or ``"polychain"`` (polygonal chain).
+    t : numpy.ndarray
+        Curve parameters in [0, 1] (flattened; values outside are clipped for a polychain).
+    m : int
+        Number of knots, endpoints included (at least 2).
+
+    Returns
+    -------
+    numpy.ndarray
+        (len(t), m) float64 coefficients; each row sums to 1.
+
+    Raises
+    ------
+    ConfigError
+        If ``kind`` is unknown or ``m < 2``.
+    """
     t = np.asarray(t, dtype=np.float64).reshape(-1)
     if kind not in KINDS:
         raise ConfigError(f"kind must be one of {KINDS}, got {kind!r}")

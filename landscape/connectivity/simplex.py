@@ -54,6 +54,7 @@ def simplex(models: Sequence[Any], evaluator: Evaluator, *, train_data: Any, ext
         is not degenerate).
     epochs, lr, momentum, batch_size : SGD settings.
     volume_weight : weight of the log-volume term (0: no volume regularisation).
+    init_scale : scale of that initial noise, relative to the parameters' root-mean-square.
     samples : uniformly drawn evaluation points besides the vertices and the centroid.
     seed : noise, minibatch order and simplex draws.
 

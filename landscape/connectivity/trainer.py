@@ -35,6 +35,7 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
     ----------
     evaluator : gives the architecture, parameter space, loss, device and dtype.
     knots : (m, D) flat vectors; rows with ``trainable[i]`` False stay exactly as given.
+    trainable : one flag per knot; True marks a knot the optimiser updates.
     sampler : draws one coefficient vector (m,) per minibatch from its generator.
     data : training data (tuple, Dataset or DataLoader).
     epochs, lr, momentum, batch_size, weight_decay : SGD settings (weight decay on trainable

@@ -19,8 +19,20 @@ from .permute import identity_permutations, members_by_tensor, permute_member, u
 
 
 def assignment(cost: torch.Tensor, block: int = 0) -> torch.Tensor:
-    """The permutation ``perm`` maximising ``sum_i cost[i, perm[i]]`` (within diagonal blocks
-    of ``block`` units when ``block`` > 0)."""
+    """The permutation ``perm`` maximising ``sum_i cost[i, perm[i]]`` (a linear assignment).
+
+    Parameters
+    ----------
+    cost : torch.Tensor
+        (n, n) gain of pairing A's unit ``i`` with B's unit ``j``.
+    block : int
+        If > 0, solve within diagonal blocks of ``block`` units (GroupNorm groups); 0: whole matrix.
+
+    Returns
+    -------
+    torch.Tensor
+        (n,) long permutation; B's unit ``perm[i]`` is matched to A's unit ``i``.
+    """
     n = cost.shape[0]
     size = block or n
     perm = torch.empty(n, dtype=torch.long)
@@ -34,8 +46,30 @@ def assignment(cost: torch.Tensor, block: int = 0) -> torch.Tensor:
 
 def group_cost(gi: int, group: Group, a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor],
                by_tensor: dict, perms: list[torch.Tensor]) -> torch.Tensor:
-    """``C[i, j] = sum over the group's tensors of <A unit i, B unit j>``, B's other units
-    permuted by the current permutations (the linear term of Algorithm 1)."""
+    """``C[i, j] = sum over the group's tensors of <A unit i, B unit j>`` (Ainsworth et al. 2023, Alg. 1).
+
+    B's units of the other groups are permuted by the current permutations: this is the linear
+    term of Algorithm 1 for group ``gi``.
+
+    Parameters
+    ----------
+    gi : int
+        Index of the group in the spec.
+    group : Group
+        The group whose cost matrix is built.
+    a, b : Mapping[str, torch.Tensor]
+        Tensors (name -> tensor) of the reference and of the model to permute; names absent
+        from ``a`` (buffers) are skipped.
+    by_tensor : dict
+        Tensor name -> ``(group index, member)`` pairs, from :func:`~.permute.members_by_tensor`.
+    perms : list[torch.Tensor]
+        Current permutation of every group.
+
+    Returns
+    -------
+    torch.Tensor
+        (size, size) float64 cost matrix.
+    """
     cost = torch.zeros(group.size, group.size, dtype=torch.float64)
     for m in group.members:
         if m.name not in a:
