@@ -29,7 +29,21 @@ _GUESSED_SIDES = (32, 28, 16, 8, 64, 224)
 
 @dataclass(frozen=True)
 class Alignment:
-    """The permutations that align a model to a reference, with what they were found from."""
+    """The permutations that align a model to a reference, with what they were found from.
+
+    Attributes
+    ----------
+    spec : PermutationSpec
+        Permutation groups of the architecture.
+    perms : tuple[torch.Tensor, ...]
+        One permutation per group of ``spec``.
+    method : str
+        ``"weight"`` (Git Re-Basin Alg. 1) or ``"activation"`` (section 3.1).
+    info : dict
+        Diagnostics of the matching (objective or mean correlation before and after).
+    seconds : float
+        Wall-clock time of the matching, tracing included.
+    """
 
     spec: PermutationSpec
     perms: tuple[torch.Tensor, ...]
@@ -43,7 +57,18 @@ class Alignment:
         return int(sum(int((p != torch.arange(len(p))).sum()) for p in self.perms))
 
     def apply(self, model: nn.Module) -> nn.Module:
-        """A functionally identical copy of ``model`` with the permutations applied."""
+        """A functionally identical copy of ``model`` with the permutations applied.
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+            A model of the aligned architecture (not modified).
+
+        Returns
+        -------
+        torch.nn.Module
+            The permuted copy.
+        """
         return apply_permutation(model, self.spec, self.perms)
 
     def __repr__(self) -> str:
@@ -53,7 +78,20 @@ class Alignment:
 
 
 def as_module(model: Any, template: nn.Module) -> nn.Module:
-    """An ``nn.Module`` of ``template``'s architecture holding ``model``'s weights (a copy)."""
+    """An ``nn.Module`` of ``template``'s architecture holding ``model``'s weights.
+
+    Parameters
+    ----------
+    model : Any
+        A module (returned as is) or another model-like (state_dict, checkpoint path, ...).
+    template : torch.nn.Module
+        The architecture.
+
+    Returns
+    -------
+    torch.nn.Module
+        ``model`` itself if it is a module, else a copy of ``template`` loaded with its weights.
+    """
     if isinstance(model, nn.Module):
         return model
     space = ParameterSpace(template)
@@ -64,9 +102,28 @@ def as_module(model: Any, template: nn.Module) -> nn.Module:
 
 def example_input(template: nn.Module, data: Any = None, input_shape: Sequence[int] | None = None
                   ) -> torch.Tensor:
-    """A batch of two inputs to trace ``template`` with: from ``data``, ``input_shape``, or guessed
-    from its first Linear/Conv layer (a ConvNd gets the first of 32, 28, 16, 8, 64, 224 pixels per
-    side that the model accepts)."""
+    """A batch of two inputs to trace ``template`` with.
+
+    Parameters
+    ----------
+    template : torch.nn.Module
+        The architecture.
+    data : Any, optional
+        Data whose first two inputs are used.
+    input_shape : Sequence[int], optional
+        Input shape without the batch axis (zeros of the parameters' dtype), used without ``data``.
+
+    Returns
+    -------
+    torch.Tensor
+        Two inputs; without ``data`` or ``input_shape`` guessed from the first Linear/Conv layer
+        (a ConvNd gets the first of 32, 28, 16, 8, 64, 224 pixels per side the model accepts).
+
+    Raises
+    ------
+    ConfigError
+        If no guessed shape is accepted by the model.
+    """
     dtype = next((p.dtype for p in template.parameters()), torch.float32)
     if data is not None:
         return first_inputs(data, 2)
@@ -107,11 +164,20 @@ def match(model: Any, *, to: Any, data: Any = None, method: str = "weight", seed
     input_shape : input shape (without the batch axis) for tracing when no data are given.
     strict : refuse operations that cannot be permuted (else leave their units in place).
     max_sweeps : bound on weight matching's sweeps.
+    samples : number of inputs activation matching compares activations on.
     spec : permutation groups found earlier for this architecture (skips the tracing).
 
     Returns
     -------
     Alignment
+
+    Raises
+    ------
+    ConfigError
+        If ``method`` is unknown, activation matching has no data, or no template is known.
+    PermutationError
+        If the model cannot be traced or (``strict``) has an operation that does not commute
+        with a permutation.
     """
     if method not in METHODS:
         raise ConfigError(f"method must be one of {METHODS}, got {method!r}")
@@ -162,10 +228,29 @@ def align_group(models: Sequence[Any], *, to: Any = None, data: Any = None, meth
     aligned to the average of the others (weight matching), until a round moves no unit or
     ``max_rounds`` rounds.
 
+    Parameters
+    ----------
+    models : Sequence[Any]
+        Model-likes of one architecture (at least two without ``to``).
+    to : Any, optional
+        Common reference; without it, MergeMany.
+    data, method, seed : as :func:`match` (MergeMany needs ``method="weight"``; ``seed`` draws
+        the visiting order and the sweeps' seeds).
+    max_rounds : int
+        Bound on MergeMany's rounds.
+    **options : Any
+        ``template``, ``input_shape``, ``strict``, ``spec`` and further options of :func:`match`
+        (``max_sweeps`` for MergeMany).
+
     Returns
     -------
     list[nn.Module]
         The aligned models, each functionally identical to its original.
+
+    Raises
+    ------
+    ConfigError
+        If there are too few models, no template, or MergeMany with activation matching.
     """
     if len(models) < 2 and to is None:
         raise ConfigError("aligning a group to itself needs at least two models")

@@ -38,7 +38,19 @@ class PermutationError(ConfigError):
 @dataclass(frozen=True)
 class Member:
     """Where a group's units sit in one tensor: along ``axis`` viewed as (outer, units, inner),
-    positions ``start:start + size`` of the units dimension."""
+    positions ``start:start + size`` of the units dimension.
+
+    Attributes
+    ----------
+    name : str
+        State-dict name of the tensor.
+    axis : int
+        Axis of the tensor carrying the units.
+    outer, units, inner : int
+        The axis viewed as (outer, units, inner) sizes; the group's units lie along ``units``.
+    start, size : int
+        The group's units are positions ``start:start + size`` of ``units``.
+    """
 
     name: str
     axis: int
@@ -54,7 +66,19 @@ class Group:
     """Hidden units permuted together. ``block``: permutations stay within contiguous blocks
     of that many units (GroupNorm groups); 0 means free. ``probes`` are the activations (graph
     node name and unit view) that activation matching correlates: the last few nonlinearity
-    outputs and residual sums carrying the units (else the last value carrying them)."""
+    outputs and residual sums carrying the units (else the last value carrying them).
+
+    Attributes
+    ----------
+    size : int
+        Number of units.
+    block : int
+        Block size of allowed permutations (0: free).
+    members : tuple[Member, ...]
+        Every tensor position the units occupy.
+    probes : tuple[tuple[str, Member], ...]
+        Activation nodes (graph node name, unit view) for activation matching.
+    """
 
     size: int
     block: int
@@ -64,7 +88,17 @@ class Group:
 
 @dataclass(frozen=True)
 class PermutationSpec:
-    """The permutation groups of a model, and the units left fixed with the reasons."""
+    """The permutation groups of a model, and the units left fixed with the reasons.
+
+    Attributes
+    ----------
+    groups : tuple[Group, ...]
+        The permutation groups (Git Re-Basin Appendix A).
+    pinned : tuple[str, ...]
+        Distinct reasons why some units were left in place (``strict=False``).
+    input_shape : tuple[int, ...]
+        Shape of the traced input, without the batch axis.
+    """
 
     groups: tuple[Group, ...]
     pinned: tuple[str, ...]
@@ -77,7 +111,18 @@ class PermutationSpec:
 
 
 def unique_state(module: nn.Module) -> dict[str, torch.Tensor]:
-    """The module's state_dict without aliases of tied tensors (first name kept)."""
+    """The module's state_dict without aliases of tied tensors (first name kept).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The model.
+
+    Returns
+    -------
+    dict[str, torch.Tensor]
+        Name -> detached tensor, one entry per distinct tensor.
+    """
     seen: set[int] = set()
     out = {}
     for name, tensor in module.state_dict(keep_vars=True).items():
@@ -90,7 +135,22 @@ def unique_state(module: nn.Module) -> dict[str, torch.Tensor]:
 def trace(module: nn.Module, example: torch.Tensor) -> tuple[torch.fx.GraphModule, list[str]]:
     """ATen graph of ``module`` (eval mode) as a function of (its unique state tensors, input).
 
-    Returns the graph module and the state names in placeholder order.
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The model (copied; not modified).
+    example : torch.Tensor
+        Example input batch fixing the traced shapes.
+
+    Returns
+    -------
+    (graph, names) : tuple[torch.fx.GraphModule, list[str]]
+        The graph module and the state names in placeholder order.
+
+    Raises
+    ------
+    PermutationError
+        If the model cannot be traced on inputs of this shape.
     """
     template = copy.deepcopy(module).eval()
     state = unique_state(template)

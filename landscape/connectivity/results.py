@@ -23,6 +23,21 @@ class CurveResult(Result):
     through the bends); ``loss``/``accuracy`` on the curve and ``line_loss``/``line_accuracy``
     on ``(1 - t) a + t b`` are measured at the same ``t``. ``history`` is the mean training
     loss of each epoch. Barriers follow FedGuCci Eq. 3/4 with ``t`` in place of alpha.
+
+    Attributes
+    ----------
+    t : numpy.ndarray
+        Curve parameters in [0, 1] at which both paths were measured.
+    loss, accuracy : numpy.ndarray
+        Metrics on the curve at ``t``.
+    line_loss, line_accuracy : numpy.ndarray
+        Metrics on the straight line ``(1 - t) a + t b`` at ``t``.
+    knots : numpy.ndarray
+        (m, D) flat vectors ``[a, bend(s)..., b]``.
+    curve_kind : str
+        ``"bezier"`` or ``"polychain"``.
+    history : list
+        Mean training loss of each epoch.
     """
 
     t: np.ndarray
@@ -49,18 +64,22 @@ class CurveResult(Result):
 
     @property
     def loss_barrier(self) -> float:
+        """Loss barrier of the curve (FedGuCci Eq. 3 over ``t``)."""
         return self.path.loss_barrier
 
     @property
     def accuracy_barrier(self) -> float:
+        """Accuracy barrier of the curve (FedGuCci Eq. 4 over ``t``)."""
         return self.path.accuracy_barrier
 
     @property
     def line_loss_barrier(self) -> float:
+        """Loss barrier of the straight line at the same ``t``."""
         return self.line.loss_barrier
 
     @property
     def line_accuracy_barrier(self) -> float:
+        """Accuracy barrier of the straight line at the same ``t``."""
         return self.line.accuracy_barrier
 
     @property
@@ -69,7 +88,18 @@ class CurveResult(Result):
         return self.knots[1:-1]
 
     def point(self, t: float) -> np.ndarray:
-        """The flat vector ``phi(t)``."""
+        """The flat vector ``phi(t)`` (Garipov et al. 2018, section 3.2).
+
+        Parameters
+        ----------
+        t : float
+            Curve parameter in [0, 1].
+
+        Returns
+        -------
+        numpy.ndarray
+            (D,) combination of the knots with the curve's coefficients at ``t``.
+        """
         return coefficients(self.curve_kind, np.array([t]), len(self.knots))[0] @ self.knots
 
 
@@ -83,6 +113,19 @@ class SimplexResult(Result):
     barycentric coordinates of the evaluated points (vertices first, then each simplex's
     centroid, then uniform samples), with ``loss``/``accuracy`` there. Barriers generalise
     FedGuCci Eq. 9/10 to every point: ``max_p [L(sum_i l_i v_i) - sum_i l_i L(v_i)]``.
+
+    Attributes
+    ----------
+    coords : numpy.ndarray
+        (S, m) barycentric coordinates of the evaluated points.
+    loss, accuracy : numpy.ndarray
+        (S,) metrics at those points.
+    vertices : numpy.ndarray
+        (m, D) flat vectors of the vertices.
+    fixed : int
+        Number of given (not learned) vertices, the first rows of ``vertices``.
+    history : list
+        Mean training loss of each epoch.
     """
 
     coords: np.ndarray
@@ -96,18 +139,22 @@ class SimplexResult(Result):
 
     @property
     def vertex_loss(self) -> np.ndarray:
+        """(m,) loss at the vertices."""
         return self.loss[:len(self.vertices)]
 
     @property
     def vertex_accuracy(self) -> np.ndarray:
+        """(m,) accuracy at the vertices."""
         return self.accuracy[:len(self.vertices)]
 
     @property
     def loss_barrier(self) -> float:
+        """``max_p [L(p) - sum_i l_i L(v_i)]`` over the evaluated points (FedGuCci Eq. 9 generalised)."""
         return float(np.max(self.loss - self.coords @ self.vertex_loss))
 
     @property
     def accuracy_barrier(self) -> float:
+        """``max_p [1 - A(p) / sum_i l_i A(v_i)]`` over the evaluated points (FedGuCci Eq. 10 generalised)."""
         expected = self.coords @ self.vertex_accuracy
         with np.errstate(divide="ignore", invalid="ignore"):
             return float(np.max(np.where(expected > 0, 1.0 - self.accuracy / expected, 0.0)))
