@@ -21,14 +21,41 @@ Permutations = Sequence[torch.Tensor]
 
 
 def unit_view(tensor: torch.Tensor, m: Member) -> torch.Tensor:
-    """``tensor`` with the member's axis viewed as (outer, units, inner) and moved to the front:
-    shape (outer, units, inner, rest)."""
+    """``tensor`` with the member's axis viewed as (outer, units, inner) and moved to the front.
+
+    Parameters
+    ----------
+    tensor : torch.Tensor
+        A tensor holding the member's units.
+    m : Member
+        Where the units sit in it.
+
+    Returns
+    -------
+    torch.Tensor
+        A view (or reshaped copy) of shape (outer, units, inner, rest).
+    """
     moved = tensor.movedim(m.axis, 0)
     return moved.reshape(m.outer, m.units, m.inner, -1)
 
 
 def permute_member(tensor: torch.Tensor, m: Member, perm: torch.Tensor) -> torch.Tensor:
-    """A copy of ``tensor`` with the member's units reordered by ``perm``."""
+    """A copy of ``tensor`` with the member's units reordered by ``perm`` (Git Re-Basin Eq. 1).
+
+    Parameters
+    ----------
+    tensor : torch.Tensor
+        A tensor holding the member's units (not modified).
+    m : Member
+        Where the units sit in it.
+    perm : torch.Tensor
+        (m.size,) permutation: new unit ``i`` is old unit ``perm[i]``.
+
+    Returns
+    -------
+    torch.Tensor
+        The permuted copy, of the same shape.
+    """
     moved = tensor.movedim(m.axis, 0)
     view = moved.reshape(m.outer, m.units, m.inner, -1).clone()
     view[:, m.start:m.start + m.size] = view[:, m.start:m.start + m.size][:, perm]
@@ -36,7 +63,18 @@ def permute_member(tensor: torch.Tensor, m: Member, perm: torch.Tensor) -> torch
 
 
 def members_by_tensor(spec: PermutationSpec) -> dict[str, list[tuple[int, Member]]]:
-    """For every tensor name, its (group index, member) pairs."""
+    """For every tensor name, its (group index, member) pairs.
+
+    Parameters
+    ----------
+    spec : PermutationSpec
+        Permutation groups of the architecture.
+
+    Returns
+    -------
+    dict[str, list[tuple[int, Member]]]
+        Tensor name -> the group positions it holds, in group order.
+    """
     out: dict[str, list[tuple[int, Member]]] = {}
     for gi, group in enumerate(spec.groups):
         for m in group.members:
@@ -45,6 +83,21 @@ def members_by_tensor(spec: PermutationSpec) -> dict[str, list[tuple[int, Member
 
 
 def check_permutations(spec: PermutationSpec, perms: Permutations) -> None:
+    """Check that ``perms`` holds one valid permutation per group of ``spec``.
+
+    Parameters
+    ----------
+    spec : PermutationSpec
+        Permutation groups of the architecture.
+    perms : Sequence[torch.Tensor]
+        One permutation per group.
+
+    Raises
+    ------
+    ConfigError
+        If the count is wrong, a tensor is not a permutation of its group's size, or it moves
+        units across GroupNorm blocks.
+    """
     if len(perms) != len(spec.groups):
         raise ConfigError(f"{len(perms)} permutations for {len(spec.groups)} groups")
     for i, (g, p) in enumerate(zip(spec.groups, perms)):
@@ -56,7 +109,27 @@ def check_permutations(spec: PermutationSpec, perms: Permutations) -> None:
 
 def permute_state(state: Mapping[str, torch.Tensor], spec: PermutationSpec, perms: Permutations
                   ) -> dict[str, torch.Tensor]:
-    """A new state_dict with every group's units reordered (tensors not in any group are copied)."""
+    """A new state_dict with every group's units reordered (Git Re-Basin Eq. 1).
+
+    Parameters
+    ----------
+    state : Mapping[str, torch.Tensor]
+        The state_dict to permute (not modified).
+    spec : PermutationSpec
+        Its permutation groups.
+    perms : Sequence[torch.Tensor]
+        One permutation per group.
+
+    Returns
+    -------
+    dict[str, torch.Tensor]
+        Permuted copies of the tensors (those not in any group are copied unchanged).
+
+    Raises
+    ------
+    ConfigError
+        If ``perms`` is invalid (:func:`check_permutations`) or ``state`` lacks a tensor of ``spec``.
+    """
     check_permutations(spec, perms)
     out = {k: v.detach().clone() for k, v in state.items()}
     for name, mems in members_by_tensor(spec).items():
@@ -91,11 +164,36 @@ def apply_permutation(model: nn.Module, spec: PermutationSpec, perms: Permutatio
 
 
 def identity_permutations(spec: PermutationSpec) -> list[torch.Tensor]:
+    """The identity permutation of every group.
+
+    Parameters
+    ----------
+    spec : PermutationSpec
+        Permutation groups of the architecture.
+
+    Returns
+    -------
+    list[torch.Tensor]
+        ``arange(size)`` per group.
+    """
     return [torch.arange(g.size) for g in spec.groups]
 
 
 def random_permutations(spec: PermutationSpec, seed: int = 0) -> list[torch.Tensor]:
-    """Uniformly random permutations of every group (within GroupNorm blocks), from ``seed``."""
+    """Uniformly random permutations of every group (within GroupNorm blocks).
+
+    Parameters
+    ----------
+    spec : PermutationSpec
+        Permutation groups of the architecture.
+    seed : int
+        Seed of the permutations' own ``torch.Generator``.
+
+    Returns
+    -------
+    list[torch.Tensor]
+        One permutation per group.
+    """
     gen = torch.Generator().manual_seed(seed)
     return [_random(g, gen) for g in spec.groups]
 
@@ -107,5 +205,16 @@ def _random(group: Group, gen: torch.Generator) -> torch.Tensor:
 
 
 def invert(perms: Permutations) -> list[torch.Tensor]:
-    """The inverse permutations: ``permute_state(permute_state(s, p), invert(p)) == s``."""
+    """The inverse permutations: ``permute_state(permute_state(s, p), invert(p)) == s``.
+
+    Parameters
+    ----------
+    perms : Sequence[torch.Tensor]
+        Permutations to invert.
+
+    Returns
+    -------
+    list[torch.Tensor]
+        ``argsort(p)`` of each.
+    """
     return [torch.argsort(p) for p in perms]
