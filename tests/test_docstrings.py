@@ -38,6 +38,7 @@ CHECKED: tuple[str, ...] = (
     "landscape.claims.verdict",
     "landscape.connectivity",
     "landscape.connectivity.verdicts",
+    "landscape.connectivity.units",
     "landscape.connectivity.permute",
     "landscape.connectivity.results",
     "landscape.connectivity.graph",
@@ -104,7 +105,6 @@ CHECKED: tuple[str, ...] = (
 #: ``CHECKED`` as they are brought up to it).
 PENDING: tuple[str, ...] = (
     "landscape.connectivity.rules",
-    "landscape.connectivity.units",
     "landscape.evaluation.options",
 )
 

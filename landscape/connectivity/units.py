@@ -19,7 +19,17 @@ from math import gcd
 
 
 class Run:
-    """A block of hidden units (a union-find node)."""
+    """A block of hidden units (a union-find node).
+
+    Parameters
+    ----------
+    size : int
+        Number of units.
+    fixed : bool
+        Whether the units are pinned (never permuted).
+    why : str
+        Why they are pinned (reported in ``PermutationSpec.pinned``).
+    """
 
     __slots__ = ("size", "parent", "children", "fixed", "block", "why")
 
@@ -34,7 +44,15 @@ class Run:
 
 @dataclass(frozen=True)
 class Layout:
-    """Runs along an axis viewed as ``(outer, sum(sizes), inner)``."""
+    """Runs along an axis viewed as ``(outer, sum(sizes), inner)``.
+
+    Attributes
+    ----------
+    outer, inner : int
+        Sizes of the row-major factors before and after the units.
+    runs : tuple[tuple[Run, int], ...]
+        The runs in order, each with the number of units it spans.
+    """
 
     outer: int
     runs: tuple[tuple[Run, int], ...]
@@ -42,15 +60,28 @@ class Layout:
 
     @property
     def units(self) -> int:
+        """Number of units along the axis (the middle factor)."""
         return sum(n for _, n in self.runs)
 
     @property
     def length(self) -> int:
+        """Length of the axis, ``outer * units * inner``."""
         return self.outer * self.units * self.inner
 
 
 def find(run: Run) -> Run:
-    """Representative of ``run``'s class (with path halving)."""
+    """Representative of ``run``'s class (with path halving).
+
+    Parameters
+    ----------
+    run : Run
+        Any run.
+
+    Returns
+    -------
+    Run
+        The root of its union-find class.
+    """
     while run.parent is not None:
         if run.parent.parent is not None:
             run.parent = run.parent.parent
@@ -59,7 +90,18 @@ def find(run: Run) -> Run:
 
 
 def leaves(run: Run) -> list[Run]:
-    """The unsplit representatives that make up ``run``, in order."""
+    """The unsplit representatives that make up ``run``, in order.
+
+    Parameters
+    ----------
+    run : Run
+        Any run.
+
+    Returns
+    -------
+    list[Run]
+        The roots of its pieces after every split, in unit order.
+    """
     root = find(run)
     if not root.children:
         return [root]
@@ -67,21 +109,65 @@ def leaves(run: Run) -> list[Run]:
 
 
 def fixed_layout(length: int, why: str = "") -> Layout:
-    """An axis whose positions never move (data, spatial or batch axes)."""
+    """An axis whose positions never move (data, spatial or batch axes).
+
+    Parameters
+    ----------
+    length : int
+        Length of the axis.
+    why : str
+        Why it is fixed.
+
+    Returns
+    -------
+    Layout
+        One fixed run over the whole axis.
+    """
     return Layout(1, ((Run(length, fixed=True, why=why), length),), 1)
 
 
 def fresh_layout(length: int) -> Layout:
-    """An axis of ``length`` new free units (a layer's outputs)."""
+    """An axis of ``length`` new free units (a layer's outputs).
+
+    Parameters
+    ----------
+    length : int
+        Number of units.
+
+    Returns
+    -------
+    Layout
+        One free run over the whole axis.
+    """
     return Layout(1, ((Run(length), length),), 1)
 
 
 def is_fixed(layout: Layout) -> bool:
+    """Whether every unit of ``layout`` is pinned.
+
+    Parameters
+    ----------
+    layout : Layout
+        The axis to test.
+
+    Returns
+    -------
+    bool
+        True if every leaf run of the axis is fixed.
+    """
     return all(find(leaf).fixed for run, _ in layout.runs for leaf in leaves(run))
 
 
 def fix(layout: Layout, why: str) -> None:
-    """Pin every unit of ``layout``: it is never permuted."""
+    """Pin every unit of ``layout``: it is never permuted.
+
+    Parameters
+    ----------
+    layout : Layout
+        The axis to pin.
+    why : str
+        Reason recorded on runs not already fixed.
+    """
     for run, _ in layout.runs:
         for leaf in leaves(run):
             if not leaf.fixed:
@@ -89,7 +175,18 @@ def fix(layout: Layout, why: str) -> None:
 
 
 def leaf_runs(layout: Layout) -> list[tuple[Run, int]]:
-    """``(leaf, offset in units)`` of every leaf along the axis."""
+    """``(leaf, offset in units)`` of every leaf along the axis.
+
+    Parameters
+    ----------
+    layout : Layout
+        The axis.
+
+    Returns
+    -------
+    list[tuple[Run, int]]
+        Each leaf run with its offset along the units dimension.
+    """
     out, offset = [], 0
     for run, _ in layout.runs:
         for leaf in leaves(run):
@@ -132,6 +229,13 @@ def unify(x: Layout, y: Layout, why: str) -> None:
 
     Runs are split where their boundaries differ. Layouts with different ``outer``/``inner``
     views can only be tied when one of them is fixed (then both are fixed, with ``why``).
+
+    Parameters
+    ----------
+    x, y : Layout
+        Layouts of the same axis position (e.g. both operands of an addition).
+    why : str
+        Reason recorded if the units must be pinned.
     """
     if is_fixed(x) or is_fixed(y) or (x.outer, x.inner) != (y.outer, y.inner) or x.units != y.units:
         fix(x, why)
@@ -157,7 +261,17 @@ def unify(x: Layout, y: Layout, why: str) -> None:
 
 
 def constrain_blocks(layout: Layout, block: int, why: str) -> None:
-    """Units of ``layout`` may only move within contiguous blocks of ``block`` units (GroupNorm)."""
+    """Units of ``layout`` may only move within contiguous blocks of ``block`` units (GroupNorm).
+
+    Parameters
+    ----------
+    layout : Layout
+        The normalised axis (pinned instead if it has outer or inner factors).
+    block : int
+        Units per normalisation group.
+    why : str
+        Reason recorded if units end up pinned.
+    """
     if layout.outer != 1 or layout.inner != 1:
         fix(layout, why)
         return
