@@ -94,6 +94,7 @@ def channelwise(node: Any, env: dict) -> list[Slot]:
 
 
 def channelwise_pair(node: Any, env: dict) -> tuple:
+    """Pooling with indices: the values and the indices both keep :func:`channelwise`'s layout."""
     value = channelwise(node, env)
     return (value, [Slot(s.layout) for s in value])
 
@@ -177,6 +178,7 @@ def _regroup(group_in: list[tuple[Slot, int]], group_out: list[int], node: Any) 
 
 
 def transpose(node: Any, env: dict) -> list[Slot]:
+    """``t``/``transpose``/``permute``: the axes' slots are reordered as the axes are."""
     src = env[node.args[0]]
     op = _op(node)
     if op in {"t", "numpy_T"}:
@@ -190,12 +192,14 @@ def transpose(node: Any, env: dict) -> list[Slot]:
 
 
 def expand(node: Any, env: dict) -> list[Slot]:
+    """``expand``: axes of unchanged length keep their slots; new or broadcast axes are fixed."""
     src, ins, out = env[node.args[0]], _shape(node.args[0]), _shape(node)
     lead = len(out) - len(ins)
     return [(src[k - lead] if k >= lead and ins[k - lead] == out[k] else _fixed(out[k])) for k in range(len(out))]
 
 
 def slice_(node: Any, env: dict) -> list[Slot]:
+    """``slice``: a sliced axis is fixed; slicing hidden units raises :class:`Unsupported`."""
     src, ins, out = env[node.args[0]], _shape(node.args[0]), _shape(node)
     dim = (node.args[1] if len(node.args) > 1 else 0) % len(ins)
     result = list(src)
@@ -228,6 +232,7 @@ def pad(node: Any, env: dict) -> list[Slot]:
 
 
 def cat(node: Any, env: dict) -> list[Slot]:
+    """``cat``: other axes are tied across the parts; along ``dim`` the parts' runs are concatenated."""
     parts = [(env[a], _shape(a)) for a in node.args[0]]
     out = _shape(node)
     dim = (node.args[1] if len(node.args) > 1 else 0) % len(out)
@@ -250,6 +255,7 @@ def cat(node: Any, env: dict) -> list[Slot]:
 
 # ---------------------------------------------------------------- contractions
 def mm(node: Any, env: dict) -> list[Slot]:
+    """``mm``/``addmm``/``bmm``/``baddbmm``: contracted axes tied; the output axis is the second operand's."""
     a, b = node.args[-2], node.args[-1]
     if _op(node) in {"addmm", "baddbmm"}:
         a, b = node.args[1], node.args[2]
@@ -276,6 +282,7 @@ def _add_bias(node: Any, env: dict, bias: Any, out: list[Slot]) -> list[Slot]:
 
 
 def convolution(node: Any, env: dict) -> list[Slot]:
+    """Convolution: input channels tied to the kernel's input axis; output channels are the kernel's."""
     x, w, b = node.args[0], node.args[1], node.args[2]
     transposed, groups = node.args[6], node.args[8]
     sx, sw, xs, ws, out = env[x], env[w], _shape(x), _shape(w), _shape(node)
@@ -299,6 +306,7 @@ def convolution(node: Any, env: dict) -> list[Slot]:
 
 
 def batch_norm(node: Any, env: dict) -> tuple:
+    """BatchNorm: affine parameters and running statistics tied to the channels; saved statistics fixed."""
     x = env[node.args[0]]
     channels = _shape(node.args[0])[1]
     for p in node.args[1:5]:
@@ -309,6 +317,7 @@ def batch_norm(node: Any, env: dict) -> tuple:
 
 
 def group_norm(node: Any, env: dict) -> tuple:
+    """GroupNorm: affine parameters tied to the channels, which move only within their groups."""
     x = env[node.args[0]]
     channels, groups = node.args[4], node.args[6]
     for p in node.args[1:3]:
@@ -320,6 +329,7 @@ def group_norm(node: Any, env: dict) -> tuple:
 
 
 def layer_norm(node: Any, env: dict) -> tuple:
+    """LayerNorm: affine parameters tied to the normalised trailing axes."""
     x, shape = env[node.args[0]], _shape(node.args[0])
     k = len(node.args[1])
     for p in node.args[2:4]:
@@ -330,6 +340,7 @@ def layer_norm(node: Any, env: dict) -> tuple:
 
 
 def embedding(node: Any, env: dict) -> list[Slot]:
+    """``embedding``: the weight's rows (token ids) are pinned; its feature axis is the output's last."""
     w, idx = env[node.args[0]], node.args[1]
     layout_of(w[1], _shape(node.args[0])[1])
     pin([w[0]], "embedding rows (token ids)")
@@ -337,10 +348,12 @@ def embedding(node: Any, env: dict) -> list[Slot]:
 
 
 def getitem(node: Any, env: dict) -> Any:
+    """One output of a multi-output operation."""
     return env[node.args[0]][node.args[1]]
 
 
 def factory(node: Any, env: dict) -> Any:
+    """Tensor factories (``zeros``, ``arange``, ``randn``, ...): every axis is fixed."""
     return _fixed_value_like(node.meta.get("val"))
 
 
@@ -358,6 +371,7 @@ def _op(node: Any) -> str:
 
 
 def dropout_pair(node: Any, env: dict) -> tuple:
+    """``native_dropout``: the output and its mask keep the input's layout."""
     out = list(env[node.args[0]])
     return (out, [Slot(s.layout) for s in out])
 
