@@ -72,6 +72,7 @@ CHECKED: tuple[str, ...] = (
     "landscape.evaluation.input_layer",
     "landscape.evaluation.losses",
     "landscape.evaluation.memory",
+    "landscape.evaluation.options",
     "landscape.evaluation.resumable",
     "landscape.evaluation.runner",
     "landscape.evaluation.scoring",
@@ -105,7 +106,7 @@ CHECKED: tuple[str, ...] = (
 #: ``CHECKED`` as they are brought up to it).
 PENDING: tuple[str, ...] = (
     "landscape.connectivity.rules",
-    "landscape.evaluation.options",
+
 )
 
 SECTION = re.compile(r"^(?P<title>[A-Z][A-Za-z ]+)\n-{3,}$", re.MULTILINE)
