@@ -106,7 +106,6 @@ CHECKED: tuple[str, ...] = (
 #: ``CHECKED`` as they are brought up to it).
 PENDING: tuple[str, ...] = (
     "landscape.connectivity.rules",
-
 )
 
 SECTION = re.compile(r"^(?P<title>[A-Z][A-Za-z ]+)\n-{3,}$", re.MULTILINE)
