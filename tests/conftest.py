@@ -65,6 +65,23 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 40, l
     return model.eval()
 
 
+def train_digits_mlp(data, seed: int, *, width: int, epochs: int = 20) -> nn.Module:
+    """The zoo MLP (two hidden layers of ``width``) trained by seeded minibatch SGD on a digits bundle."""
+    from fl.models import MLP
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = MLP((1, 8, 8), 10, hidden=(width, width))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for idx in torch.randperm(len(data.train_y), generator=gen).split(64):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(data.train_x[idx]), data.train_y[idx]).backward()
+            opt.step()
+    return model.eval()
+
+
 @pytest.fixture(scope="session")
 def digits() -> tuple[torch.Tensor, torch.Tensor]:
     """``(inputs, labels)``: 300 digits, inputs float32 (N, 64) in [0, 1], labels int64."""

@@ -10,8 +10,9 @@ import torchvision
 from torch import nn
 
 import landscape
+from conftest import train_digits_mlp
 from fl.datasets import load_dataset
-from fl.models import MLP, build_model
+from fl.models import build_model
 from landscape.connectivity.align import align, align_group, match
 from landscape.connectivity.graph import PermutationError, discover
 from landscape.connectivity.permute import apply_permutation, invert, permute_state, random_permutations
@@ -145,25 +146,11 @@ def test_refuses_operations_that_do_not_commute_with_permutations() -> None:
     _check_identity(_Rolled().eval(), torch.randn(5, 4), strict=False)
 
 
-def _train_mlp(data, seed: int, width: int = 128, epochs: int = 20) -> nn.Module:
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = MLP((1, 8, 8), 10, hidden=(width, width))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    gen = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        for idx in torch.randperm(len(data.train_y), generator=gen).split(64):
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(data.train_x[idx]), data.train_y[idx]).backward()
-            opt.step()
-    return model.eval()
-
-
 @pytest.fixture(scope="module")
 def trained_pair():
     torch.set_num_threads(1)
     data = load_dataset("digits")
-    return data, _train_mlp(data, 0), _train_mlp(data, 1)
+    return data, train_digits_mlp(data, 0, width=128), train_digits_mlp(data, 1, width=128)
 
 
 def test_aligning_a_permuted_copy_recovers_the_original() -> None:
@@ -206,7 +193,7 @@ def test_merge_many_brings_a_group_closer(trained_pair) -> None:
 
 def test_repair_gives_the_midpoint_the_interpolated_statistics() -> None:
     data = load_dataset("digits")
-    a, b = _train_mlp(data, 0, width=16), _train_mlp(data, 1, width=16)
+    a, b = train_digits_mlp(data, 0, width=16), train_digits_mlp(data, 1, width=16)
     b = align(b, to=a)
     x = data.train_x[:512]
     names = [n for n in repair_points(a) if n != "classifier"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 import landscape
+from conftest import train_digits_mlp
 from fl.datasets import load_dataset
 from fl.models import MLP
 from landscape.connectivity.curves import curve, curve_plane
@@ -15,25 +15,11 @@ from landscape.connectivity.shapes import coefficients
 from landscape.connectivity.simplex import simplex
 
 
-def _train_mlp(data, seed: int, width: int = 16, epochs: int = 20) -> nn.Module:
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = MLP((1, 8, 8), 10, hidden=(width, width))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    gen = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        for idx in torch.randperm(len(data.train_y), generator=gen).split(64):
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(data.train_x[idx]), data.train_y[idx]).backward()
-            opt.step()
-    return model.eval()
-
-
 @pytest.fixture(scope="module")
 def pair():
     torch.set_num_threads(1)
     data = load_dataset("digits")
-    a, b = _train_mlp(data, 0), _train_mlp(data, 1)
+    a, b = train_digits_mlp(data, 0, width=16), train_digits_mlp(data, 1, width=16)
     ev = landscape.Evaluator(a, (data.test_x, data.test_y), device="cpu")
     return data, a, b, ev
 

@@ -274,10 +274,11 @@ def spec_of(evaluator: Any, **options: Any) -> dict[str, Any]:
 def _computed(kind: str, model: ModelLike | torch.Tensor, evaluator: Any, options: dict[str, Any],
               compute: Callable[[HessianOperator], Result], *, point_ready: bool = False) -> Any:
     """The result for (kind, point, options): from the evaluator's cache, or computed on the
-    Hessian operator at the point (BatchNorm mode applied) and stored."""
+    Hessian operator at the point (BatchNorm mode applied) and stored.
+
+    The key is the given point's digest: the evaluator's fingerprint in it already fixes what the
+    BatchNorm mode does to the point, so a cache hit never re-estimates BatchNorm statistics."""
     point = flat_point(model, evaluator)
-    if not point_ready:
-        point = with_bn_mode(point, point, evaluator)
     spec = {"kind": kind, "point": vector_digest(point), **spec_of(evaluator, **options)}
     cache = getattr(evaluator, "cache", None)
     key = make_key(spec)
@@ -285,6 +286,8 @@ def _computed(kind: str, model: ModelLike | torch.Tensor, evaluator: Any, option
         found = cache.load_result(key)
         if found is not None:
             return found
+    if not point_ready:
+        point = with_bn_mode(point, point, evaluator)
     op = HessianOperator(evaluator, point, params=options["params"], mode=options["hvp"],
                          include_frozen=options["include_frozen"])
     result = dataclasses.replace(compute(op), spec=spec)

@@ -24,7 +24,6 @@ from torch.utils.data import DataLoader
 from ..infra.errors import ConfigError
 from ..infra.parallel import Backend, as_backend, current_device, iter_shards, run_shards, to_device, worker_device
 from ..space.points import PointSet
-from .losses import LOSSES
 from .options import EvaluatorOptions
 from .resumable import contiguous_run, fill_points
 
@@ -96,11 +95,6 @@ class EvaluatorSpec:
         Returns
         -------
         EvaluatorSpec
-
-        Raises
-        ------
-        ConfigError
-            The evaluator's loss is a name that workers cannot resolve.
         """
         def cpu(data) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
             return tuple((x.cpu(), y.cpu()) for x, y in data.batches)
@@ -108,8 +102,6 @@ class EvaluatorSpec:
         options = evaluator.options.replace(
             strategy=evaluator.strategy or evaluator.requested_strategy, chunk_size=evaluator.chunk_size,
             device=str(evaluator.device), backend=None, n_jobs=None, progress=False, batch_size=None)
-        if options.loss not in LOSSES and isinstance(options.loss, str):
-            raise ConfigError(f"loss {options.loss!r} cannot be sent to workers")
         bn_data = None if evaluator.bn_data is evaluator.data else cpu(evaluator.bn_data)
         module = copy.deepcopy(evaluator.module).cpu()
         return EvaluatorSpec(type(evaluator), module, cpu(evaluator.data), options, bn_data, uuid.uuid4().hex)
