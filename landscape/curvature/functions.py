@@ -125,7 +125,7 @@ def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: Any, *, k: i
     return (Eigenvalues(res), res.vectors) if return_eigenvectors else Eigenvalues(res)
 
 
-def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float = 1e-2, max_iter: int = 100,
+def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float = 5e-2, max_iter: int = 100,
                   seed: int = 0, method: str = "hutch++", params: Params = None, min_samples: int = 10,
                   hvp: str = "auto", include_frozen: bool = False) -> TraceEstimate:
     """``tr H`` by a stochastic estimator, stopping at ``stderr <= tol |value|`` or ``max_iter`` products.
@@ -135,8 +135,10 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float
     model, evaluator, params, hvp, include_frozen
         As for :func:`hessian_eigen`.
     tol
-        Relative standard error to reach (default 1%: reachable within the default budget on
-        the embedded models with Hutch++, whose variance excludes the top of the spectrum).
+        Relative standard error to reach (default 5%). Measured with the default 100 Hutch++
+        products: 3.5-4.5% on MNIST-1D's MLP at initialisation and 3% on a trained digits MLP
+        (converged); 13-15% on MNIST-1D's CNN and 29-30% on the digits MLP at initialisation,
+        whose traces are small and noisy (not converged: a warning says so).
     max_iter
         Budget of products.
     seed
