@@ -105,3 +105,11 @@ def trained_mlps(digits) -> list[nn.Module]:
     """Three MLPs trained from different seeds (accuracies well above chance)."""
     x, y = digits
     return [train(make_mlp(seed), x, y) for seed in (1, 2, 3)]
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Print the fault-injection totals of every module that ran (see ``fault_counts``)."""
+    from fault_counts import COUNTS, summary
+
+    if any(COUNTS.values()):
+        terminalreporter.write_line(summary())

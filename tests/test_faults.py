@@ -1,9 +1,9 @@
-"""Fault injection (issue 6): SIGKILL during plane computations and FL runs, concurrent
+"""Fault injection: SIGKILL during plane computations and FL runs, concurrent
 writers, full and read-only disks, malicious and corrupt inputs, bad data, numeric overflow.
 
-Every test adds to ``COUNTS`` (kills survived, corrupt inputs tried, bad inputs rejected);
-the totals are printed when the module finishes. ``scripts/soak.py`` runs the kill loops
-with many more kills.
+Every test adds to ``fault_counts.COUNTS`` (kills survived, corrupt inputs tried, bad inputs
+rejected); the totals of all fault modules are printed once at the end of the run.
+``scripts/soak.py`` runs the kill loops with many more kills.
 
 Kills: importing torch takes seconds, so one helper process (the "zygote") imports
 everything once and forks a worker per job; the test SIGKILLs the worker at a moment drawn
@@ -31,6 +31,7 @@ from torch import nn
 
 import fl
 from conftest import make_bn_cnn, make_mlp
+from fault_counts import COUNTS
 from fl.partition import PartitionError, partition
 from fl.store import RunStore
 from landscape import (ArchitectureMismatchError, Cache, CacheError, CheckpointError, ConfigError, DataError,
@@ -39,7 +40,6 @@ from landscape import (ArchitectureMismatchError, Cache, CacheError, CheckpointE
 from landscape.results import PlaneResult
 
 TESTS = Path(__file__).parent
-COUNTS = {"kills survived": 0, "corrupt inputs tried": 0, "bad inputs rejected": 0}
 
 #: The plane computation the kill tests interrupt: a random plane of a small MLP on digits.
 PLANE = {"resolution": 7, "span": 1.0, "seed": 5, "hidden": 8, "samples": 60}
@@ -174,17 +174,6 @@ def zygote(tmp_path_factory):
     z = Zygote(tmp_path_factory.mktemp("zygote") / "log.txt")
     yield z
     z.close()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def report_counts(request):
-    """Print the issue's closing counts once the module has run."""
-    yield
-    plugins = request.config.pluginmanager
-    reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
-    if reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():
-            reporter.write_line("\nfault injection: " + ", ".join(f"{k}: {v}" for k, v in COUNTS.items()))
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -545,7 +534,7 @@ def test_full_disk_cache_write_fails_clearly_and_keeps_earlier_results(small_fs)
     cache = Cache(small_fs / "c")
     cache.add_points("small", 4, np.arange(4), np.arange(4.0), np.ones(4), force=True)
     big = np.random.default_rng(0).normal(size=40_000)  # 320 KB: more than the disk holds
-    for _ in range(2):  # issue 15: the second attempt crashed (exit 139) after h5py failed on a full disk
+    for _ in range(2):  # the second attempt once crashed (exit 139) after h5py failed on a full disk
         with pytest.raises(FileWriteError, match="bytes.*the disk is full") as info:
             cache.add_points("big", big.size, np.arange(big.size), big, big, force=True)
         assert str(small_fs / "c" / "points-big.h5") in str(info.value)
