@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import types
 import typing
@@ -24,6 +23,7 @@ from landscape import LandscapeError
 from . import resolve
 from .algorithms import registry
 from .config import RunConfig
+from landscape.infra.commandline import internal_error, parse_json
 from landscape.infra.options import describe_range, field_default
 
 
@@ -72,11 +72,16 @@ def json_value(text: str) -> Any:
     -------
     Any
         The parsed value.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        For JSON longer or nested deeper than :mod:`landscape.infra.commandline` allows.
     """
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+        return parse_json(text, "the JSON value", text_if_invalid=True)
+    except LandscapeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -171,10 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        0 on success, 2 on an error (one line on stderr), 130 when interrupted.
+        0 on success, 2 on an error (one line on stderr, also for an unexpected exception), 130 when
+        interrupted.
     """
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         if args.list_algorithms:
             for name, cls in registry().items():
                 opts = ", ".join(f"{k}={v!r}" for k, v in cls.Options.defaults().items()) or "no options"
@@ -185,6 +191,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{name}: {recipe.paper}")
             return 0
         result = run_from_args(args)
+        last = result.metrics[-1]
+        print(f"{result.path}: round {last['round']}, test accuracy {last['test_accuracy']:.4f}, "
+              f"test loss {last['test_loss']:.4f}")
+        return 0
     except (LandscapeError, OSError, ValueError) as exc:
         print(f"fl-run: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
         return 2
@@ -192,10 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("fl-run: interrupted; rerun the same command to resume from the last complete round",
               file=sys.stderr)
         return 130
-    last = result.metrics[-1]
-    print(f"{result.path}: round {last['round']}, test accuracy {last['test_accuracy']:.4f}, "
-          f"test loss {last['test_loss']:.4f}")
-    return 0
+    except Exception as exc:  # last resort: one line instead of a traceback
+        print(f"fl-run: error: {internal_error(exc)}", file=sys.stderr)
+        return 2
 
 
 def _setting_names() -> set[str]:

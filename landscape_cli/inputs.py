@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from landscape import ConfigError, DataError
+from landscape.infra.commandline import parse_json
 from landscape_cli import datafiles, modelspec, runs
 from landscape_cli.evaluator_flags import evaluator_options
 from landscape_cli.parsing import positive_int
@@ -88,12 +88,10 @@ def json_object(text: str, flag: str) -> dict:
     Raises
     ------
     ConfigError
-        When ``text`` is not JSON or not an object.
+        When ``text`` is not JSON, not an object, or longer or nested deeper than
+        :mod:`landscape.infra.commandline` allows.
     """
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{flag} must be a JSON object: {exc}") from None
+    value = parse_json(text, flag)
     if not isinstance(value, dict):
         raise ConfigError(f"{flag} must be a JSON object like '{{\"hidden\": [32]}}'")
     return value

@@ -22,6 +22,7 @@ import sys
 from typing import Sequence
 
 from landscape import LandscapeError
+from landscape.infra.commandline import internal_error
 from landscape_cli.commands import command_modules
 from landscape_cli.parsing import Parser
 
@@ -75,13 +76,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     -------
     int
         The command's status (``check``: 0 holds, 1 does not); 2 for a user error, printed as
-        one line on stderr; 130 when interrupted.
+        one line on stderr, and for an unexpected exception (one line asking for a report, never a
+        traceback); 130 when interrupted.
     """
     try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2, already printed on one line)
-        return int(exc.code or 0)
-    try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help (0) or a usage error (2, already printed on one line)
+            return int(exc.code or 0)
         return args.func(args)
     except BrokenPipeError:  # stdout closed early (e.g. piped into head): the files are written anyway
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -92,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("landscape: interrupted; rerun the same command to reuse the cached points", file=sys.stderr)
         return 130
+    except Exception as exc:  # last resort: one line instead of a traceback
+        print(f"landscape: error: {internal_error(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
