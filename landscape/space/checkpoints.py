@@ -32,8 +32,8 @@ PREFIXES = ("module.", "_orig_mod.")
 DIGEST_KEY = "landscape.sha256"
 
 
-def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | None = None
-                    ) -> dict[str, torch.Tensor]:
+def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | None = None,
+                    digest: str | None = None) -> dict[str, torch.Tensor]:
     """Read a state_dict from ``.pt``/``.pth`` (weights only) or ``.safetensors``.
 
     Never unpickles arbitrary objects; checks the archive's CRC-32 (``.pt``) or the stored
@@ -46,6 +46,9 @@ def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | N
     template_keys
         Parameter names of the model the state is for; a ``module.``/``_orig_mod.`` prefix
         that every key has and no template key has is removed (see :func:`strip_prefix`).
+    digest
+        The SHA-256 the file must carry (a run folder's manifest entry): a ``.safetensors``
+        file without a stored digest, with another one, or of another format is refused.
 
     Returns
     -------
@@ -56,7 +59,7 @@ def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | N
     ------
     CheckpointError
         If the file is missing, a directory, empty, corrupt or truncated, holds pickled
-        objects other than tensors, or holds no state_dict.
+        objects other than tensors, or holds no state_dict, or does not carry ``digest``.
     """
     path = Path(path)
     if not path.exists():
@@ -66,7 +69,9 @@ def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | N
     if path.stat().st_size == 0:
         raise CheckpointError(path, "file is empty")
     if path.suffix == ".safetensors":
-        state = _load_safetensors(path)
+        state = _load_safetensors(path, digest)
+    elif digest is not None:
+        raise CheckpointError(path, "is not a .safetensors file with a stored SHA-256, as expected here")
     else:
         state = _load_torch(path)
     state = _unwrap(state, path)
@@ -96,16 +101,53 @@ def state_digest(state: Mapping[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def _load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+def stored_digest(path: str | os.PathLike) -> str | None:
+    """The SHA-256 a ``.safetensors`` file carries in its metadata (:data:`DIGEST_KEY`), read
+    from its header without loading the tensors.
+
+    Parameters
+    ----------
+    path
+        The checkpoint file (must be a regular file).
+
+    Returns
+    -------
+    str or None
+        The stored digest; None when the file carries none (written elsewhere or re-saved).
+
+    Raises
+    ------
+    CheckpointError
+        If the file is missing, not a regular file, or not a readable safetensors file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(path, "is missing or not a regular file")
+    return _safetensors(path, tensors=False)[0].get(DIGEST_KEY)
+
+
+def _safetensors(path: Path, *, tensors: bool) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """The metadata and (when ``tensors``) the tensors of a safetensors file."""
     from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             metadata = f.metadata() or {}
-            state = {name: f.get_tensor(name) for name in f.keys()}
+            state = {name: f.get_tensor(name) for name in f.keys()} if tensors else {}
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise CheckpointError(path, f"not a readable safetensors file (corrupt or truncated?): {exc}") from None
+    return metadata, state
+
+
+def _load_safetensors(path: Path, required: str | None) -> dict[str, torch.Tensor]:
+    metadata, state = _safetensors(path, tensors=True)
     expected = metadata.get(DIGEST_KEY)
+    if required is not None and expected is None:
+        raise CheckpointError(path, f"carries no SHA-256 of its tensors ({DIGEST_KEY}): it was re-saved by "
+                                    "another tool or put in place of the file written here; restore the original")
+    if required is not None and expected != required:
+        raise CheckpointError(path, "is not the checkpoint recorded here: its SHA-256 differs from the one "
+                                    "recorded when it was written (another model put in its place?); restore it")
     if expected is not None and state_digest(state) != expected:
         raise CheckpointError(path, "is corrupt: its tensors do not match the SHA-256 stored when it was "
                                     "written (damaged on disk or in transfer); restore it from a good copy")
