@@ -176,3 +176,35 @@ def test_evaluator_accuracy_of_a_tied_model_follows_argmax(digits):
     out = nan_model(x)
     assert np.isnan(nan_metrics.loss[0])
     assert nan_metrics.accuracy[0] == pytest.approx((out.argmax(-1) == y).double().mean().item())
+
+
+class _Interrupt(Exception):
+    """Raised by a forward hook to stop an evaluation part-way."""
+
+
+def test_a_resumed_plane_takes_the_uninterrupted_code_path_bit_for_bit(digits, tmp_path):
+    """The shortcut is decided for the whole point set: the few points left after an
+    interruption are computed exactly as in an uninterrupted run (no float tolerance)."""
+    from landscape import Cache
+
+    x, y = digits
+    models = [make_mlp(s, hidden=32) for s in (1, 2, 3)]
+    whole = plane(*models, Evaluator(models[0], (x, y), progress=False), resolution=5)
+    calls = {"n": 0}
+
+    def stop_late(*_):
+        calls["n"] += 1
+        if calls["n"] > 22:  # 22 of 25 points done: 3 are left, fewer than 4 (k + 1) = 12
+            raise _Interrupt
+
+    template = make_mlp(0, hidden=32)
+    handle = template.register_forward_pre_hook(stop_late)
+    first = Evaluator(template, (x, y), progress=False, chunk_size=1, cache=Cache(tmp_path / "c", flush_interval=0.0))
+    with pytest.raises(_Interrupt):
+        plane(*models, first, resolution=5)
+    handle.remove()
+    resumed = Evaluator(template, (x, y), progress=False, cache=Cache(tmp_path / "c"))
+    result = plane(*models, resumed, resolution=5)
+    assert 0 < resumed.points_evaluated < 12 and resumed.shortcut_layers == ["1"]
+    np.testing.assert_array_equal(result.loss, whole.loss)
+    np.testing.assert_array_equal(result.accuracy, whole.accuracy)

@@ -279,7 +279,7 @@ class Evaluator:
         return Metrics(loss=loss, accuracy=acc, spec={"evaluator": self.fingerprint()})
 
     def evaluate_points(self, points: PointSet, *, reference: torch.Tensor | None = None,
-                        label: str = "points") -> tuple[np.ndarray, np.ndarray]:
+                        label: str = "points", input_shortcut: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Metrics of every point; cached points are read, missing ones computed chunk by chunk.
 
         With a ``backend`` (``"loky"``, ``"ray"``, ``"dask"``, ...), the missing points are
@@ -294,6 +294,10 @@ class Evaluator:
             Reference point for ``bn="keep"`` (default: the point set's origin).
         label
             Progress-bar label.
+        input_shortcut
+            Whether the exact input-layer shortcut computes the points (None: decided from
+            ``points`` as a whole, never from which of them are missing; a shard of a larger
+            set passes the whole set's decision so that it takes the same code path).
 
         Returns
         -------
@@ -309,7 +313,7 @@ class Evaluator:
         ref_dev = ref.to(self.device, self.dtype)
 
         return fill_points(len(points), self.points_key(points, ref), self.cache,
-                           lambda todo: self.runner.runs(points, todo, ref_dev), label=label,
+                           lambda todo: self.runner.runs(points, todo, ref_dev, input_shortcut), label=label,
                            progress=self.progress, on_done=self._count)
 
     def points_key(self, points: PointSet, reference: torch.Tensor) -> str:

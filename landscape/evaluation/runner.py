@@ -60,7 +60,7 @@ class ChunkRunner:
                                       ev.options.output, ev.options.compile)
         return self._loop
 
-    def runs(self, points: PointSet, todo: np.ndarray, ref: torch.Tensor
+    def runs(self, points: PointSet, todo: np.ndarray, ref: torch.Tensor, input_shortcut: bool | None = None
              ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """``(indices, loss, accuracy)`` for runs of the missing points ``todo``.
 
@@ -72,12 +72,16 @@ class ChunkRunner:
             Sorted indices of the points to compute.
         ref
             The reference point on the device (for ``bn="keep"``).
+        input_shortcut
+            Use the input-layer shortcut (None: :meth:`plans_shortcut` of ``points``).
 
         Yields
         ------
         tuple of numpy.ndarray
         """
-        self._shortcut = self._make_shortcut(points, todo.size)
+        wanted = self.plans_shortcut(points) if input_shortcut is None else input_shortcut
+        self.shortcut_layers = []
+        self._shortcut = self._make_shortcut(points) if wanted else None
         try:
             yield from self._runs(points, todo, ref)
         finally:
@@ -119,14 +123,29 @@ class ChunkRunner:
             return self._autotune(vecs, coeffs)
         return self._run(vecs, coeffs, self.strategy)
 
-    def _make_shortcut(self, points: PointSet, todo: int) -> InputLayerShortcut | None:
-        """The input-layer expansion for the loop over ``points``, when enabled, applicable
-        (no autocast, compile or output selector) and worth its set-up."""
+    def plans_shortcut(self, points: PointSet) -> bool:
+        """Whether the input-layer expansion is worth its set-up for ``points``: enabled,
+        applicable (loop strategy, no autocast, compile or output selector) and at least
+        ``4 (k + 1)`` points. Decided from the whole set, never from which of its points are
+        missing, so an interrupted, resumed or sharded evaluation computes every point on
+        the same code path as an uninterrupted one (bit-identical results).
+
+        Parameters
+        ----------
+        points
+            The whole point set.
+
+        Returns
+        -------
+        bool
+        """
+        opts = self.ev.options
         k = points.directions.shape[0]
-        self.shortcut_layers = []
-        if (not self.ev.options.input_shortcut or self.strategy == "vmap" or self.ev.options.autocast is not None
-                or self.ev.options.compile is not False or self.ev.options.output is not None or todo < 4 * (k + 1)):
-            return None
+        return bool(opts.input_shortcut and self.strategy != "vmap" and opts.autocast is None
+                    and opts.compile is False and opts.output is None and len(points) >= 4 * (k + 1))
+
+    def _make_shortcut(self, points: PointSet) -> InputLayerShortcut | None:
+        """The input-layer expansion for the loop over ``points`` (None when no layer qualifies)."""
         loop = self.loop
         shortcut = InputLayerShortcut(loop.module, self.ev.space, self.ev.batches, points.origin, points.directions,
                                       (self.ev.memory_budget or default_budget(self.ev.device)) // 4)

@@ -167,17 +167,23 @@ class PointShard:
     spec : EvaluatorSpec
         The evaluator the worker rebuilds.
     points : PointSet
-        Only the shard's points, and only the directions they use.
+        Only the shard's points (with every direction when ``input_shortcut``, else only
+        the directions they use).
     reference : torch.Tensor
         Reference point for ``bn="keep"`` (float64).
     start : int
         Index of the shard's first point in the whole point set.
+    input_shortcut : bool
+        Whether the input-layer shortcut computes the points: decided once for the whole
+        point set, so every shard takes the code path the single process takes and the
+        results are bit-identical.
     """
 
     spec: EvaluatorSpec
-    points: PointSet        # only the points of the shard, and only the directions they use
+    points: PointSet        # only the points of the shard
     reference: torch.Tensor
     start: int              # index of the shard's first point in the whole point set
+    input_shortcut: bool    # decided for the whole point set (see Runner.plans_shortcut)
 
 
 @dataclass(frozen=True)
@@ -265,26 +271,8 @@ def evaluate_shard(shard: PointShard) -> tuple[np.ndarray, np.ndarray]:
     tuple of numpy.ndarray
         ``(loss, accuracy)`` of each point of the shard.
     """
-    return worker_evaluator(shard.spec).evaluate_points(shard.points, reference=shard.reference)
-
-
-def sub_points(points: PointSet, start: int, stop: int) -> PointSet:
-    """Points ``start:stop`` with the directions they do not use dropped (less to pickle).
-
-    Parameters
-    ----------
-    points
-        The full point set.
-    start, stop
-        The run of points.
-
-    Returns
-    -------
-    PointSet
-    """
-    coeffs = points.coeffs[start:stop]
-    used = (coeffs != 0).any(0)
-    return PointSet(points.origin, points.directions[used], coeffs[:, used])
+    return worker_evaluator(shard.spec).evaluate_points(shard.points, reference=shard.reference,
+                                                        input_shortcut=shard.input_shortcut)
 
 
 def shard_ranges(todo: np.ndarray, size: int) -> list[tuple[int, int]]:
@@ -349,7 +337,8 @@ def evaluate_points_distributed(evaluator: Evaluator, points: PointSet, *,
         size = shard_size or max(1, -(-todo.size // (backend.workers * SHARDS_PER_WORKER)))
         spec = EvaluatorSpec.from_evaluator(evaluator)
         ranges = shard_ranges(todo, size)
-        shards = [PointShard(spec, sub_points(points, a, b), ref, a) for a, b in ranges]
+        shortcut = evaluator.runner.plans_shortcut(points)
+        shards = [PointShard(spec, points.rows(a, b, keep_directions=shortcut), ref, a, shortcut) for a, b in ranges]
         for i, (loss, acc) in iter_shards(evaluate_shard, shards, backend):
             yield np.arange(*ranges[i]), loss, acc
 

@@ -74,6 +74,12 @@ class PointSet:
     def chunk(self, start: int, stop: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         """Flat vectors of points ``start:stop`` on ``device``.
 
+        Each vector is ``origin + sum_k c_k d_k`` over its non-zero coefficients, added in
+        the order of the directions with elementwise operations, so its bits depend only on
+        the point, never on which other points share the chunk (a matrix product's rounding
+        can change with the number of rows). Shards, resumed runs and uninterrupted runs
+        therefore evaluate identical vectors.
+
         Parameters
         ----------
         start, stop
@@ -88,9 +94,37 @@ class PointSet:
         torch.Tensor
             ``(stop - start, D)`` flat vectors.
         """
-        c = self.coeffs[start:stop].to(device, dtype)
+        coeffs = self.coeffs[start:stop]
+        out = self.origin.to(device, dtype).expand(len(coeffs), -1).clone()
         dirs = self.directions.to(device, dtype)
-        return torch.addmm(self.origin.to(device, dtype).unsqueeze(0), c, dirs)
+        scales = coeffs.to(dtype).tolist()
+        for row, (point, scale) in enumerate(zip(coeffs.tolist(), scales)):
+            for k, c in enumerate(point):
+                if c:
+                    out[row].add_(dirs[k] * scale[k])
+        return out
+
+    def rows(self, start: int, stop: int, *, keep_directions: bool = True) -> "PointSet":
+        """Points ``start:stop`` of this set (a shard of it).
+
+        Parameters
+        ----------
+        start, stop
+            The run of points.
+        keep_directions
+            Keep every direction (the shard's points are then built exactly as the whole
+            set's); False drops the directions none of these points uses (less to send to a
+            worker; the vectors are the same, since a zero coefficient adds nothing).
+
+        Returns
+        -------
+        PointSet
+        """
+        coeffs = self.coeffs[start:stop]
+        if keep_directions:
+            return PointSet(self.origin, self.directions, coeffs)
+        used = (coeffs != 0).any(0)
+        return PointSet(self.origin, self.directions[used], coeffs[:, used])
 
     def digest(self) -> str:
         """SHA-256 of the origin, directions and coefficients (names the set in caches and shards).
