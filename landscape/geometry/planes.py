@@ -123,7 +123,10 @@ def random_direction(space: ParameterSpace, center: torch.Tensor, generator: tor
     Filter normalisation (Li et al. 2018, Eq. 1): each output filter ``d_j`` of a weight with
     two or more dimensions becomes ``d_j / |d_j| * |w_j|``. One-dimensional tensors
     (biases, norm-layer scales) are zeroed when ``ignore_bias_and_norm``, otherwise scaled as
-    a whole. Buffers get no direction (they stay at ``center``).
+    a whole. A 0-d parameter (a scalar gain or temperature) is its own filter: its direction is
+    ``sign(d) |w|`` (``"filter"`` and ``"layer"``), and it is not zeroed by
+    ``ignore_bias_and_norm``, being neither a bias nor a norm layer's vector. Buffers get no
+    direction (they stay at ``center``).
 
     Parameters
     ----------
@@ -137,7 +140,8 @@ def random_direction(space: ParameterSpace, center: torch.Tensor, generator: tor
         ``"filter"`` (per output filter, Li et al. 2018), ``"layer"`` (per tensor) or
         ``"none"`` (raw Gaussian).
     ignore_bias_and_norm
-        Give one-dimensional tensors (biases, norm-layer parameters) a zero direction.
+        Give one-dimensional tensors (biases, norm-layer parameters) a zero direction (0-d
+        parameters keep theirs).
 
     Returns
     -------
@@ -158,15 +162,12 @@ def random_direction(space: ParameterSpace, center: torch.Tensor, generator: tor
         sl = slice(e.offset, e.offset + e.numel)
         d = torch.randn(e.numel, generator=generator, dtype=torch.float64)
         w = center[sl]
-        if len(e.shape) <= 1:
-            if ignore_bias_and_norm:
-                continue
-            if normalization != "none":
-                d = d / d.norm().clamp_min(1e-12) * w.norm()
-        elif normalization == "filter":
+        if len(e.shape) == 1 and ignore_bias_and_norm:
+            continue
+        if normalization == "filter" and len(e.shape) >= 2:
             d2, w2 = d.reshape(e.shape[0], -1), w.reshape(e.shape[0], -1)
             d = (d2 / d2.norm(dim=1, keepdim=True).clamp_min(1e-12) * w2.norm(dim=1, keepdim=True)).reshape(-1)
-        elif normalization == "layer":
+        elif normalization != "none":  # a whole tensor: a layer, a vector, or a 0-d parameter (its own filter)
             d = d / d.norm().clamp_min(1e-12) * w.norm()
         direction[sl] = d
     return direction

@@ -104,6 +104,24 @@ class ConfigError(LandscapeError):
     """An argument has an invalid value."""
 
 
+class MetaDeviceError(ConfigError):
+    """A model or state_dict on the meta device: it has shapes but no weights to analyse.
+
+    Parameters
+    ----------
+    source
+        What the model came from (a class name, ``"state_dict"``), for the message.
+    """
+
+    def __init__(self, source: str = "model"):
+        super().__init__(f"{source} is on the meta device: it has shapes but no weights; load or materialise its "
+                         "weights first (module.to_empty(device='cpu') then load_state_dict(...))")
+
+
+class CurvatureError(LandscapeError):
+    """Curvature cannot be computed for this model, e.g. an operation in it has no second derivative."""
+
+
 def _short(items: Sequence[str], limit: int = 8) -> str:
     shown = ", ".join(str(i) for i in list(items)[:limit])
     more = len(items) - limit

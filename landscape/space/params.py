@@ -16,7 +16,8 @@ from typing import Iterable, Mapping, Sequence, Union
 import torch
 from torch import nn
 
-from ..infra.errors import ArchitectureMismatchError, CheckpointError, ConfigError, NonFiniteWeightsError
+from ..infra.errors import (ArchitectureMismatchError, CheckpointError, ConfigError, MetaDeviceError,
+                            NonFiniteWeightsError)
 
 ModelLike = Union[nn.Module, Mapping[str, torch.Tensor], str, "os.PathLike[str]"]
 
@@ -79,9 +80,13 @@ class ParameterSpace:
     ------
     ConfigError
         If the module has no floating-point parameters or buffers.
+    MetaDeviceError
+        If the module is on the meta device (shapes only, no weights).
     """
 
     def __init__(self, module: nn.Module):
+        if any(t.is_meta for t in module.state_dict().values()):
+            raise MetaDeviceError(type(module).__name__)
         self.module = module
         param_names = {name for name, _ in module.named_parameters(remove_duplicate=False)}
         #: names of parameters with ``requires_grad=False`` (excluded from curvature by default)
@@ -234,8 +239,12 @@ class ParameterSpace:
             See :meth:`check_state`.
         NonFiniteWeightsError
             If ``check_finite`` and a tensor holds NaN or inf (the message names them).
+        MetaDeviceError
+            If a tensor is on the meta device (no weights).
         """
         self.check_state(state, source)
+        if any(state[e.name].is_meta for e in self.entries):
+            raise MetaDeviceError(source)
         parts = [state[e.name].detach().reshape(-1).to("cpu", dtype) for e in self.entries]
         vec = torch.cat(parts)
         if check_finite and not torch.isfinite(vec).all():
@@ -261,7 +270,7 @@ class ParameterSpace:
             One view per entry (no copy; non-float tensors and aliases are not included).
         """
         lead = vec.shape[:-1]
-        return {e.name: vec[..., e.offset:e.offset + e.numel].reshape(*lead, *e.shape)
+        return {e.name: vec[..., e.offset:e.offset + e.numel].reshape((*lead, *e.shape))
                 for e in self.entries}
 
     def state_dict(self, vec: torch.Tensor) -> dict[str, torch.Tensor]:
