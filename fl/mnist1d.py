@@ -4,9 +4,11 @@ The arrays come from the ``mnist1d`` package's own ``make_dataset`` with its def
 arguments (``get_dataset_args()``: 5000 signals, 80/20 split, length 40, seed 42), so
 the data are the paper's standard 4000 training and 1000 test signals. The package's
 download path and its pickle cache are never used. The generated arrays are cached as
-``<root>/mnist1d-<package version>.npz`` together with a SHA-256 digest of their bytes;
-a cache file that cannot be read or whose digest does not match is regenerated, never
-trusted. Writes go through the toolkit's link-safe atomic writer (:mod:`landscape.infra.files`),
+``<root>/mnist1d-<package version>.npz`` together with a SHA-256 digest of their bytes.
+The generator is deterministic, so the digest of its output is recorded here
+(:data:`DATA_SHA256`): a cache file whose arrays do not have it (unreadable, damaged, or
+edited with a recomputed digest) is regenerated with a warning, never trusted, and generated
+data without it (another ``mnist1d`` or NumPy) are refused with a ``DataError``. Writes go through the toolkit's link-safe atomic writer (:mod:`landscape.infra.files`),
 so a reader never sees a partial file and no existing file or link is written through.
 """
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import random
+import warnings
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -25,7 +28,8 @@ from landscape.infra.files import write_atomic
 
 #: Keys of the cached arrays, in digest order.
 KEYS = ("x", "y", "x_test", "y_test")
-SIGNAL_LENGTH = 40
+#: :func:`digest` of :func:`generate`'s arrays with mnist1d 0.0.2.post1 and NumPy 2.4 (constraints.txt).
+DATA_SHA256 = "07baaaae71e3adcf985b8fde2c7b9ed8630efb6fa82db702a49387331482a30a"
 
 
 def load_mnist1d(root: Path) -> dict[str, np.ndarray]:
@@ -41,11 +45,23 @@ def load_mnist1d(root: Path) -> dict[str, np.ndarray]:
     dict
         ``x`` (4000, 1, 40) and ``x_test`` (1000, 1, 40) float32 signals, ``y`` and
         ``y_test`` int64 labels in 0..9.
+
+    Raises
+    ------
+    DataError
+        When the installed generator does not produce the recorded data (:data:`DATA_SHA256`).
     """
     path = cache_path(root)
     arrays = _read_cache(path)
     if arrays is None:
+        if path.exists() or path.is_symlink():
+            warnings.warn(f"{path}: not the MNIST-1D data of the mnist1d generator (unreadable, or its SHA-256 "
+                          "differs from the generator's output); regenerating it", stacklevel=2)
         arrays = generate()
+        if digest(arrays) != DATA_SHA256:
+            raise DataError(f"mnist1d {_package_version()} generated data whose SHA-256 differs from the "
+                            f"recorded one of its output ({DATA_SHA256[:12]}...); install the versions pinned "
+                            "in constraints.txt (mnist1d==0.0.2.post1)")
         _write_cache(path, arrays)
     return arrays
 
@@ -114,24 +130,15 @@ def digest(arrays: dict[str, np.ndarray]) -> str:
 
 
 def _read_cache(path: Path) -> dict[str, np.ndarray] | None:
-    """The cached arrays, or None when the file is missing, unreadable or fails its digest."""
+    """The cached arrays, or None when the file is missing, unreadable or not the generator's data."""
     if not path.is_file():
         return None
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in KEYS}
-            stored = str(npz["digest"])
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None
-    if stored != digest(arrays) or not _well_formed(arrays):
-        return None
-    return arrays
-
-
-def _well_formed(arrays: dict[str, np.ndarray]) -> bool:
-    return (arrays["x"].ndim == 3 and arrays["x"].shape[1:] == (1, SIGNAL_LENGTH)
-            and arrays["x_test"].shape[1:] == (1, SIGNAL_LENGTH)
-            and arrays["y"].shape == arrays["x"].shape[:1] and arrays["y_test"].shape == arrays["x_test"].shape[:1])
+    return arrays if digest(arrays) == DATA_SHA256 else None
 
 
 def _write_cache(path: Path, arrays: dict[str, np.ndarray]) -> None:
