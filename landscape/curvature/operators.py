@@ -22,6 +22,9 @@ replays only the second backward pass for each product (``H`` is symmetric, so t
 and the set-up costs less than one product, but the graphs of all batches stay in memory
 (a fixed amount, proportional to the data's activations, that does not grow with the
 number of products).
+
+Gradients and products run in :func:`.second_order.second_order`: attention with the
+twice-differentiable math kernel, and a clear error for an operation without a second derivative.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from torch.func import grad, jvp, vjp
 
 from ..infra.errors import ConfigError
 from ..space.params import ModelLike
+from .second_order import second_order
 
 HVP_MODES = ("auto", "forward-over-reverse", "reverse-over-reverse", "retained")
 RETAINED_BUDGET = 512 << 20  # bytes of autograd graphs "auto" may keep alive
@@ -277,8 +281,9 @@ class HessianOperator:
             Length ``dim``.
         """
         g = torch.zeros_like(self.theta)
-        for x, y in self.evaluator.batches:
-            g += grad(self.batch_loss)(self.theta, x, y)
+        with second_order(self.mode):
+            for x, y in self.evaluator.batches:
+                g += grad(self.batch_loss)(self.theta, x, y)
         return g
 
     # ---------------------------------------------------------- linear operator
@@ -299,17 +304,21 @@ class HessianOperator:
         ------
         ConfigError
             ``v`` does not have length ``dim``.
+        CurvatureError
+            An operation of the model or loss has no second derivative (attention runs with the
+            twice-differentiable math kernel, see :mod:`.second_order`).
         """
         if v.shape != (self.dim,):
             raise ConfigError(f"H v needs a vector of length {self.dim}, got shape {tuple(v.shape)}")
         v = v.to(self.device, self.dtype)
         out = torch.zeros_like(self.theta)
-        if self.mode == "retained":
-            for backward in self._retained_graphs():
-                out += backward(v)[0].detach()
-        else:
-            for x, y in self.evaluator.batches:
-                out += self._batch_hvp(x, y, v)
+        with second_order(self.mode):
+            if self.mode == "retained":
+                for backward in self._retained_graphs():
+                    out += backward(v)[0].detach()
+            else:
+                for x, y in self.evaluator.batches:
+                    out += self._batch_hvp(x, y, v)
         self.matvecs += 1
         return out
 
