@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "LandscapeError": "infra.errors", "ArchitectureMismatchError": "infra.errors",
     "CacheError": "infra.errors", "CheckpointError": "infra.errors", "ConfigError": "infra.errors",
     "DataError": "infra.errors", "NonFiniteWeightsError": "infra.errors",
+    "TrainingDivergedError": "infra.errors",
     "BatchNormWarning": "infra.errors",
     "FileWriteError": "infra.errors",
     # parameter spaces and checkpoints

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 import landscape
-from landscape import ConfigError, Evaluator, PlaneResult
+from landscape import ConfigError, Evaluator, PlaneResult, TrainingDivergedError
 
 from .results import CurveResult
 from .shapes import KINDS, coefficients
@@ -43,6 +43,12 @@ def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_d
     Returns
     -------
     CurveResult
+
+    Raises
+    ------
+    TrainingDivergedError
+        When training makes the loss or the bends NaN or infinite, or the trained curve's loss
+        is not finite where the line's is (a learning rate too large).
     """
     if kind not in KINDS:
         raise ConfigError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -62,10 +68,13 @@ def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_d
 
     trained, history = train_knots(evaluator, knots, [False] + [True] * bends + [False], sample, train_data,
                                    epochs=epochs, lr=lr, momentum=momentum, batch_size=batch_size,
-                                   weight_decay=weight_decay, seed=seed)
+                                   weight_decay=weight_decay, seed=seed, what="curve training")
     t = np.linspace(0.0, 1.0, points)
     on_curve = evaluator.evaluate(torch.from_numpy(coefficients(kind, t, m)) @ trained)
     line = landscape.interpolate(va, vb, evaluator, alphas=t)
+    if np.isfinite(line.loss).all() and not np.isfinite(on_curve.loss).all():
+        raise TrainingDivergedError("curve training", max(epochs - 1, 0), ["loss on the trained curve"],
+                                    {"lr": lr, "momentum": momentum, "weight_decay": weight_decay})
     return CurveResult(t=t, loss=on_curve.loss, accuracy=on_curve.accuracy, line_loss=line.loss,
                        line_accuracy=line.accuracy, knots=trained.numpy(), curve_kind=kind, history=history,
                        spec={"kind": "curve", "curve": kind, "bends": bends, "epochs": epochs, "lr": lr,

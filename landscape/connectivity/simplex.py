@@ -83,7 +83,7 @@ def simplex(models: Sequence[Any], evaluator: Evaluator, *, train_data: Any, ext
     trained, history = train_knots(evaluator, knots, [False] * len(fixed) + [True] * extra,
                                    lambda g: _complex_point(len(fixed), extra, g), train_data, epochs=epochs, lr=lr,
                                    momentum=momentum, batch_size=batch_size, seed=seed + 1,
-                                   regulariser=log_volume if volume_weight > 0 else None)
+                                   regulariser=log_volume if volume_weight > 0 else None, what="simplex training")
     centroids = torch.zeros(len(fixed), m, dtype=torch.float64)
     centroids[:, len(fixed):] = 1.0 / (1 + extra)
     centroids[torch.arange(len(fixed)), torch.arange(len(fixed))] = 1.0 / (1 + extra)

@@ -13,12 +13,14 @@ the model runs in train mode (BatchNorm uses batch statistics, as in both papers
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Callable
 
 import torch
 from torch.func import functional_call
 
-from landscape import ConfigError, Evaluator
+from landscape import ConfigError, Evaluator, TrainingDivergedError
+from landscape.evaluation.data import check_targets
 
 from .batches import all_pairs, minibatches
 
@@ -27,8 +29,8 @@ Sampler = Callable[[torch.Generator], torch.Tensor]
 
 def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool], sampler: Sampler, data: Any, *,
                 epochs: int, lr: float, momentum: float = 0.9, batch_size: int = 128, weight_decay: float = 0.0,
-                seed: int = 0, regulariser: Callable[[torch.Tensor], torch.Tensor] | None = None
-                ) -> tuple[torch.Tensor, list[float]]:
+                seed: int = 0, regulariser: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                what: str = "training") -> tuple[torch.Tensor, list[float]]:
     """Optimise the trainable knots by SGD on ``E_c L(c @ K)`` over ``data``.
 
     Parameters
@@ -42,11 +44,20 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
         knots' parameter entries).
     seed : seeds the minibatch order and the coefficient draws (own ``torch.Generator``).
     regulariser : optional extra term of the trainable knots' parameter entries (added to the loss).
+    what : what is trained, for the message of a divergence (e.g. ``"curve training"``).
 
     Returns
     -------
     (knots, history)
         The trained (m, D) knots (float64, CPU) and the mean training loss of every epoch.
+
+    Raises
+    ------
+    TrainingDivergedError
+        When a minibatch loss or the trained knots become NaN or infinite (a learning rate
+        too large); nothing is returned.
+    DataError
+        When the training labels do not fit the model's outputs.
     """
     if epochs < 0 or lr <= 0 or batch_size < 1:
         raise ConfigError(f"need epochs >= 0, lr > 0 and batch_size >= 1, got {epochs}, {lr}, {batch_size}")
@@ -65,7 +76,8 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
     opt = torch.optim.SGD([free], lr=lr, momentum=momentum, weight_decay=weight_decay)
     gen = torch.Generator().manual_seed(seed)
     history = []
-    for _ in range(epochs):
+    settings = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay}
+    for epoch in range(epochs):
         total, count = 0.0, 0
         for xb, yb in minibatches(x_all, y_all, batch_size, gen):
             coeffs = sampler(gen).to(device, dtype)
@@ -77,14 +89,21 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
             state = {e.name: (tensors[e.name] if e.kind == "parameter" else tensors[e.name].detach().clone())
                      for e in space.entries}
             out = functional_call(module, {**fixed, **state}, (xb,), tie_weights=True)
+            if count == 0 and epoch == 0:
+                check_targets(out, y_all, evaluator.loss_name)
             loss = evaluator.per_sample_loss(out, yb).mean()
             if regulariser is not None:
                 loss = loss + regulariser(free)
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise TrainingDivergedError(what, epoch, ["loss"], settings)
             opt.zero_grad()
             loss.backward()
             opt.step()
-            total += float(loss.detach()) * len(yb)
+            total += value * len(yb)
             count += len(yb)
+        if not bool(torch.isfinite(free).all()):
+            raise TrainingDivergedError(what, epoch, ["weights"], settings)
         history.append(total / max(count, 1))
     out_knots = knots.detach().double().cpu().clone()  # fixed knots exactly as given
     rows = out_knots[train_idx]

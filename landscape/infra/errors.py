@@ -1,7 +1,7 @@
 """Exception classes. Every error says what was wrong and what to do about it."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 
 class LandscapeError(Exception):
@@ -73,6 +73,30 @@ class NonFiniteWeightsError(LandscapeError):
         self.names = list(names)
         super().__init__(f"{source} has NaN or infinite values in {_short(self.names)}; "
                          "such a model has no meaningful loss: use a checkpoint from before training diverged.")
+
+
+class TrainingDivergedError(NonFiniteWeightsError):
+    """Training a curve or simplex produced a non-finite loss or non-finite weights.
+
+    Parameters
+    ----------
+    what
+        What was trained, e.g. ``"curve training"``.
+    epoch
+        The epoch (from 0) in which it diverged.
+    names
+        What became non-finite (``"loss"``, ``"weights"``; kept as ``self.names``).
+    settings
+        The optimiser settings, for the message (e.g. ``{"lr": 1e30, "momentum": 0.9}``).
+    """
+
+    def __init__(self, what: str, epoch: int, names: Sequence[str], settings: Mapping[str, float]):
+        self.names = list(names)
+        self.epoch = epoch
+        shown = ", ".join(f"{k}={v:g}" for k, v in settings.items())
+        LandscapeError.__init__(self, f"{what} diverged in epoch {epoch}: the {' and the '.join(self.names)} "
+                                      f"became NaN or infinite with {shown}; lower the learning rate (or the "
+                                      "momentum) and train again")
 
 
 class DataError(LandscapeError):
