@@ -31,9 +31,19 @@ def _named(table: dict[str, torch.dtype], what: str, none: bool = False) -> Call
         if none and name.lower() in ("none", ""):
             return None
         if name not in table:
-            raise ConfigError(f"{what} must be one of {', '.join(table)}{' or none' if none else ''}, got {name!r}")
+            raise ConfigError(_dtype_problem(what, name))
         return table[name]
     return parse
+
+
+def _dtype_problem(what: str, value: Any) -> str:
+    """The message for a ``dtype`` or ``autocast`` value outside the accepted ones."""
+    table, other, hint = ((DTYPES, AUTOCAST_DTYPES, "reduced-precision forward passes are autocast=")
+                          if what == "dtype" else (AUTOCAST_DTYPES, DTYPES, "the evaluation dtype is dtype="))
+    name = str(value).removeprefix("torch.")
+    also = f"; {hint}{name!r}" if name in other else ""
+    return (f"{what} must be one of {', '.join(map(repr, table))} (or the torch dtypes of these names) or None, "
+            f"got {value!r}{also}")
 
 
 def _compile(text: str) -> bool | str:
@@ -55,13 +65,14 @@ class EvaluatorOptions(Options):
     bn_batches
         Batches of ``bn_data`` used by ``bn="recompute"`` (None: all).
     dtype
-        Evaluation dtype (None: float32).
+        Evaluation dtype: ``torch.float32`` or ``torch.float64``, or their names (None: float32).
     strategy
         ``"loop"``, ``"vmap"`` or ``"auto"``.
     chunk_size, batch_size, memory_budget
         Points per chunk, evaluation batch size, bytes a chunk may use (None: automatic).
     autocast
-        Forward passes under ``torch.autocast`` with this dtype (None: off).
+        Forward passes under ``torch.autocast`` with this dtype: ``torch.bfloat16`` or
+        ``torch.float16``, or their names (None: off).
     compile
         ``torch.compile`` the per-batch step (True, False or a backend name).
     backend, n_jobs
@@ -118,6 +129,12 @@ class EvaluatorOptions(Options):
         "(Python: also a callable)")
 
     def __post_init__(self) -> None:
+        for name, table in (("dtype", DTYPES), ("autocast", AUTOCAST_DTYPES)):
+            value = getattr(self, name)
+            if isinstance(value, str):  # the names the command line takes are accepted from Python too
+                object.__setattr__(self, name, _named(table, name, none=name == "autocast")(value))
+            elif value is not None and not isinstance(value, torch.dtype):
+                raise ConfigError(_dtype_problem(name, value))
         self.validate()
 
     def check(self) -> None:
@@ -135,9 +152,9 @@ class EvaluatorOptions(Options):
             raise ConfigError(f"compile={self.compile!r} is not a torch.compile backend; available: "
                               f"{', '.join(torch.compiler.list_backends())}")
         if self.dtype is not None and self.dtype not in DTYPES.values():
-            raise ConfigError(f"dtype must be one of {', '.join(DTYPES)} or None, got {self.dtype!r}")
+            raise ConfigError(_dtype_problem("dtype", self.dtype))
         if self.autocast is not None and self.autocast not in AUTOCAST_DTYPES.values():
-            raise ConfigError(f"autocast must be one of {', '.join(AUTOCAST_DTYPES)} or None, got {self.autocast!r}")
+            raise ConfigError(_dtype_problem("autocast", self.autocast))
 
     def replace(self, **changes: Any) -> "EvaluatorOptions":
         """A copy with some fields changed (validated).
