@@ -1,19 +1,21 @@
 """Seed statistics and verdicts of the claim measurements (benchmarks/claims.py).
 
 A claim is measured once per seed. A comparison claim pairs the two arms by seed (same
-partition, same initialisation) and looks at the per-seed differences ``d_s = a_s - b_s``:
+partition, same initialisation) and looks at the per-seed differences ``d_s = a_s - b_s``,
+summarised by their mean, a paired 95% Student-t confidence interval and the effect size
+``d_z = mean(d) / std(d)`` (paired Cohen's d, ``std`` with ddof = 1). Every claim carries a
+practical tolerance ``tol`` fixed in its definition before measuring. The verdict
+(``landscape.claims.statistics.decide``, the rule ``landscape.claims.replicate`` uses too):
 
-* effect size: ``d_z = mean(d) / std(d)`` (paired Cohen's d, ``std`` with ddof = 1);
-* verdict: ``reproduced`` when ``mean(d)`` is in the claimed direction by more than the
-  claim's practical tolerance ``tol`` and every seed agrees in sign; ``not reproduced``
-  when ``|mean(d)| <= tol`` (no practical difference) or every seed points the other way;
-  ``inconclusive`` otherwise (seeds disagree). With 3 seeds "every seed agrees" is a
-  one-sided sign test at p = 1/8, so every verdict here rests on few seeds and is a
-  reading of this measurement, not a significance statement.
+* ``reproduced``: the interval excludes 0 in the claimed direction and the mean clears ``tol``;
+* ``not reproduced``: the interval lies within ``[-tol, tol]`` or entirely on the wrong side;
+* ``inconclusive``: otherwise;
+* ``not testable``: both arms' means sit at or below the metric's resolution (for a barrier,
+  one test sample's worth), so no difference can be measured.
 
-A threshold claim (one arm, e.g. "the identity holds", "the barrier is about 0") is
-``reproduced`` when every seed meets the bound, ``not reproduced`` when none does, and
-``inconclusive`` otherwise.
+A threshold claim (one arm against a bound, e.g. "the barrier is about 0") uses the interval
+of the arm's mean: ``reproduced`` when it lies on the claimed side of the bound, ``not
+reproduced`` when it lies on the other side, ``inconclusive`` when it contains the bound.
 """
 from __future__ import annotations
 
@@ -23,8 +25,10 @@ from typing import Sequence
 
 import numpy as np
 
-REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_MEASURED = ("reproduced", "not reproduced", "inconclusive",
-                                                          "not measured")
+from landscape.claims.statistics import (INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Interval,
+                                         below_resolution, decide)
+
+NOT_MEASURED = "not measured"
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -64,11 +68,14 @@ class ClaimRow:
         ``"greater"`` / ``"less"`` (A against B), ``"not_less"`` (A >= B - tol), or ``"below"``
         / ``"above"`` (A against ``bound``).
     tol : float
-        Practical tolerance of a comparison.
+        Practical tolerance of a comparison, fixed before measuring.
     bound : float
         Bound of a threshold claim.
     note : str
         What was tried, caveats.
+    resolution : float
+        Smallest difference the metric can show (0: no floor); both arms at or below it make
+        the row ``not testable``.
     """
 
     claim: str
@@ -81,6 +88,7 @@ class ClaimRow:
     tol: float = 0.0
     bound: float = 0.0
     note: str = ""
+    resolution: float = 0.0
 
     @property
     def effect(self) -> float:
@@ -94,25 +102,21 @@ class ClaimRow:
         return m / s
 
     @property
+    def interval(self) -> Interval | None:
+        """95% t-interval of the paired differences (comparison) or of the arm (threshold)."""
+        if not self.a:
+            return None
+        return Interval.paired(self.a, self.b) if self.b else Interval.of(self.a)
+
+    @property
     def verdict(self) -> str:
         """See the module docstring."""
-        if not self.a:
+        interval = self.interval
+        if interval is None:
             return NOT_MEASURED
-        if not self.b:
-            ok = [v < self.bound if self.claimed == "below" else v > self.bound for v in self.a]
-            return REPRODUCED if all(ok) else NOT_REPRODUCED if not any(ok) else INCONCLUSIVE
-        d = np.asarray(self.a) - np.asarray(self.b)
-        if self.claimed == "not_less":
-            if d.mean() >= -self.tol:
-                return REPRODUCED
-            return NOT_REPRODUCED if (d < -self.tol).all() else INCONCLUSIVE
-        sign = 1.0 if self.claimed == "greater" else -1.0
-        signed = sign * d
-        if abs(d.mean()) <= self.tol:
-            return NOT_REPRODUCED
-        if (signed > 0).all():
-            return REPRODUCED
-        return NOT_REPRODUCED if (signed < 0).all() else INCONCLUSIVE
+        if self.b and self.resolution > 0 and below_resolution(self.a, self.b, self.resolution):
+            return NOT_TESTABLE
+        return decide(interval, self.claimed, tol=self.tol, bound=self.bound)
 
 
 def fmt(values: Sequence[float], digits: int = 3) -> str:
@@ -136,13 +140,15 @@ def markdown_table(rows: Sequence[ClaimRow]) -> str:
     str
         A Markdown table.
     """
-    lines = ["| # | claim | metric | method (A) | baseline (B) | effect d_z | verdict |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| # | claim | metric | method (A) | baseline (B) | A - B (or A), 95% CI | effect d_z | tol | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         b = fmt(r.b) if r.b else (f"bound {'<' if r.claimed == 'below' else '>'} {r.bound:g}" if r.a else "-")
         effect = "-" if math.isnan(r.effect) else f"{r.effect:+.2f}" if abs(r.effect) < 100 else \
             f"{'+' if r.effect > 0 else '-'}>100"
         a = f"{r.arms[0]}: {fmt(r.a)}" if r.a else "-"
         b = f"{r.arms[1]}: {b}" if r.b else b
-        lines.append(f"| {r.claim} | {r.statement} | {r.metric} | {a} | {b} | {effect} | {r.verdict} |")
+        ci = "-" if r.interval is None else str(r.interval)
+        lines.append(f"| {r.claim} | {r.statement} | {r.metric} | {a} | {b} | {ci} | {effect} | {r.tol:g} | "
+                     f"{r.verdict} |")
     return "\n".join(lines)

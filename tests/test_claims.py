@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import numpy as np
+from scipy import stats
 import pytest
 import torch
 from torch import nn
@@ -231,11 +232,32 @@ def test_replicate_reports_mean_spread_and_disagreement(xor_free_data):
     assert rep.numbers["group_barrier_std"] == pytest.approx(values.std(ddof=1))
     held = sum(v.holds for v in singles)
     assert rep.numbers["holds_in"] == f"{held}/3"
-    expected = "holds" if held == 3 else "fails" if held == 0 else "inconclusive"
+    margins = 0.5 - values  # threshold - barrier: > 0 on the claimed side
+    half = stats.t.ppf(0.975, 2) * margins.std(ddof=1) / np.sqrt(3)
+    low, high = margins.mean() - half, margins.mean() + half
+    assert (rep.numbers["margin_low"], rep.numbers["margin_high"]) == pytest.approx((low, high))
+    expected = "holds" if low > 0 else "fails" if high < 0 else "inconclusive"
     assert rep.status == expected
     assert "Over 3 replicates" in str(rep) and "no spread" in str(singles[0])
     with pytest.raises(ConfigError, match="at least two cases"):
         replicate(group_connectivity, [(models[:2],)], evaluator=ev)
+
+
+def test_replicate_decides_on_the_margin_interval_not_on_agreement(xor_free_data):
+    """Replicates that all hold by a hair, with a wide spread, are inconclusive; a tight
+    interval above 0 holds; one below 0 fails."""
+    models = linear_models(4)
+    ev = evaluator(models[0], xor_free_data)
+    cases = [(list(c),) for c in [(models[0], models[1]), (models[2], models[3]), (models[0], models[3])]]
+    values = np.array([group_connectivity(*c, ev, metric="loss").numbers["group_barrier"] for c in cases])
+    assert np.ptp(values) > 0  # the replicates differ, so the interval has width
+    just_above = float(values.max()) + 1e-9  # every replicate holds, by as little as 1e-9
+    rep = replicate(group_connectivity, cases, evaluator=ev, metric="loss", threshold=just_above)
+    assert rep.numbers["holds_in"] == "3/3" and rep.status == "inconclusive"
+    assert replicate(group_connectivity, cases, evaluator=ev, metric="loss",
+                     threshold=float(values.max() + 10 * np.ptp(values))).status == "holds"
+    assert replicate(group_connectivity, cases, evaluator=ev, metric="loss",
+                     threshold=float(values.min() - 10 * np.ptp(values))).status == "fails"
 
 
 def test_verdicts_explain_their_numbers_and_mark_informational_ones(permuted_pair, xor_free_data):

@@ -169,7 +169,9 @@ def transitivity(w1: ModelLike, w2: ModelLike, anchor: ModelLike, evaluator: Eva
         thresholds={"metric": metric, "threshold": threshold,
                     **({"min_reduction": min_reduction} if baseline is not None else {})},
         results={"paths": paths}, reference="FedGuCci Hypothesis 3.1, Table 1; docs/methods/fedgucci.md",
-        legend=TRANSITIVITY_LEGEND, informational=("ind_acc", "fused_acc", "baseline_ind_acc", "baseline_fused_acc"))
+        legend=TRANSITIVITY_LEGEND, informational=("ind_acc", "fused_acc", "baseline_ind_acc", "baseline_fused_acc"),
+        margin=None if not premise else float(max(threshold, (1 - min_reduction) * numbers["baseline_barrier"])
+                                              if baseline is not None else threshold) - b12)
 
 
 # ------------------------------------------------------------------ group barrier
@@ -227,7 +229,8 @@ def group_connectivity(models: Sequence[ModelLike], evaluator: Evaluator, *, thr
         reference="FedGuCci Definition 3.6, Eq. 9/10, Figure 4; docs/methods/fedgucci.md",
         legend=GROUP_LEGEND,
         informational=("loss_barrier", "accuracy_barrier", "fused_loss", "fused_accuracy", "mean_member_accuracy",
-                       "mean_barrier_by_size"))
+                       "mean_barrier_by_size"),
+        margin=float(threshold - value))
 
 
 # ------------------------------------------------------------------- shared basin
@@ -339,7 +342,8 @@ def shared_basin(client_models: Sequence[ModelLike] | Mapping[str, ModelLike], g
         legend=BASIN_LEGEND,
         informational=("components", "basin_size", "clients_on_wall", "global_loss", "min_client_loss",
                        "bottom_loss", "global_distance_to_bottom", "global_loss_gap", "global_off_bottom",
-                       "cell_diagonal", "global_distance_to_plane"))
+                       "cell_diagonal", "global_distance_to_plane"),
+        margin=float(barrier_threshold - worst) if found.common else None)
 
 
 # ------------------------------------------------------------------------ flatness
@@ -398,7 +402,8 @@ def flatter(model_a: ModelLike, model_b: ModelLike, evaluator: Evaluator, *, k: 
         claim="Flatness: model a lies in a flatter region than model b (smaller top Hessian eigenvalue)",
         numbers=numbers, thresholds={"margin": margin, "k": k, "tol": tol}, results=results,
         reference="FedGuCci+ (SAM); IMA C15; docs/methods/fedgucci.md",
-        legend=FLATNESS_LEGEND, informational=("ratio_a_to_b", "eigenvalues_a", "eigenvalues_b", "converged"))
+        legend=FLATNESS_LEGEND, informational=("ratio_a_to_b", "eigenvalues_a", "eigenvalues_b", "converged"),
+        margin=(1.0 - margin) - la / lb if lb > 0 else None)
 
 
 __all__ = ["Verdict", "flatter", "group_connectivity", "shared_basin", "transitivity"]

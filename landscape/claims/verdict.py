@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from ..infra.errors import ConfigError
 from ..results.base import jsonable
+from .statistics import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval, decide
 
 #: Default barrier threshold: a relative accuracy drop of 5% (Eq. 4/10), or 0.05 nats of loss.
 DEFAULT_THRESHOLD = 0.05
@@ -52,6 +54,10 @@ class Verdict:
         Names of numbers reported for context that do not enter the decision.
     replicates
         How many measurements the verdict rests on (1: a single pair or seed, no spread).
+    margin
+        Signed distance of the deciding quantity from its threshold, positive on the claimed
+        side (e.g. ``threshold - barrier``); None when the decision is not one number.
+        :func:`replicate` decides on the confidence interval of the margins.
     """
 
     kind: str
@@ -65,6 +71,7 @@ class Verdict:
     legend: Mapping[str, str] = field(default_factory=dict)
     informational: tuple[str, ...] = ()
     replicates: int = 1
+    margin: float | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -180,10 +187,13 @@ def replicate(check: Callable[..., Verdict], cases: Sequence[Sequence[Any] | Map
     -------
     Verdict
         ``numbers`` holds the mean of every numeric quantity, ``<name>_std`` its standard
-        deviation (ddof 1) and ``holds_in`` the count of replicates that hold; the status is
-        ``holds`` / ``fails`` when every applicable replicate agrees, ``inconclusive`` when they
-        disagree, ``not applicable`` when none is applicable. ``results["verdicts"]`` keeps the
-        individual verdicts.
+        deviation (ddof 1), ``holds_in`` the count of replicates that hold, and ``margin``,
+        ``margin_low``, ``margin_high`` the 95% t-interval of the applicable replicates'
+        margins. The status is ``holds`` when that interval lies above 0, ``fails`` when it
+        lies below 0, ``inconclusive`` otherwise (:func:`~landscape.claims.statistics.decide`),
+        ``not applicable`` when no replicate is. Checks without a margin fall back to
+        agreement: ``holds`` / ``fails`` only when every applicable replicate agrees.
+        ``results["verdicts"]`` keeps the individual verdicts.
     """
     if len(cases) < 2:
         raise ConfigError("replicate needs at least two cases (pairs, seeds or runs) to measure a spread")
@@ -199,16 +209,20 @@ def replicate(check: Callable[..., Verdict], cases: Sequence[Sequence[Any] | Map
     applicable = [v for v in verdicts if v.status in ("holds", "fails")]
     held = sum(v.holds for v in applicable)
     numbers["holds_in"] = f"{held}/{len(verdicts)}"
+    margins = [v.margin for v in applicable]
+    skipped = f"{len(verdicts) - len(applicable)} not applicable"
     if not applicable:
-        status = "not applicable"
-    elif held == len(applicable):
-        status = "holds"
-    elif held == 0:
-        status = "fails"
-    else:
-        status = "inconclusive"
-    reason = (f"holds in {held} of {len(applicable)} applicable replicates "
-              f"({len(verdicts) - len(applicable)} not applicable)")
+        status, reason = "not applicable", f"no replicate is applicable ({skipped})"
+    elif len(applicable) >= 2 and all(m is not None and math.isfinite(m) for m in margins):
+        interval = Interval.of(margins)
+        numbers.update({"margin": interval.mean, "margin_low": interval.low, "margin_high": interval.high})
+        status = {REPRODUCED: "holds", NOT_REPRODUCED: "fails", INCONCLUSIVE: "inconclusive"}[
+            decide(interval, "above", bound=0.0)]
+        reason = (f"margin {interval} (mean and 95% t-interval over {len(applicable)} applicable replicates, "
+                  f"> 0 on the claimed side; {skipped}); holds in {held} of them")
+    else:  # no single deciding number (or one applicable replicate): every replicate must agree
+        status = "holds" if held == len(applicable) else "fails" if held == 0 else "inconclusive"
+        reason = f"holds in {held} of {len(applicable)} applicable replicates ({skipped}); no margin interval"
     return Verdict(kind=first.kind, claim=first.claim, status=status, reason=reason, numbers=numbers,
                    thresholds=first.thresholds, results={"verdicts": verdicts}, reference=first.reference,
                    legend=first.legend, informational=first.informational, replicates=len(verdicts))
