@@ -15,6 +15,50 @@ torch.set_num_threads(1)
 
 N_DIGITS = 300  # samples used by the tests (of 1797): enough for meaningful accuracies, fast
 
+#: Unit roundoff u of float32 and float64 (round to nearest): each operation is exact to a factor 1 + d, |d| <= u.
+FLOAT32_UNIT_ROUNDOFF = 2.0 ** -24
+FLOAT64_UNIT_ROUNDOFF = 2.0 ** -53
+
+
+def float32_tolerance(terms: int, *, sides: int = 2, unit: float = FLOAT32_UNIT_ROUNDOFF) -> float:
+    """Relative bound on how far float32 results of one quantity may differ only through rounding.
+
+    A float32 sum of ``n`` terms, in any order and with any blocking (vector width, BLAS or
+    oneDNN kernel, batch split), has an error of at most ``gamma_n * sum(|terms|)`` with
+    ``gamma_n = n u / (1 - n u)`` and ``u = 2**-24`` (Higham, *Accuracy and Stability of
+    Numerical Algorithms*, 2nd ed., Sec. 3.1 and 4.2); a dot product of length ``n`` likewise.
+    For a chain of such sums (a forward pass layer after layer, then a loss summed over the
+    samples) the relative errors add to first order, so ``terms`` is the total length of the
+    chain: the fan-ins of the layers plus the number of samples summed in float32. Two float32
+    computations that round differently (``sides=2``) differ by at most twice the bound; a float32
+    result against a float64 reference (``sides=1``) by the bound itself (float64's own error,
+    ``n * 2**-53``, is negligible). The bound is relative to the sum of absolute values; for the
+    quantities compared with it (sums of non-negative per-sample losses of O(1) logits, norms,
+    weighted means) that is the size of the result, and a difference of such quantities (a
+    barrier) takes it times the size of the larger one as an absolute tolerance.
+
+    It is the worst case over every summation order, so a comparison using it holds on every CPU;
+    the typical error grows like ``sqrt(n) u``, far below it. For a computation done wholly in
+    float64 pass ``unit=FLOAT64_UNIT_ROUNDOFF``.
+
+    Parameters
+    ----------
+    terms
+        Number of float32 terms summed along the computation (at least 1).
+    sides
+        How many of the two compared values were rounded in float32 (1 or 2).
+    unit
+        Unit roundoff of the arithmetic (float32's by default).
+
+    Returns
+    -------
+    float
+        The relative tolerance ``sides * gamma_terms``.
+    """
+    nu = terms * unit
+    assert terms >= 1 and sides in (1, 2) and nu < 0.5, (terms, sides)
+    return sides * nu / (1 - nu)
+
 
 def seeded_init_(module: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
     """Re-initialise every float parameter and BN buffer of ``module`` from ``seed``.
@@ -33,6 +77,14 @@ def seeded_init_(module: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
             elif name.endswith("running_var"):
                 b.copy_(0.5 + torch.rand(b.shape, generator=gen))
     return module
+
+
+#: Terms of the float32 dot products along a forward pass of ``make_mlp()`` (fan-ins 64 and 16) and
+#: of ``make_bn_cnn()`` (fan-ins 1*3*3, 27 and 8), for :func:`float32_tolerance`.
+MLP_FAN_INS = 64 + 16
+BN_CNN_FAN_INS = 9 + 27 + 8
+#: Values summed by one BatchNorm2d statistic of ``make_bn_cnn()`` per sample (a 6x6 feature map).
+BN_CNN_MAP = 36
 
 
 def make_mlp(seed: int = 0, hidden: int = 16, in_features: int = 64, classes: int = 10) -> nn.Module:

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from conftest import make_bn_cnn, make_mlp
+from conftest import (BN_CNN_FAN_INS, BN_CNN_MAP, FLOAT64_UNIT_ROUNDOFF, MLP_FAN_INS, N_DIGITS, float32_tolerance,
+                      make_bn_cnn, make_mlp)
 from landscape import ConfigError, DataError, Evaluator, NonFiniteWeightsError, interpolate
 
 ALPHAS = np.array([0.0, 0.3, 0.5, 1.0, 1.4])
@@ -60,10 +61,13 @@ def test_bn_modes_match_serial_reference_and_strategies_agree(digits_images, bn)
     x, y = digits_images
     template, a, b = make_bn_cnn(0), make_bn_cnn(1), make_bn_cnn(2)
     expected = _reference_path(template, a, b, x, y, bn)
+    # float32 forward passes (and, recomputed, a BatchNorm2d mean over a batch's 6x6 maps) and a
+    # float32 loss sum over a batch, against the reference's own float32 forward pass
+    tol = float32_tolerance(BN_CNN_FAN_INS + BATCH + (BATCH * BN_CNN_MAP if bn == "recompute" else 0))
     for strategy in ("loop", "vmap"):
         ev = Evaluator(template, (x, y), bn=bn, strategy=strategy, batch_size=BATCH, device="cpu")
         path = interpolate(a, b, ev, alphas=ALPHAS)
-        np.testing.assert_allclose(path.loss, expected, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(path.loss, expected, rtol=tol, atol=0)
     # the modes really differ on this model (the test would not notice a mode being ignored)
     others = {m: _reference_path(template, a, b, x, y, m) for m in ("interpolate", "keep", "recompute")}
     for m, curve in others.items():
@@ -76,7 +80,8 @@ def test_loop_and_vmap_agree_on_mlp(digits, trained_mlps):
     a, b = trained_mlps[:2]
     results = [interpolate(a, b, Evaluator(make_mlp(0), (x, y), strategy=s, batch_size=BATCH, device="cpu",
                                            chunk_size=4), alphas=ALPHAS) for s in ("loop", "vmap")]
-    np.testing.assert_allclose(results[0].loss, results[1].loss, atol=1e-5, rtol=0)
+    # loop and vmap (batched matmul) kernels: the MLP's dot products and a batch's float32 loss sum
+    np.testing.assert_allclose(results[0].loss, results[1].loss, rtol=float32_tolerance(MLP_FAN_INS + BATCH), atol=0)
     np.testing.assert_allclose(results[0].accuracy, results[1].accuracy, atol=1e-12)
 
 
@@ -90,7 +95,8 @@ def test_loss_is_sample_weighted_with_unequal_last_batch(digits, trained_mlps):
     assert abs(np.mean(batch_means) - per_sample.mean().item()) > 1e-4
     for data in ((x, y), DataLoader(TensorDataset(x, y), batch_size=BATCH), TensorDataset(x, y)):
         m = Evaluator(make_mlp(0), data, batch_size=BATCH, device="cpu").evaluate([model])
-        assert m.loss[0] == pytest.approx(per_sample.mean().item(), abs=1e-6)
+        # the MLP's dot products and a batch's float32 loss sum, against a forward pass on all samples at once
+        assert m.loss[0] == pytest.approx(per_sample.mean().item(), rel=float32_tolerance(MLP_FAN_INS + BATCH), abs=0)
         assert m.accuracy[0] == pytest.approx(_serial_metrics(model, x, y)[1], abs=1e-12)
 
 
@@ -103,8 +109,9 @@ def test_evaluate_accepts_every_model_form(digits, trained_mlps, tmp_path):
     vec = ev.vector(model)
     m = ev.evaluate([model, model.state_dict(), path, str(path)])
     assert np.all(m.loss == m.loss[0]) and np.all(m.accuracy == m.accuracy[0])
-    np.testing.assert_allclose(ev.evaluate(vec[None]).loss, m.loss[:1], atol=1e-7)
-    assert m.loss[0] == pytest.approx(_serial_metrics(model, x, y)[0], abs=1e-5)
+    np.testing.assert_array_equal(ev.evaluate(vec[None]).loss, m.loss[:1])  # the same model by the same path
+    # the MLP's dot products and the float32 loss sum over the single batch of all samples
+    assert m.loss[0] == pytest.approx(_serial_metrics(model, x, y)[0], rel=float32_tolerance(MLP_FAN_INS + N_DIGITS), abs=0)
     assert ev.points_evaluated == 5
     for single in (model, model.state_dict(), path, str(path)):  # one model-like, not a list
         np.testing.assert_array_equal(ev.evaluate(single).loss, m.loss[:1])
@@ -123,7 +130,9 @@ def test_float64_evaluation_matches_a_double_precision_reference(digits_images):
         expected = nn.functional.cross_entropy(ref.eval()(x.double()), y).item()
     for strategy in ("loop", "vmap"):
         ev = Evaluator(make_bn_cnn(0), (x, y), dtype=torch.float64, bn="recompute", strategy=strategy)
-        assert ev.evaluate(model).loss[0] == pytest.approx(expected, abs=1e-12)
+        # float64 throughout: the CNN's dot products, the BatchNorm2d mean over all samples' 6x6 maps, the loss sum
+        tol = float32_tolerance(BN_CNN_FAN_INS + N_DIGITS * BN_CNN_MAP + N_DIGITS, unit=FLOAT64_UNIT_ROUNDOFF)
+        assert ev.evaluate(model).loss[0] == pytest.approx(expected, rel=tol, abs=0)
 
 
 @pytest.mark.parametrize("bn", ["interpolate", "keep", "recompute"])
@@ -161,7 +170,9 @@ def test_recompute_uses_given_bn_data_and_batches(digits_images):
             m.momentum = None
     with torch.no_grad():
         ref(x[:64])  # one batch of 64 from bn_data
-    assert ev.evaluate([model]).loss[0] == pytest.approx(_serial_metrics(ref, x, y)[0], abs=1e-5)
+    # the CNN's dot products, the BatchNorm2d mean over one batch's 6x6 maps, the float32 loss sum over the batch
+    tol = float32_tolerance(BN_CNN_FAN_INS + 64 * BN_CNN_MAP + 64)
+    assert ev.evaluate([model]).loss[0] == pytest.approx(_serial_metrics(ref, x, y)[0], rel=tol, abs=0)
     assert ev.fingerprint()["bn_batches"] == 1
 
 
@@ -172,20 +183,23 @@ def test_mse_and_callable_losses(digits, trained_mlps):
         out = model(x).double()
     onehot = nn.functional.one_hot(y, 10).double()
     mse = Evaluator(make_mlp(0), (x, y), loss="mse", device="cpu").evaluate([model]).loss[0]
-    assert mse == pytest.approx(((out - onehot) ** 2).sum(1).mean().item(), abs=1e-5)
+    tol = float32_tolerance(MLP_FAN_INS + 10 + N_DIGITS)  # dot products, a sum over 10 classes and over the samples
+    assert mse == pytest.approx(((out - onehot) ** 2).sum(1).mean().item(), rel=tol, abs=0)
 
     def l1(o: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return (o - nn.functional.one_hot(t, 10)).abs().sum(1)
 
     ev = Evaluator(make_mlp(0), (x, y), loss=l1, device="cpu")
-    assert ev.evaluate([model]).loss[0] == pytest.approx((out - onehot).abs().sum(1).mean().item(), abs=1e-5)
+    assert ev.evaluate([model]).loss[0] == pytest.approx((out - onehot).abs().sum(1).mean().item(), rel=tol, abs=0)
 
 
 def test_callable_loss_without_qualname_and_distinct_lambdas_have_distinct_keys(digits):
     x, y = digits
     ev_module = Evaluator(make_mlp(0), (x, y), loss=nn.CrossEntropyLoss(reduction="none"), device="cpu")
     ev_ce = Evaluator(make_mlp(0), (x, y), device="cpu")
-    np.testing.assert_allclose(ev_module.evaluate([make_mlp(3)]).loss, ev_ce.evaluate([make_mlp(3)]).loss, atol=1e-6)
+    # the built-in loss takes the class-major output layer and a float32 sum over the one batch of all samples
+    np.testing.assert_allclose(ev_module.evaluate([make_mlp(3)]).loss, ev_ce.evaluate([make_mlp(3)]).loss,
+                               rtol=float32_tolerance(MLP_FAN_INS + N_DIGITS), atol=0)
     first = Evaluator(make_mlp(0), (x, y), loss=lambda o, t: nn.functional.cross_entropy(o, t, reduction="none"))
     second = Evaluator(make_mlp(0), (x, y), loss=lambda o, t: 2 * nn.functional.cross_entropy(o, t, reduction="none"))
     assert first.fingerprint()["loss"] != second.fingerprint()["loss"]
