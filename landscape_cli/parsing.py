@@ -96,6 +96,35 @@ positive_float = number(float, gt=0)
 seed_int = number(int, ge=0, le=MAX_SEED)
 
 
+def plane_margin(text: str) -> float:
+    """A ``type=`` converter for a plane's ``--margin``, checked as the API checks it.
+
+    Parameters
+    ----------
+    text : str
+        A number in ``[0, landscape.geometry.planes.MAX_MARGIN]``.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        With the message of :func:`landscape.geometry.planes.check_margin` (the accepted range,
+        and why a margin above it is too large).
+    """
+    from landscape.geometry.planes import check_margin
+
+    try:
+        value = float(text)
+        check_margin(value)
+    except (ValueError, ConfigError) as exc:
+        raise argparse.ArgumentTypeError(str(exc) if isinstance(exc, ConfigError) else f"must be a number, "
+                                         f"got {text!r}") from None
+    return value
+
+
 def device_name(text: str) -> str:
     """A ``type=`` converter for ``--device``: ``auto`` or a device that exists on this machine.
 

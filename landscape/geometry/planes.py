@@ -12,6 +12,8 @@
 """
 from __future__ import annotations
 
+import math
+from numbers import Real
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -25,6 +27,33 @@ from ..infra.host_memory import check_fits, points_bytes
 from ..results import PlaneResult
 
 NORMALIZATIONS = ("filter", "layer", "none")
+#: Largest grid margin of :func:`plane` and :func:`pca_plane`: the grid then spans 21 times the
+#: models' bounding box, and the models already share a few cells of a 21-point grid.
+MAX_MARGIN = 10.0
+
+
+def check_margin(margin: float) -> None:
+    """Refuse a grid margin that is not a finite number in ``[0, MAX_MARGIN]``.
+
+    Parameters
+    ----------
+    margin
+        The widening of the models' bounding box on each side, as a fraction of its size.
+
+    Raises
+    ------
+    ConfigError
+        Naming the accepted range; a margin above it says why it is too large.
+    """
+    ok = isinstance(margin, Real) and not isinstance(margin, bool) and math.isfinite(margin)
+    if ok and 0 <= margin <= MAX_MARGIN:
+        return
+    what = "the fraction of the models' bounding box added on each side"
+    if ok and margin > MAX_MARGIN:
+        raise ConfigError(f"margin {margin:g} is too large: the accepted range is [0, {MAX_MARGIN:g}] ({what}; "
+                          "beyond it the models shrink to a few grid cells, and a huge margin makes the grid "
+                          "non-finite)")
+    raise ConfigError(f"margin must be a finite number in [0, {MAX_MARGIN:g}] ({what}), got {margin!r}")
 
 
 def _grid(lo: float, hi: float, resolution: int) -> np.ndarray:
@@ -72,7 +101,8 @@ def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: Evaluator, *, res
     resolution
         Number of grid points per axis (at least 2).
     margin
-        Widening of the bounding box on each side, as a fraction of its width (height).
+        Widening of the bounding box on each side, as a fraction of its width (height), in
+        ``[0, MAX_MARGIN]``.
     labels
         Names of ``a``, ``b`` and ``c`` in the result's ``models``.
     extra
@@ -88,8 +118,9 @@ def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: Evaluator, *, res
     ------
     ConfigError
         If ``a`` and ``b`` are identical, the three models are collinear (up to float32
-        rounding), or ``resolution < 2``.
+        rounding), ``resolution < 2`` or ``margin`` is outside ``[0, MAX_MARGIN]``.
     """
+    check_margin(margin)
     space = evaluator.space
     va, vb, vc = (evaluator.vector(m) for m in (a, b, c))
     db, dc = vb - va, vc - va
@@ -254,7 +285,8 @@ def pca_plane(trajectory: Sequence[ModelLike], evaluator: Evaluator, *, resoluti
     resolution
         Number of grid points per axis (at least 2).
     margin
-        Widening of the trajectory's bounding box on each side, as a fraction of its width.
+        Widening of the trajectory's bounding box on each side, as a fraction of its width, in
+        ``[0, MAX_MARGIN]``.
 
     Returns
     -------
@@ -266,8 +298,9 @@ def pca_plane(trajectory: Sequence[ModelLike], evaluator: Evaluator, *, resoluti
     ------
     ConfigError
         If the trajectory has fewer than three checkpoints or spans fewer than two dimensions,
-        or ``resolution < 2``.
+        ``resolution < 2`` or ``margin`` is outside ``[0, MAX_MARGIN]``.
     """
+    check_margin(margin)
     space = evaluator.space
     vecs = torch.stack([evaluator.vector(m) for m in trajectory])
     if len(vecs) < 3:

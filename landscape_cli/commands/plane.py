@@ -12,7 +12,7 @@ from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
 from landscape_cli.output import emit
-from landscape_cli.parsing import (api_default, count_at_least_2, finite_float, nonnegative_float, positive_float,
+from landscape_cli.parsing import (api_default, count_at_least_2, finite_float, plane_margin, positive_float,
                                    seed_int)
 
 KINDS = ("through", "random", "pca")
@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
         The subcommands of ``landscape``.
     """
     from landscape import plane, random_plane
-    from landscape.geometry.planes import NORMALIZATIONS
+    from landscape.geometry.planes import MAX_MARGIN, NORMALIZATIONS
 
     p = add_analysis_command(sub, "plane", func=run, default_models=["clients", "global"], keep_clients=3,
                              nmodels=(1, None),
@@ -37,8 +37,9 @@ def register(sub: Any) -> None:
                         "PCA of all models around the last")
     p.add_argument("--resolution", type=count_at_least_2, default=api_default(plane, "resolution"),
                    help="grid points per axis")
-    p.add_argument("--margin", type=nonnegative_float, default=api_default(plane, "margin"),
-                   help="grid margin (through / pca)")
+    p.add_argument("--margin", type=plane_margin, default=api_default(plane, "margin"),
+                   help="grid margin (through / pca): the fraction of the models' bounding box added on each side, "
+                        f"in [0, {MAX_MARGIN:g}]")
     p.add_argument("--span", type=positive_float, default=api_default(random_plane, "span"),
                    help="grid half-width (random)")
     p.add_argument("--normalization", default=api_default(random_plane, "normalization"), choices=NORMALIZATIONS,
