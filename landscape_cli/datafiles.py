@@ -13,6 +13,8 @@ import numpy as np
 import torch
 
 from landscape import ConfigError, DataError
+from landscape.infra.reading import check_file
+from landscape_cli.limits import MAX_CLASSES
 
 TensorPair = tuple[torch.Tensor, torch.Tensor]
 _INPUT_KEYS = ("inputs", "x", "data", "images", "features")
@@ -87,9 +89,12 @@ def load_tensor_file(path: str | Path) -> TensorPair:
     Raises
     ------
     DataError
-        A missing file, pickled content, an unknown layout or mismatched lengths.
+        A missing file, pickled content, an unknown layout, mismatched lengths, no samples,
+        inputs without at least one dimension per sample, or 0-d targets.
     """
     path = Path(path)
+    if path.exists():  # a FIFO, a device or a folder is refused as such, never read
+        check_file(path, "data file", lambda p, problem: DataError(f"{p}: {problem}"), follow_links=True)
     if not path.is_file():
         raise DataError(f"data file {path} not found")
     if path.suffix == ".npz":
@@ -120,8 +125,15 @@ def load_tensor_file(path: str | Path) -> TensorPair:
         x, y = (torch.as_tensor(t) for t in obj)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise DataError(f"{path}: inputs and targets must be arrays or tensors ({exc})") from None
+    if x.ndim < 2 or 0 in x.shape[1:]:
+        raise DataError(f"{path}: inputs have shape {tuple(x.shape)}, but they need one row of at least one "
+                        "value per sample, shape (N, ...); save the inputs as an array of shape (N, features)")
+    if y.ndim < 1:
+        raise DataError(f"{path}: targets have shape (), but they need one target per sample, shape (N,)")
     if len(x) != len(y):
         raise DataError(f"{path}: {len(x)} inputs but {len(y)} targets")
+    if len(x) == 0:
+        raise DataError(f"{path}: holds no samples (0 inputs and 0 targets); save at least one")
     if not torch.is_floating_point(y):
         y = y.long()
     return x, y
@@ -140,7 +152,21 @@ def infer_classes(targets: torch.Tensor) -> int:
     int
         ``max + 1`` for integer labels; the number of target columns (1 for a vector) for
         float targets.
+
+    Raises
+    ------
+    DataError
+        For no targets, a negative label, or a label of :data:`~landscape_cli.limits.MAX_CLASSES`
+        or more (never a model of that many outputs: pass ``--num-classes``).
     """
     if torch.is_floating_point(targets):
         return int(targets.shape[1]) if targets.ndim > 1 else 1
-    return int(targets.max()) + 1
+    if targets.numel() == 0:
+        raise DataError("there are no targets to infer the number of classes from; pass --num-classes")
+    lo, hi = int(targets.min()), int(targets.max())
+    if lo < 0:
+        raise DataError(f"labels must be class indices 0..C-1, found the label {lo:,}")
+    if hi >= MAX_CLASSES:
+        raise DataError(f"the largest label is {hi:,}, but at most {MAX_CLASSES:,} classes are inferred from the "
+                        "labels; labels must be class indices 0..C-1 (pass --num-classes C for the model's outputs)")
+    return hi + 1

@@ -16,7 +16,7 @@ from landscape import ConfigError, DataError
 from landscape.infra.commandline import parse_json
 from landscape_cli import datafiles, modelspec, runs
 from landscape_cli.evaluator_flags import evaluator_options
-from landscape_cli.parsing import positive_int
+from landscape_cli.limits import MAX_CLASSES, class_count
 
 EPILOG_INPUTS = ("models: --run DIR [--round R] [--models SEL ...] with SEL = global | client:K | clients "
                  "(optionally @ROUND), or --module SPEC --checkpoints FILE ... --data digits|NAME|FILE.pt|FILE.npz")
@@ -53,7 +53,8 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                    help="data whose batches re-estimate BatchNorm statistics under --bn recompute (same forms "
                         "as --data; default: the run's training data with --run, else the evaluation data)")
     g.add_argument("--data-root", metavar="DIR", help="folder of torchvision datasets (never downloaded here)")
-    g.add_argument("--num-classes", type=positive_int, help="outputs of the model (default: largest label + 1)")
+    g.add_argument("--num-classes", type=class_count,
+                   help=f"outputs of the model, at most {MAX_CLASSES:,} (default: largest label + 1)")
 
 
 def command_name(args: argparse.Namespace) -> str:
@@ -198,15 +199,18 @@ class Context:
         -------
         landscape.Evaluator
             Over the command's data, with the evaluation flags and the cache
-            (``--cache``, default ``<out>/landscape_cache``; none with ``--no-cache``).
+            (``--cache``, default ``<out>/landscape_cache``, written only if neither it nor
+            ``<out>`` is a link; none with ``--no-cache``).
         """
-        from landscape import Evaluator
+        from landscape import Cache, Evaluator
 
         if self._evaluator is None:
             a = self.args
-            cache = None if a.no_cache else (a.cache or str(self.out / "landscape_cache"))
+            options = evaluator_options(a)
+            cache = None if a.no_cache else (a.cache or Cache(self.out / "landscape_cache", root=self.out.parent,
+                                                              flush_interval=options.flush_interval))
             self._evaluator = Evaluator(self.module, self.data, bn_data=self._bn_data(), cache=cache,
-                                        options=evaluator_options(a))
+                                        options=options)
         return self._evaluator
 
     def _bn_data(self) -> Any:

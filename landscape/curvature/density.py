@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..infra.errors import ConfigError
+from .budget import MAX_ITERATIONS, MAX_RUNS, check_count, check_solver_memory, lanczos_bytes
 from .lanczos import KrylovBasis, rademacher_vector
 from .operators import SymmetricOperator
 
@@ -38,12 +39,19 @@ def slq(op: SymmetricOperator, steps: int, runs: int, *, generator: torch.Genera
     tuple of numpy.ndarray
         ``nodes`` and ``weights``, each ``(runs, m)`` with ``m = min(steps, size)``; each row
         of ``weights`` sums to one.
+
+    Raises
+    ------
+    ConfigError
+        ``steps`` or ``runs`` outside the limits of :mod:`.budget`, or a Lanczos basis larger than
+        the memory available on the operator's device.
     """
-    if runs < 1:
-        raise ConfigError(f"runs must be >= 1, got {runs}")
-    if steps < 1:
-        raise ConfigError(f"the number of Lanczos steps must be >= 1, got {steps}")
+    check_count(steps, "iterations", MAX_ITERATIONS)
+    check_count(runs, "runs", MAX_RUNS)
     m = min(steps, op.size)
+    check_solver_memory(lanczos_bytes(m, op.size, op.dtype),
+                        f"iterations={steps:,} (a Lanczos basis of {m:,} vectors of {op.size:,} parameters)",
+                        op.device, "choose fewer iterations")
     nodes, weights = [], []
     for _ in range(runs):
         basis = KrylovBasis(op, rademacher_vector(op.size, generator, op.device, op.dtype), m, generator)

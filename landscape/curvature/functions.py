@@ -28,6 +28,7 @@ from ..results.base import Result
 from ..results.curvature import Eigenvalues, HessianEigen, SpectralDensity, TraceEstimate
 from ..space.params import ModelLike, vector_digest
 from . import lanczos, power, trace  # noqa: F401  (register the built-in methods)
+from .budget import MAX_ITERATIONS, MAX_RUNS, check_count
 from .density import broadened_density, slq
 from .operators import HessianOperator
 from .registry import EIGEN_SOLVERS, TRACE_ESTIMATORS, lookup
@@ -56,7 +57,8 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1
     tol
         Converged when each residual ``||Hx - theta x|| <= tol |theta|``.
     max_iter
-        Budget of Hessian-vector products (Lanczos: restarts included; power: per eigenvalue).
+        Budget of Hessian-vector products (Lanczos: restarts included; power: per eigenvalue), at
+        most :data:`~.budget.MAX_ITERATIONS`.
     seed
         Seed of the start vectors.
     method
@@ -79,7 +81,14 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1
     -------
     HessianEigen
         A warning is issued when the solver did not converge (``converged`` is False).
+
+    Raises
+    ------
+    ConfigError
+        ``max_iter`` outside ``[1, MAX_ITERATIONS]``, or a Lanczos basis (which grows with ``k``)
+        larger than the memory available on the evaluator's device.
     """
+    check_count(max_iter, "max_iter", MAX_ITERATIONS)
     solver = lookup(EIGEN_SOLVERS, method, "eigen-solver")
     options = dict(k=k, tol=tol, max_iter=max_iter, seed=seed, method=method, params=params,
                    vectors=return_eigenvectors, hvp=hvp, include_frozen=include_frozen)
@@ -140,7 +149,8 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float
         (converged); 13-15% on MNIST-1D's CNN and 29-30% on the digits MLP at initialisation,
         whose traces are small and noisy (not converged: a warning says so).
     max_iter
-        Budget of products.
+        Budget of products, at most :data:`~.budget.MAX_ITERATIONS` (Hutch++ holds a sketch of
+        ``max_iter // 3`` vectors).
     seed
         Seed of the probes.
     method
@@ -153,7 +163,14 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float
     -------
     TraceEstimate
         A warning is issued when the tolerance was not reached.
+
+    Raises
+    ------
+    ConfigError
+        ``max_iter`` outside ``[1, MAX_ITERATIONS]``, or a Hutch++ sketch larger than the memory
+        available on the evaluator's device.
     """
+    check_count(max_iter, "max_iter", MAX_ITERATIONS)
     estimator = lookup(TRACE_ESTIMATORS, method, "trace estimator")
     options = dict(tol=tol, max_iter=max_iter, seed=seed, method=method, params=params,
                    min_samples=min_samples, hvp=hvp, include_frozen=include_frozen)
@@ -178,9 +195,10 @@ def hessian_density(model: ModelLike | torch.Tensor, evaluator: Any, *, iteratio
     model, evaluator, params, hvp, include_frozen
         As for :func:`hessian_eigen`.
     iterations
-        Lanczos steps per probe (capped at the number of parameters).
+        Lanczos steps per probe (capped at the number of parameters), at most
+        :data:`~.budget.MAX_ITERATIONS`; the basis holds that many vectors at once.
     runs
-        Rademacher probes.
+        Rademacher probes, at most :data:`~.budget.MAX_RUNS`.
     seed
         Seed of the probes.
     sigma
@@ -192,7 +210,16 @@ def hessian_density(model: ModelLike | torch.Tensor, evaluator: Any, *, iteratio
     -------
     SpectralDensity
         Integrates to one.
+
+    Raises
+    ------
+    ConfigError
+        ``iterations`` or ``runs`` outside their limits, a Lanczos basis larger than the memory
+        available on the evaluator's device (the message gives the estimate and the limit), or a
+        non-positive ``sigma``.
     """
+    check_count(iterations, "iterations", MAX_ITERATIONS)
+    check_count(runs, "runs", MAX_RUNS)
     if sigma is not None and not sigma > 0:
         raise ConfigError(f"sigma must be positive, got {sigma}")
     options = dict(iterations=iterations, runs=runs, seed=seed, sigma=sigma, grid_size=grid_size,

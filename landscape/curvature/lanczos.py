@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..infra.errors import ConfigError
+from .budget import check_solver_memory, lanczos_bytes
 from .operators import SymmetricOperator
 from .registry import eigen_solver
 
@@ -245,6 +246,12 @@ def lanczos_top(op: SymmetricOperator, k: int = 1, *, tol: float = 1e-3, max_ite
     Returns
     -------
     Eigenpairs
+
+    Raises
+    ------
+    ConfigError
+        ``k`` or ``basis_size`` out of range, or a basis larger than the memory available on the
+        operator's device.
     """
     check_k(k, op.size)
     if max_iter < k:
@@ -252,6 +259,9 @@ def lanczos_top(op: SymmetricOperator, k: int = 1, *, tol: float = 1e-3, max_ite
     capacity = min(op.size, max_iter, basis_size or max(3 * k + 20, 60))
     if capacity < k + 2 and capacity < min(op.size, max_iter):
         raise ConfigError(f"basis_size={basis_size} must be at least k + 2 = {k + 2}")
+    check_solver_memory(lanczos_bytes(capacity, op.size, op.dtype),
+                        f"k={k:,} (a Lanczos basis of {capacity:,} vectors of {op.size:,} parameters)",
+                        op.device, "ask for fewer eigenvalues or a smaller basis_size")
     basis = KrylovBasis(op, gaussian_vector(op.size, generator, op.device, op.dtype), capacity, generator)
     used, restarts, converged = 0, 0, False
     while used < max_iter:

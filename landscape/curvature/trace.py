@@ -22,6 +22,7 @@ import torch
 
 from ..infra.errors import ConfigError
 from ..results.curvature import TraceEstimate
+from .budget import check_solver_memory, sketch_bytes
 from .lanczos import rademacher_vector
 from .operators import SymmetricOperator
 from .registry import trace_estimator
@@ -80,12 +81,22 @@ def hutchpp(op: SymmetricOperator, *, tol: float = 1e-3, max_iter: int = 100,
     Returns
     -------
     TraceEstimate
+
+    Raises
+    ------
+    ConfigError
+        A budget too small for the sketch, or a sketch larger than the memory available on the
+        operator's device.
     """
     _check_budget(max_iter, 3)
     dim, device, dtype, matvec = op.size, op.device, op.dtype, op.matvec
     s = min(dim, sketch if sketch is not None else max(1, max_iter // 3))
     if s < 1 or 2 * s > max_iter:
         raise ConfigError(f"the Hutch++ sketch ({s} vectors) needs 2x{s} matvecs, more than max_iter={max_iter}")
+    check_solver_memory(sketch_bytes(s, dim, dtype),
+                        f"max_iter={max_iter:,} (a Hutch++ sketch of {s:,} vectors of {dim:,} parameters)",
+                        device, "choose a smaller max_iter (the sketch is max_iter // 3 vectors) or "
+                                "method='hutchinson'")
     probes = torch.stack([rademacher_vector(dim, generator, device, dtype) for _ in range(s)])
     images = torch.stack([matvec(p) for p in probes])
     q, _ = torch.linalg.qr(images.T.double())

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
+from landscape_cli.limits import iteration_count
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, positive_float, positive_int, seed_int
 
@@ -32,7 +33,7 @@ def lanczos_parent(function: Callable[..., Any]) -> argparse.ArgumentParser:
     parent.add_argument("--k", type=positive_int, default=api_default(function, "k"), help="number of top eigenvalues")
     parent.add_argument("--tol", type=positive_float, default=api_default(function, "tol"),
                         help="relative residual tolerance")
-    parent.add_argument("--max-iter", type=positive_int, default=api_default(function, "max_iter"),
+    parent.add_argument("--max-iter", type=iteration_count, default=api_default(function, "max_iter"),
                         help="Hessian-vector products at most per model")
     parent.add_argument("--seed", type=seed_int, default=api_default(function, "seed"),
                         help="seed of the random start vectors")
@@ -81,7 +82,7 @@ def register(sub: Any) -> None:
                         "largest magnitude)")
     p.add_argument("--trace", action="store_true", help="also the trace (Hutchinson; 'landscape trace' for more)")
     p.add_argument("--density", action="store_true", help="also the spectral density (SLQ; 'landscape density')")
-    p.add_argument("--iterations", type=positive_int, default=api_default(hessian_density, "iterations"),
+    p.add_argument("--iterations", type=iteration_count, default=api_default(hessian_density, "iterations"),
                    help="Lanczos steps of the density")
 
 
