@@ -33,10 +33,14 @@ def open_run(path: str) -> Any:
     Raises
     ------
     ConfigError
-        When the directory does not exist (``fl.load_run`` checks its content).
+        When the directory does not exist, or ``path`` is a file (``fl.load_run`` checks the
+        folder's content).
     """
     import fl
 
+    if Path(path).exists() and not Path(path).is_dir():
+        raise ConfigError(f"--run {path} is a file, not a run folder: --run takes the folder an FL run wrote "
+                          "(landscape train --out DIR, or fl.run(out=DIR)), the one holding config.json")
     if not Path(path).is_dir():
         raise ConfigError(f"run directory {path} not found")
     return fl.load_run(path)
