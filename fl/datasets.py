@@ -108,6 +108,10 @@ def default_root() -> Path:
     """Folder of downloaded and generated data sets: ``$LANDSCAPE_DATA`` when set, else
     ``$XDG_CACHE_HOME/landscape-fl/data`` (``~/.cache/landscape-fl/data`` without it).
 
+    The folder may be a symbolic link (for example to a larger disk): it is the user's own
+    choice, so it is followed and the data cache is written where it points. Links inside it
+    (at a cache file) are never written through.
+
     Returns
     -------
     Path

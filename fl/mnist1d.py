@@ -9,7 +9,8 @@ The generator is deterministic, so the digest of its output is recorded here
 (:data:`DATA_SHA256`): a cache file whose arrays do not have it (unreadable, damaged, or
 edited with a recomputed digest) is regenerated with a warning, never trusted, and generated
 data without it (another ``mnist1d`` or NumPy) are refused with a ``DataError``. Writes go through the toolkit's link-safe atomic writer (:mod:`landscape.infra.files`),
-so a reader never sees a partial file and no existing file or link is written through.
+so a reader never sees a partial file and no existing file or link is written through; the data
+folder itself may be a link (the user's choice of where data live) and is followed.
 """
 from __future__ import annotations
 
@@ -144,11 +145,13 @@ def _read_cache(path: Path) -> dict[str, np.ndarray] | None:
 def _write_cache(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Write the cache with the toolkit's link-safe atomic writer.
 
-    An unwritable cache folder is not an error (the arrays are already in memory)."""
+    The data folder is the user's choice (``root=``, ``$LANDSCAPE_DATA``): when it is a link, the
+    file is written where it points; a link at the file itself is never followed. An unwritable
+    cache folder is not an error (the arrays are already in memory)."""
     buffer = io.BytesIO()
     np.savez(buffer, digest=np.array(digest(arrays)), **arrays)
     try:
-        write_atomic(path, buffer.getbuffer())
+        write_atomic(path, buffer.getbuffer(), root=path.parent)
     except (OSError, LandscapeError):
         return
 

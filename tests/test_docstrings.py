@@ -90,6 +90,7 @@ CHECKED: tuple[str, ...] = (
     "landscape.infra.files",
     "landscape.infra.host_memory",
     "landscape.infra.parallel",
+    "landscape.infra.reading",
     "landscape.infra.backends",
     "landscape.results",
     "landscape.results.base",

@@ -1,7 +1,8 @@
 """Caches of format 1: one HDF5 file holding every entry (``/points/<key>``, ``/results/<key>``).
 
-Such a file is still read (its whole-file seal checked, as when it was written), but never
-extended: adding to it cost a copy of the whole file per write. :mod:`.upgrade` copies its
+Such a file is still read (its whole-file seal checked, as when it was written; a file without
+a seal is refused, since its numbers cannot be checked), but never extended: adding to it cost
+a copy of the whole file per write. :mod:`.upgrade` copies its
 entries into a cache folder::
 
     python -m landscape.cache.upgrade old.h5 new-cache
@@ -26,12 +27,13 @@ class LegacyCache:
     Parameters
     ----------
     path : Path
-        The cache file; its seal (if any) is checked on every read.
+        The cache file; its seal is checked on every read (a file without one is refused).
 
     Raises
     ------
     CacheError
-        The file is unreadable, damaged, or of another format version.
+        The file is not a regular file, unreadable, damaged, without a seal, or of another format
+        version.
     """
 
     def __init__(self, path: Path):
@@ -46,7 +48,7 @@ class LegacyCache:
         data = read_bytes(self.path)
         if data is None:
             raise corrupt(self.path, "the file disappeared")
-        with parsed(data, self.path, require_seal=False) as f:  # the oldest files have no seal
+        with parsed(data, self.path) as f:
             yield f
 
     def points(self, key: str, n: int) -> Points | None:

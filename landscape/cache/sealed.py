@@ -2,8 +2,9 @@
 
 The first ``USERBLOCK`` bytes of a sealed file (an HDF5 user block, which HDF5 ignores) hold
 ``SEAL`` and the SHA-256 (hex) of every byte after the user block. The digest is checked
-before HDF5 parses anything, so a damaged or truncated file gives :class:`CacheError`, never
-silently wrong numbers, nor the crash or endless loop HDF5 can fall into on damaged metadata.
+before HDF5 parses anything, so a damaged or truncated file, or one without a seal, gives
+:class:`CacheError`, never silently wrong numbers, nor the crash or endless loop HDF5 can fall
+into on damaged metadata.
 
 Files are built in a memory buffer and written by the caller in one piece: no h5py object
 ever holds a file on disk open for writing, so a full disk cannot leave one behind in a
@@ -11,7 +12,6 @@ broken state (issue 15 saw a segmentation fault after a failed on-disk write).
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 import io
 import os
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..infra.errors import CacheError, LandscapeError
+from ..infra.reading import read_file
 
 USERBLOCK = 512
 SEAL = b"landscape-cache sha256 "
@@ -101,8 +102,29 @@ def corrupt(path: str | os.PathLike, detail: object) -> CacheError:
                       "Move it away to recompute what it held.")
 
 
+def cache_error(path: str | os.PathLike, problem: str) -> CacheError:
+    """A :class:`CacheError` ``"<path>: <problem>"`` (the error factory of the cache's checked reads).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The cache file.
+    problem : str
+        What is wrong and what to do.
+
+    Returns
+    -------
+    CacheError
+        To be raised by the caller.
+    """
+    return CacheError(f"{path}: {problem}")
+
+
 def read_bytes(path: Path, *, follow_links: bool = True) -> bytes | None:
     """The whole content of ``path`` (one read of one version, even if it is replaced meanwhile), or None if absent.
+
+    Read with :func:`landscape.infra.reading.read_file`: a FIFO, a device, a folder or a file
+    larger than a cache entry can be is refused, never read.
 
     Parameters
     ----------
@@ -119,25 +141,21 @@ def read_bytes(path: Path, *, follow_links: bool = True) -> bytes | None:
     Raises
     ------
     CacheError
-        ``path`` cannot be read, or is a symbolic link and ``follow_links`` is False.
+        ``path`` is not a regular file, is too large, cannot be read, or is a symbolic link and
+        ``follow_links`` is False.
     """
-    flags = os.O_RDONLY | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, flags)
+        return read_file(path, "cache file", cache_error, follow_links=follow_links)
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise CacheError(f"{path}: is a symbolic link; cache entries are never read or written through "
-                             "links. Remove it if you did not put it there") from None
-        raise corrupt(path, exc.strerror or exc) from None
-    with open(fd, "rb") as fh:
-        return fh.read()
 
 
 @contextmanager
-def parsed(data: bytes, path: str | os.PathLike, *, require_seal: bool = True) -> Iterator[Any]:
+def parsed(data: bytes, path: str | os.PathLike) -> Iterator[Any]:
     """Open the HDF5 file held in ``data`` (read from ``path``) after checking its seal.
+
+    A file without a seal is refused too: its numbers cannot be checked (a damaged user block,
+    or a file from before caches were sealed), and unchecked bytes can parse as wrong numbers.
 
     Parameters
     ----------
@@ -145,20 +163,25 @@ def parsed(data: bytes, path: str | os.PathLike, *, require_seal: bool = True) -
         The file's bytes.
     path : str or os.PathLike
         Where they came from (named in errors).
-    require_seal : bool
-        If False, a file without a seal (written before seals existed) is parsed unchecked;
-        a seal that is present is always checked.
 
     Yields
     ------
     h5py.File
         Open for reading; errors HDF5 raises while the caller reads become :class:`CacheError`.
+
+    Raises
+    ------
+    CacheError
+        The file has no seal, its content does not match the seal, or HDF5 cannot parse it.
     """
     import h5py
 
-    if is_sealed(data) or require_seal:
-        if not seal_matches(data):
-            raise corrupt(path, "its content does not match the SHA-256 sealed into it")
+    if not is_sealed(data):
+        raise CacheError(f"{path}: has no checksum (no SHA-256 seal in its first {USERBLOCK} bytes: damaged, or "
+                         "written before cache files were sealed), so its numbers cannot be checked. Move it "
+                         "away or delete it to recompute what it held")
+    if not seal_matches(data):
+        raise corrupt(path, "its content does not match the SHA-256 sealed into it")
     try:
         f = h5py.File(io.BytesIO(data), "r", locking=False)
     except Exception as exc:  # h5py raises assorted errors on damaged files

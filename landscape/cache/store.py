@@ -20,7 +20,9 @@ seconds, so an interrupted computation loses only the last moments of work and r
 from the rest. Nothing is ever pickled.
 
 A path that is a file is a cache of format 1 (one HDF5 file for all entries): it is read,
-not extended (:mod:`.legacy`).
+not extended (:mod:`.legacy`). Every file is read through :mod:`landscape.infra.reading`: an
+entry, marker or cache path that is a FIFO, a device, a folder or far too large is refused with a
+:class:`CacheError` naming it, never read.
 """
 from __future__ import annotations
 
@@ -35,11 +37,12 @@ import numpy as np
 
 from ..infra.errors import CacheError
 from ..infra.files import discard, exclusive_lock, is_temporary, write_atomic, write_json
+from ..infra.reading import read_file
 from ..results.base import Result
 from .keys import entry_name, make_key, parse_entry_name
 from .legacy import LegacyCache
 from .records import Points, read_points, read_result, write_points, write_result
-from .sealed import build, parsed, read_bytes
+from .sealed import build, cache_error, parsed, read_bytes
 
 __all__ = ["Cache", "make_key"]
 
@@ -62,23 +65,31 @@ class Cache:
         Seconds a writer waits for another writer to finish before failing.
     flush_interval : float
         Queued points are written when this many seconds have passed since the last write.
+    root : str, os.PathLike or None
+        The folder the user chose, above ``path`` (see :func:`landscape.infra.files.write_atomic`):
+        every folder below it down to the cache folder must not be a link. Default: only the
+        cache folder itself must not be one.
 
     Raises
     ------
     CacheError
-        ``path`` is a folder that is not a cache, holds another cache format, or is an
-        unreadable format-1 file.
+        ``path`` is a folder that is not a cache, holds another cache format, is neither a folder
+        nor a regular file, or is an unreadable format-1 file.
     """
 
-    def __init__(self, path: str | os.PathLike, *, lock_timeout: float = 600.0, flush_interval: float = 1.0):
+    def __init__(self, path: str | os.PathLike, *, lock_timeout: float = 600.0, flush_interval: float = 1.0,
+                 root: str | os.PathLike | None = None):
         self.path = Path(path)
+        self.root = root
         self.lock_timeout = lock_timeout
         self.flush_interval = flush_interval
         self._pending: dict[str, list[Pending]] = {}
         self._last_flush = time.monotonic()
         self._swept = False  # temporary files of killed writers removed (once per instance)
         #: the format-1 file at ``path``, if it is one
-        self.legacy: LegacyCache | None = LegacyCache(self.path) if self.path.is_file() else None
+        self.legacy: LegacyCache | None = None
+        if not self.path.is_dir() and os.path.lexists(self.path):  # a file (or a FIFO, ...: refused there)
+            self.legacy = LegacyCache(self.path)
         if self.path.is_dir():
             self._check_folder()
 
@@ -91,7 +102,7 @@ class Cache:
     def _check_folder(self) -> None:
         marker = self.path / MARKER
         try:
-            info = json.loads(marker.read_text())
+            info = json.loads(read_file(marker, "JSON file", cache_error))
             version = str(info["version"])
         except FileNotFoundError:
             others = [p for p in os.listdir(self.path) if not p.startswith(".")]
@@ -99,7 +110,7 @@ class Cache:
                 raise CacheError(f"{self.path}: is a folder but not a landscape cache (no {MARKER}); pass "
                                  "an empty or new folder as the cache") from None
             return  # an empty folder: a new cache
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             raise CacheError(f"{marker}: unreadable cache marker ({exc}); move the cache away to start "
                              "a fresh one") from None
         if version != FORMAT_VERSION:
@@ -267,7 +278,7 @@ class Cache:
             f.attrs["key"] = key
             fill(f)
 
-        write_atomic(self.path / entry_name(kind, key), build(content))
+        write_atomic(self.path / entry_name(kind, key), build(content), root=self.root)
 
     @contextmanager
     def writer_lock(self) -> Iterator[None]:
@@ -295,13 +306,13 @@ class Cache:
             return CacheError(f"{self.path}: another process has been writing this cache for more than "
                               f"{self.lock_timeout:.0f} s; wait for it to finish or use another cache folder")
 
-        with exclusive_lock(self.lock_path, timeout=self.lock_timeout, busy=busy):
+        with exclusive_lock(self.lock_path, timeout=self.lock_timeout, busy=busy, root=self.root):
             if not self._swept:
                 for name in os.listdir(self.path):
                     if is_temporary(name):  # only writers create them, and no other writer runs now
                         discard(self.path / name)
                 if not (self.path / MARKER).exists():
                     write_json(self.path / MARKER, {"format": "landscape-fl HDF5 cache", "version": FORMAT_VERSION,
-                                                    "layout": "one sealed HDF5 file per entry"})
+                                                    "layout": "one sealed HDF5 file per entry"}, root=self.root)
                 self._swept = True
             yield

@@ -3,8 +3,11 @@
 A file is never written in place and never through a link:
 
 1. the folder is opened with ``O_NOFOLLOW`` (a folder that is a symbolic link is refused: it
-   was not created here) and every later step is relative to that open folder, so a folder
-   swapped for a link in between cannot redirect the write;
+   was not created here), and so is every folder between it and ``root`` when the caller names
+   the folder the user chose (``root``: its own links are the user's choice and are followed):
+   each is opened relative to the one above it, created there if missing, so a link anywhere
+   below ``root`` is refused before anything is written. Every later step is relative to the
+   open folder, so a folder swapped for a link in between cannot redirect the write;
 2. the target is refused if it is a symbolic link or not a regular file;
 3. the bytes go to a new, unique temporary name beside the target (``.<name>.tmp-<random>``),
    created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and mode 0600, so a link planted at any
@@ -38,7 +41,8 @@ TEMP_MARKER = ".tmp-"
 LOCK_POLL = 0.05
 
 
-def write_atomic(path: str | os.PathLike, data: bytes | bytearray | memoryview, *, mode: int | None = None) -> Path:
+def write_atomic(path: str | os.PathLike, data: bytes | bytearray | memoryview, *, mode: int | None = None,
+                 root: str | os.PathLike | None = None) -> Path:
     """Write ``data`` to ``path`` atomically, never through a link.
 
     Parameters
@@ -51,6 +55,10 @@ def write_atomic(path: str | os.PathLike, data: bytes | bytearray | memoryview, 
     mode : int or None
         Permission bits of the new file; default: those of the file it replaces, or
         ``0o666`` less the process umask for a new file.
+    root : str, os.PathLike or None
+        The folder the user chose, above ``path``: it (and what is above it) is taken as it is,
+        links included, and every folder below it down to ``path``'s folder must not be a link.
+        Default: only ``path``'s own folder is checked.
 
     Returns
     -------
@@ -60,12 +68,12 @@ def write_atomic(path: str | os.PathLike, data: bytes | bytearray | memoryview, 
     Raises
     ------
     FileWriteError
-        The folder or target is a link or not a regular file/folder, or the write failed (full
-        disk, read-only or forbidden location); nothing was replaced.
+        A folder below ``root`` or the target is a link or not a regular file/folder, or the write
+        failed (full disk, read-only or forbidden location); nothing was replaced.
     """
     path = Path(path)
     view = memoryview(data).cast("B")
-    folder_fd = _open_folder(path.parent, len(view))
+    folder_fd = _open_folder(path.parent, len(view), root)
     tmp: str | None = None
     try:
         old_mode = _check_target(path, folder_fd)
@@ -90,12 +98,13 @@ def write_atomic(path: str | os.PathLike, data: bytes | bytearray | memoryview, 
     return path
 
 
-def write_text(path: str | os.PathLike, text: str, *, mode: int | None = None) -> Path:
+def write_text(path: str | os.PathLike, text: str, *, mode: int | None = None,
+               root: str | os.PathLike | None = None) -> Path:
     """Write ``text`` encoded as UTF-8 with :func:`write_atomic`.
 
     Parameters
     ----------
-    path, mode
+    path, mode, root
         As for :func:`write_atomic`.
     text : str
         The complete new content.
@@ -105,16 +114,16 @@ def write_text(path: str | os.PathLike, text: str, *, mode: int | None = None) -
     Path
         ``path``.
     """
-    return write_atomic(path, text.encode("utf-8"), mode=mode)
+    return write_atomic(path, text.encode("utf-8"), mode=mode, root=root)
 
 
 def write_json(path: str | os.PathLike, value: Any, *, indent: int | None = 2, sort_keys: bool = False,
-               mode: int | None = None) -> Path:
+               mode: int | None = None, root: str | os.PathLike | None = None) -> Path:
     """Write ``value`` as JSON text and a final newline with :func:`write_atomic`.
 
     Parameters
     ----------
-    path, mode
+    path, mode, root
         As for :func:`write_atomic`.
     value : Any
         Anything :func:`json.dumps` accepts.
@@ -126,7 +135,7 @@ def write_json(path: str | os.PathLike, value: Any, *, indent: int | None = 2, s
     Path
         ``path``.
     """
-    return write_text(path, json.dumps(value, indent=indent, sort_keys=sort_keys) + "\n", mode=mode)
+    return write_text(path, json.dumps(value, indent=indent, sort_keys=sort_keys) + "\n", mode=mode, root=root)
 
 
 def discard(path: str | os.PathLike) -> None:
@@ -194,13 +203,13 @@ def write_error(path: str | os.PathLike, exc: OSError, size: int | None = None) 
     FileWriteError
         To be raised by the caller.
     """
-    needed = f" {_size(size)}" if size is not None else ""
+    needed = f" {format_size(size)}" if size is not None else ""
     return FileWriteError(path, f"cannot write{needed}: {write_failure_reason(exc)}. Nothing was replaced "
                                 "(an earlier version of the file, if any, is intact); free space or choose "
                                 "another location")
 
 
-def open_lock(path: str | os.PathLike) -> int:
+def open_lock(path: str | os.PathLike, *, root: str | os.PathLike | None = None) -> int:
     """Open (creating it if missing) a lock file without following links; returns the descriptor.
 
     The file is opened for reading and writing but never truncated or written, so even a hard
@@ -210,6 +219,8 @@ def open_lock(path: str | os.PathLike) -> int:
     ----------
     path : str or os.PathLike
         The lock file; its folder is created if missing.
+    root : str, os.PathLike or None
+        As for :func:`write_atomic`: the folders below it must not be links.
 
     Returns
     -------
@@ -222,7 +233,7 @@ def open_lock(path: str | os.PathLike) -> int:
         ``path`` or its folder is a symbolic link or not a regular file, or it cannot be created.
     """
     path = Path(path)
-    folder_fd = _open_folder(path.parent, None)
+    folder_fd = _open_folder(path.parent, None, root)
     try:
         try:
             fd = os.open(path.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder_fd)
@@ -239,8 +250,8 @@ def open_lock(path: str | os.PathLike) -> int:
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: str | os.PathLike, *, timeout: float,
-                   busy: Callable[[], LandscapeError]) -> Iterator[None]:
+def exclusive_lock(path: str | os.PathLike, *, timeout: float, busy: Callable[[], LandscapeError],
+                   root: str | os.PathLike | None = None) -> Iterator[None]:
     """Hold an exclusive ``flock`` on the lock file ``path`` (see :func:`open_lock`).
 
     Parameters
@@ -251,6 +262,8 @@ def exclusive_lock(path: str | os.PathLike, *, timeout: float,
         Seconds to wait for another holder to finish (0: do not wait).
     busy : Callable[[], LandscapeError]
         Builds the error raised when the lock is still held after ``timeout``.
+    root : str, os.PathLike or None
+        As for :func:`open_lock`.
 
     Yields
     ------
@@ -265,7 +278,7 @@ def exclusive_lock(path: str | os.PathLike, *, timeout: float,
     FileWriteError
         The lock file cannot be opened (see :func:`open_lock`).
     """
-    fd = open_lock(path)
+    fd = open_lock(path, root=root)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -281,18 +294,39 @@ def exclusive_lock(path: str | os.PathLike, *, timeout: float,
         os.close(fd)  # closing releases the lock
 
 
-def _open_folder(folder: Path, size: int | None) -> int:
-    """Create ``folder`` if missing and open it without following a link; returns its descriptor."""
+def _open_folder(folder: Path, size: int | None, root: str | os.PathLike | None = None) -> int:
+    """Open ``folder`` (created if missing); it and every folder below ``root`` down to it are opened
+    one at a time relative to the one above, never through a link. Returns its descriptor."""
+    top = Path(root) if root is not None else folder.parent
+    parts = folder.relative_to(top).parts if folder.name else ()
+    top = top if parts else folder
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        top.mkdir(parents=True, exist_ok=True)
+        fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        if folder.is_symlink():
-            raise FileWriteError(folder, "is a symbolic link; files are never written through links. Pass "
-                                         f"the real folder ({os.path.realpath(folder)}) if you trust it") from None
-        if exc.errno in (errno.ENOTDIR, errno.EEXIST):
-            raise FileWriteError(folder, "is not a folder") from None
-        raise write_error(folder, exc, size) from None
+        raise _folder_error(top, exc, size) from None
+    for name in parts:
+        top = top / name
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, dir_fd=fd)
+            below = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except OSError as exc:
+            os.close(fd)
+            raise _folder_error(top, exc, size) from None
+        os.close(fd)
+        fd = below
+    return fd
+
+
+def _folder_error(folder: Path, exc: OSError, size: int | None) -> FileWriteError:
+    """The error for a folder that cannot be created or opened (a link, a file, a failed write)."""
+    if folder.is_symlink():
+        return FileWriteError(folder, "is a symbolic link; files are never written through links. Pass "
+                                      f"the real folder ({os.path.realpath(folder)}) if you trust it")
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        return FileWriteError(folder, "is not a folder")
+    return write_error(folder, exc, size)
 
 
 def _check_target(path: Path, folder_fd: int) -> int | None:
@@ -347,8 +381,18 @@ def _umask() -> int:
     return 0o022
 
 
-def _size(n: int) -> str:
-    """``n`` bytes in words: ``"2.4 MB (2,400,000 bytes)"``."""
+def format_size(n: int) -> str:
+    """``n`` bytes in words: ``"2.4 MB (2,400,000 bytes)"``.
+
+    Parameters
+    ----------
+    n : int
+        A number of bytes.
+
+    Returns
+    -------
+    str
+    """
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= scale:
             return f"{n / scale:.1f} {unit} ({n:,} bytes)"

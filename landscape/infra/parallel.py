@@ -21,15 +21,20 @@ dies is retried up to ``retries`` times (a dead worker aborts a joblib pool, so 
 shard of that pass counts one attempt; with Ray only its own task does).
 
 Devices: ``devices=["cuda:0", "cuda:1"]`` gives each worker process one, claimed round-robin through
-lock files and kept for life; with Ray, request GPUs per task (``ray_remote_args={"num_gpus": 1}``).
+lock files and kept for life (the lock files live in a folder of mode 0700 in the temporary folder,
+opened without following links; such a folder that is a link, belongs to another user or is
+writable by others is refused with :class:`FileWriteError`); with Ray, request GPUs per task
+(``ray_remote_args={"num_gpus": 1}``).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import fcntl
 import hashlib
 import os
+import stat
 import tempfile
 import threading
 import traceback
@@ -41,7 +46,9 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 
 from .backends import Backend, ShardError, as_backend
-from .errors import ConfigError
+from .errors import ConfigError, FileWriteError
+from .files import write_failure_reason
+from .reading import what_is
 
 # ----------------------------------------------------------------------- worker side
 _WORKER_DEVICE: dict[str, str] = {}   # devices token -> device claimed by this process
@@ -75,23 +82,59 @@ def worker_device(default: str | torch.device = "auto") -> str:
     return device if device is not None else str(default)
 
 
+def _slot_folder(devices: tuple[str, ...]) -> tuple[Path, int]:
+    """The private folder of the slot lock files of ``devices`` in the temporary folder, and its descriptor.
+
+    Created with mode 0700; an existing one is used only if it is a real folder (not a link) of
+    this user that no one else may write to, since anyone can create names in the temporary
+    folder. The caller closes the descriptor."""
+    token = hashlib.sha256("|".join(devices).encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"landscape-devices-{token}"
+    advice = "remove it (or set TMPDIR to a private folder): the device-slot lock files belong in a private folder"
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o700)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        found = what_is(os.lstat(folder).st_mode) if os.path.lexists(folder) else exc.strerror
+        raise FileWriteError(folder, f"is {found}, not a folder of this user; {advice}") from None
+    st = os.fstat(fd)
+    problem = (f"is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})" if st.st_uid != os.getuid()
+               else f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o})" if st.st_mode & 0o022
+               else None)
+    if problem is not None:
+        os.close(fd)
+        raise FileWriteError(folder, f"{problem}; {advice}")
+    return folder, fd
+
+
 def _claim_device(devices: tuple[str, ...]) -> str:
     """This process's device: the first free slot of ``devices`` (lock files), kept for life."""
     token = hashlib.sha256("|".join(devices).encode()).hexdigest()[:16]
     if token not in _WORKER_DEVICE:
-        slots = Path(tempfile.gettempdir()) / f"landscape-devices-{token}"
-        slots.mkdir(exist_ok=True)
+        folder, folder_fd = _slot_folder(devices)
         chosen = os.getpid() % len(devices)  # every slot taken: share
-        for i in range(len(devices)):
-            fd = os.open(slots / f"slot-{i}", os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            _SLOT_LOCKS.append(fd)
-            chosen = i
-            break
+        try:
+            for i in range(len(devices)):
+                name = f"slot-{i}"
+                try:
+                    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                                 dir_fd=folder_fd)
+                except OSError as exc:
+                    raise FileWriteError(folder / name, write_failure_reason(exc)) from None
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.close(fd)
+                    raise FileWriteError(folder / name, "is not a regular file; remove it (it is only a lock file)")
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                _SLOT_LOCKS.append(fd)
+                chosen = i
+                break
+        finally:
+            os.close(folder_fd)
         _WORKER_DEVICE[token] = devices[chosen]
     return _WORKER_DEVICE[token]
 
@@ -202,8 +245,13 @@ def iter_shards(fn: Callable[[Any], Any], payloads: Sequence[Any],
     ------
     ShardError
         If a shard still fails after ``retries`` extra attempts.
+    FileWriteError
+        With ``devices=``: the folder of the device-slot lock files is a link, another user's or
+        writable by others.
     """
     backend = as_backend(backend, **overrides)
+    if backend.devices:  # the same check as in the workers, so that a refusal is one clear error here
+        os.close(_slot_folder(backend.devices)[1])
     run_pass = _ray_pass if backend.name == "ray" else _joblib_pass
     attempts = [0] * len(payloads)
     errors: dict[int, str] = {}

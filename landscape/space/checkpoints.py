@@ -25,6 +25,7 @@ import torch
 
 from ..infra.errors import CheckpointError
 from ..infra.files import write_atomic
+from ..infra.reading import check_file
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "weights", "net")
 PREFIXES = ("module.", "_orig_mod.")
@@ -66,6 +67,7 @@ def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | N
         raise CheckpointError(path, "file not found")
     if path.is_dir():
         raise CheckpointError(path, "is a directory; pass a checkpoint file (for an FL run use fl.load_run)")
+    check_file(path, "checkpoint", CheckpointError, follow_links=True)  # a FIFO or a device: refused, never read
     if path.stat().st_size == 0:
         raise CheckpointError(path, "file is empty")
     if path.suffix == ".safetensors":

@@ -1,0 +1,172 @@
+"""Checked reads of run-folder, cache and checkpoint files: the one way this toolkit opens such a file.
+
+A file named by a run folder or a cache may be anything: a FIFO (reading it blocks forever), a
+character device such as ``/dev/zero`` (reading it never ends and fills the memory), a folder,
+a symbolic link, or a regular file far larger than any the toolkit writes. Every such read
+therefore:
+
+1. opens the path with ``O_NONBLOCK`` (opening a FIFO does not wait for a writer) and, unless
+   the caller trusts links at that place, ``O_NOFOLLOW``;
+2. ``fstat``-s the *opened descriptor* (not the name, which may be swapped meanwhile) and refuses
+   anything that is not a regular file, naming what it is (FIFO, character device, folder, ...);
+3. refuses a file larger than the limit of its kind (:data:`LIMITS`, each with its reason), and
+   reads at most that many bytes even if the file grows while it is read.
+
+Libraries that open files by name (``h5py``, ``np.load``, ``torch.load``, ``safetensors``) are
+given the checked file object where they accept one, or the path right after
+:func:`check_file`. Refusals are one line: ``"<path>: is a FIFO (named pipe), not a regular file; ..."``.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+from .errors import LandscapeError
+from .files import format_size
+
+#: Builds the caller's error from the path and the problem (e.g. ``CheckpointError``).
+ErrorFactory = Callable[[Path, str], LandscapeError]
+
+#: Largest size of each kind of file that is read (bytes), and why. A larger file is refused, never read.
+LIMITS: dict[str, tuple[int, str]] = {
+    "JSON file": (16 << 20, "config.json, progress.json and a cache's marker are written by this toolkit "
+                              "and hold a few kB"),
+    "metrics log": (256 << 20, "metrics.jsonl has one line per round, a few kB even with 1,000 clients: "
+                               "10,000 rounds take about 80 MB"),
+    "partition file": (4 << 30, "partition.npz holds one 8-byte index per training sample: 4 GiB is 500 million "
+                           "samples"),
+    "cache file": (4 << 30, "a cache entry is built in memory by its writer and read whole to check its "
+                             "SHA-256; a 1000 x 1000 plane takes 25 MB"),
+    "checkpoint": (4 << 40, "checkpoints are streamed or mapped by torch and safetensors; the largest models "
+                            "(a trillion parameters in 16 bits) take 2 TB"),
+    "data file": (64 << 30, "a .pt/.npz data file is loaded whole into memory"),
+}
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISLNK, "a symbolic link"))
+
+
+def what_is(mode: int) -> str:
+    """What a file of mode ``mode`` is, in words (``"a FIFO (named pipe)"``, ``"a folder"``, ...).
+
+    Parameters
+    ----------
+    mode : int
+        ``st_mode`` of an ``os.stat`` or ``os.lstat`` result.
+
+    Returns
+    -------
+    str
+        ``"a regular file"`` for a regular file.
+    """
+    return next((words for test, words in _KINDS if test(mode)), "a regular file" if stat.S_ISREG(mode)
+                else "a special file")
+
+
+def open_file(path: str | os.PathLike, kind: str, error: ErrorFactory, *, follow_links: bool = False) -> BinaryIO:
+    """Open ``path`` for reading after checking that it is a regular file within the limit of ``kind``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    kind : str
+        A key of :data:`LIMITS` (named in errors).
+    error : Callable[[Path, str], LandscapeError]
+        Builds the error to raise from the path and the problem (``CheckpointError``, ...).
+    follow_links : bool
+        If False (run-folder and cache files), a symbolic link at ``path`` is refused; True for
+        files the user named, whose links are the user's own choice.
+
+    Returns
+    -------
+    BinaryIO
+        The open file (the caller closes it), positioned at the start.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist (callers decide what a missing file means).
+    LandscapeError
+        ``error(path, problem)``: a link (unless followed), not a regular file, larger than the
+        limit, or unreadable.
+    """
+    path = Path(path)
+    limit, reason = LIMITS[kind]
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_links and path.is_symlink():
+            raise error(path, f"is a symbolic link; a {kind} is never read through a link: remove the link "
+                              "if you did not put it there") from None
+        raise error(path, f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(path, f"is {what_is(st.st_mode)}, not a regular file; a {kind} must be a regular file: "
+                              "move it away")
+        if st.st_size > limit:
+            raise error(path, f"is {format_size(st.st_size)}, more than a {kind} can be ({format_size(limit)}: "
+                              f"{reason}); it was not written by this toolkit: move it away")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_file(path: str | os.PathLike, kind: str, error: ErrorFactory, *, follow_links: bool = False) -> bytes:
+    """The whole content of ``path``, checked as by :func:`open_file` and read within its kind's limit.
+
+    Parameters
+    ----------
+    path, kind, error, follow_links
+        As for :func:`open_file`.
+
+    Returns
+    -------
+    bytes
+        The file's bytes (one read of one version, even if it is replaced meanwhile).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist.
+    LandscapeError
+        As for :func:`open_file`, and when the file grew past the limit while it was read.
+    """
+    limit, _ = LIMITS[kind]
+    with open_file(path, kind, error, follow_links=follow_links) as fh:
+        try:
+            data = fh.read(limit + 1)
+        except OSError as exc:
+            raise error(Path(path), f"cannot be read: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise error(Path(path), f"grew past {format_size(limit)} while it was read, more than a {kind} can be; "
+                                "move it away")
+    return data
+
+
+def check_file(path: str | os.PathLike, kind: str, error: ErrorFactory, *, follow_links: bool = False) -> None:
+    """Check ``path`` as :func:`open_file` does, for a library that then opens it by name.
+
+    Parameters
+    ----------
+    path, kind, error, follow_links
+        As for :func:`open_file`.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist.
+    LandscapeError
+        As for :func:`open_file`.
+    """
+    open_file(path, kind, error, follow_links=follow_links).close()
