@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from landscape import ConfigError
+from landscape.infra.options import did_you_mean
 
 from .datasets import canonical_name
 
@@ -353,8 +354,9 @@ def default_model(dataset: str) -> str:
     MNIST-1D, IMA's CNN for (Fashion-)MNIST,
     FedGuCci's CNN for CIFAR-10/100 and SVHN."""
     key = canonical_name(dataset)
-    if key not in _DEFAULT_MODEL:
-        raise ConfigError(f"no default model for dataset {dataset!r}; known: {', '.join(_DEFAULT_MODEL)}.")
+    if key not in _DEFAULT_MODEL:  # every embedded or torchvision dataset has a default model
+        raise ConfigError(f"unknown dataset {dataset!r}{did_you_mean(key, _DEFAULT_MODEL)}; choose one of "
+                          f"{', '.join(_DEFAULT_MODEL)}.")
     return _DEFAULT_MODEL[key]
 
 
