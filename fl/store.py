@@ -19,7 +19,9 @@ of an interrupted run and are overwritten on resume. Every file is written atomi
 never through a link (:func:`landscape.infra.files.write_atomic`; the metrics log is appended
 through a descriptor opened with ``O_NOFOLLOW``); temporary files of a killed writer are
 removed by the next one when it takes the lock. A run folder whose expected files or folders
-are symbolic links is refused with a ``CheckpointError`` before anything is read or written.
+are symbolic links is refused with a ``CheckpointError`` before anything is read or written, and
+every file is read through :mod:`landscape.infra.reading` (a FIFO, a device, a folder or a file
+larger than its kind can be is refused, never read).
 Every file read is checked against the schema of :mod:`fl.run_schema` (types and ranges,
 partition indices, client file names). A failed write (full disk, read-only location) raises
 an error naming the file and leaves the previous version in place.
@@ -39,6 +41,7 @@ import torch
 
 from landscape import CheckpointError, ConfigError, LandscapeError, NonFiniteWeightsError
 from landscape.infra.files import exclusive_lock, is_temporary, write_atomic, write_error
+from landscape.infra.reading import open_file, read_file
 from landscape.space.checkpoints import load_state_dict, save_state_dict
 
 from .run_schema import check_partition, check_progress, check_record, client_files, refuse_links
@@ -121,7 +124,7 @@ class RunStore:
 
         self.check_links()
         try:
-            config = json.loads(self.config_path.read_text())
+            config = json.loads(read_file(self.config_path, "JSON file", CheckpointError))
         except FileNotFoundError:
             raise CheckpointError(self.path, "is not an FL run directory (no config.json); "
                                              "pass the folder fl.run wrote") from None
@@ -159,7 +162,8 @@ class RunStore:
         """
         refuse_links([self.partition_path])
         try:
-            with np.load(self.partition_path, allow_pickle=False) as z:
+            with open_file(self.partition_path, "partition file", CheckpointError) as fh, \
+                    np.load(fh, allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
         except FileNotFoundError:
             raise CheckpointError(self.partition_path, "missing; the run directory is incomplete") from None
@@ -171,7 +175,7 @@ class RunStore:
     def _progress(self) -> tuple[int, bool] | None:
         refuse_links([self.progress_path])
         try:
-            marker = json.loads(self.progress_path.read_text())
+            marker = json.loads(read_file(self.progress_path, "JSON file", CheckpointError))
         except FileNotFoundError:
             return None
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
@@ -224,7 +228,7 @@ class RunStore:
             return []
         refuse_links([self.metrics_path])
         try:
-            text = self.metrics_path.read_text()
+            text = read_file(self.metrics_path, "metrics log", CheckpointError).decode()
         except FileNotFoundError:
             raise CheckpointError(self.metrics_path, f"missing, but rounds 0..{upto} are complete") from None
         except UnicodeDecodeError as exc:
