@@ -26,7 +26,7 @@ CONFIG_VERSION = 1
 BACKENDS = ("sequential", "vectorized", "loky", "processes", "ray", "dask")
 SAVE_MODES = ("all", "last", "none")
 #: Stored keys besides the RunConfig fields: derived from the data and the model.
-DERIVED_KEYS = ("version", "options", "num_classes", "input_shape", "model_digest", "recipe")
+DERIVED_KEYS = ("version", "options", "num_classes", "input_shape", "model_digest", "recipe", "recipe_dropped")
 #: Keys a stored config.json must hold (all others default to their RunConfig default).
 REQUIRED_KEYS = ("version", "algorithm", "dataset", "model", "clients", "rounds", "seed", "options",
                  "num_classes", "input_shape")
@@ -107,10 +107,10 @@ def volatile_keys() -> tuple[str, ...]:
     Returns
     -------
     tuple[str, ...]
-        The RunConfig fields declared ``volatile`` plus ``recipe`` (the resolved values
-        are stored; the name is a label).
+        The RunConfig fields declared ``volatile`` plus ``recipe`` and ``recipe_dropped``
+        (the resolved values are stored; the name and what was left out are labels).
     """
-    return tuple(n for n, f in RunConfig.fields().items() if f.metadata["volatile"]) + ("recipe",)
+    return tuple(n for n, f in RunConfig.fields().items() if f.metadata["volatile"]) + ("recipe", "recipe_dropped")
 
 
 def config_digest(config: Mapping[str, Any]) -> str:
@@ -191,6 +191,7 @@ def check_stored_config(config: Any, where: str) -> dict[str, Any]:
         check_value("options", out["options"], dict[str, Any], {})
         check_value("model_digest", out.get("model_digest"), str | None, {})
         check_value("recipe", out.get("recipe"), str | None, {})
+        check_value("recipe_dropped", out.get("recipe_dropped"), dict[str, Any] | None, {})
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     if not 1 <= len(out["input_shape"]) <= 4:

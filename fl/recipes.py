@@ -2,7 +2,9 @@
 
 ``fl.run(recipe=NAME, ...)`` applies ``RECIPES[NAME].settings`` first; arguments passed
 explicitly override them. The run's ``config.json`` records the recipe name and the resolved
-values.
+values. A recipe is a setting any algorithm can run in: ``fl.run("fedavg", recipe=NAME)``
+keeps the data, model, optimiser and partition and drops the options of the recipe's own
+algorithm, recorded in ``config.json`` as ``recipe_dropped``.
 
 Two kinds of recipe exist for each paper (FedGuCci, FLOCO, IMA, LSS):
 

@@ -50,8 +50,39 @@ def recipe_settings(recipe: str | None) -> dict[str, Any]:
     return dict(RECIPES[recipe].settings)
 
 
+def foreign_recipe_options(recipe: str | None, algorithm: str) -> dict[str, Any]:
+    """The recipe's algorithm options that ``algorithm`` does not have.
+
+    A recipe is a setting any algorithm can run in: ``fl.run("fedavg",
+    recipe="fedgucci-mnist1d")`` is the natural baseline of FedGuCci. The data, model,
+    optimiser and partition stay; options of the recipe's own algorithm (FedGuCci's ``beta``
+    and ``anchors``) are dropped and recorded in ``config.json`` as ``recipe_dropped``.
+
+    Parameters
+    ----------
+    recipe : str or None
+        A key of ``fl.RECIPES``.
+    algorithm : str
+        The algorithm that runs.
+
+    Returns
+    -------
+    dict[str, Any]
+        Option -> the recipe's value, for every recipe setting that is neither a RunConfig
+        field nor an option of ``algorithm`` (empty without a recipe).
+    """
+    settings = recipe_settings(recipe)
+    own = algorithms.get(algorithm).Options.fields()
+    run_fields = RunConfig.fields()
+    return {k: v for k, v in settings.items()
+            if k not in ("algorithm", "model") and k not in run_fields and k not in own}
+
+
 def merge_settings(recipe: str | None, explicit: Mapping[str, Any]) -> dict[str, Any]:
     """The recipe's settings overridden by the explicitly passed ones.
+
+    Options that belong to the recipe's algorithm but not to the one that runs are left out
+    (see :func:`foreign_recipe_options`).
 
     Parameters
     ----------
@@ -65,7 +96,11 @@ def merge_settings(recipe: str | None, explicit: Mapping[str, Any]) -> dict[str,
     dict[str, Any]
         Merged settings (``algorithm`` included when either gives it).
     """
-    return {**recipe_settings(recipe), **explicit}
+    settings = recipe_settings(recipe)
+    algorithm = explicit.get("algorithm", settings.get("algorithm", "fedavg"))
+    foreign = foreign_recipe_options(recipe, algorithm) if isinstance(algorithm, str) and \
+        algorithm in algorithms.registry() else {}
+    return {**{k: v for k, v in settings.items() if k not in foreign}, **explicit}
 
 
 def build_config(algorithm: str = "fedavg", *, options: Mapping[str, Any] | None = None,
@@ -121,6 +156,9 @@ def build_config(algorithm: str = "fedavg", *, options: Mapping[str, Any] | None
     if config["model"] is None:
         config["model"] = default_model(run.dataset)
     config["recipe"] = recipe
+    if recipe is not None:
+        config["recipe_dropped"] = {k: v for k, v in foreign_recipe_options(recipe, algorithm).items()
+                                    if k not in given}
     config["options"] = cls.resolve_options(own, config)
     config["ima"] = _wrapper_options(cls, run.ima, config)
     config = json.loads(json.dumps(config))  # exactly what config.json will hold

@@ -75,8 +75,9 @@ def test_every_option_declares_help_and_every_algorithm_option_a_source():
 def test_digest_is_the_hash_of_the_non_volatile_settings():
     config, _ = build_config("fedavg", clients=2, rounds=1)
     stable = {k: v for k, v in config.items() if k not in ("device", "data_root", "download", "backend",
-                                                            "n_jobs", "recipe")}
-    assert set(volatile_keys()) == {"device", "data_root", "download", "backend", "n_jobs", "recipe"}
+                                                            "n_jobs", "recipe", "recipe_dropped")}
+    assert set(volatile_keys()) == {"device", "data_root", "download", "backend", "n_jobs", "recipe",
+                                    "recipe_dropped"}
     assert config_digest(config) == hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:10]
     assert config_digest({**config, "device": "cuda", "backend": "vectorized", "recipe": "x"}) == config_digest(config)
     assert config_digest({**config, "lr": 0.2}) != config_digest(config)
@@ -114,8 +115,12 @@ def test_recipe_applied_first_and_explicit_arguments_override(tmp_path, monkeypa
     plain = fl.run("fedprox", mu=0.3, clients=3, lr=0.1, rounds=1, out=tmp_path / "b", progress=False,
                    device="cpu", batch_size=64)
     assert config_digest(plain.config) == config_digest(run.config)  # same resolved values, same run
+    baseline = fl.run("fedavg", recipe="tiny-prox", out=tmp_path / "c", progress=False, device="cpu",
+                      batch_size=64)  # the explicit algorithm wins and runs in the recipe's setting
+    assert baseline.config["algorithm"] == "fedavg" and baseline.config["recipe_dropped"] == {"mu": 0.3}
+    assert baseline.config["options"] == {} and baseline.config["lr"] == 0.2 and baseline.config["clients"] == 3
     with pytest.raises(ConfigError, match="for algorithm 'fedavg'.*mu is an option of fedprox"):
-        fl.run("fedavg", recipe="tiny-prox", out=tmp_path / "c")  # the explicit algorithm wins
+        fl.run("fedavg", recipe="tiny-prox", mu=0.5, out=tmp_path / "e")  # given explicitly: refused
     with pytest.raises(ConfigError, match=r"unknown recipe 'tiny-prx' \(did you mean 'tiny-prox'\?\)"):
         fl.run(recipe="tiny-prx", out=tmp_path / "d")
 
