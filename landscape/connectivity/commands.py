@@ -8,6 +8,7 @@ from typing import Any, Sequence
 from torch import nn
 
 from landscape import Cache, Evaluator, save_state_dict
+from landscape.space.checkpoints import check_save_path
 
 from .align import as_module, match
 from .curves import curve
@@ -31,7 +32,13 @@ def align_file(model: Any, to: Any, out: str | os.PathLike, *, template: nn.Modu
         ``out``, ``method``, ``groups``, ``units``, ``units_moved``, ``seconds``, the matching
         information (weight matching: ``objective_before``/``objective``, ``sweeps``), and the
         operations whose units were left in place (``pinned``).
+
+    Raises
+    ------
+    ConfigError
+        If ``out`` has no checkpoint suffix (refused before aligning).
     """
+    check_save_path(out)
     found = match(model, to=to, data=data, method=method, seed=seed, template=template, input_shape=input_shape,
                   strict=strict)
     aligned = found.apply(as_module(model, template))

@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from ..infra.errors import CheckpointError
+from ..infra.errors import CheckpointError, ConfigError
 from ..infra.files import write_atomic
 from ..infra.reading import check_file
 
@@ -31,6 +31,8 @@ WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "weights", "net")
 PREFIXES = ("module.", "_orig_mod.")
 #: safetensors metadata entry holding :func:`state_digest` of the file's tensors.
 DIGEST_KEY = "landscape.sha256"
+#: Suffixes :func:`save_state_dict` writes: safetensors, or a torch archive of plain tensors.
+SAVE_SUFFIXES = (".safetensors", ".pt", ".pth")
 
 
 def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | None = None,
@@ -235,6 +237,31 @@ def strip_prefix(state: dict[str, torch.Tensor], template_keys: Sequence[str]) -
     return state
 
 
+def check_save_path(path: str | os.PathLike) -> Path:
+    """Refuse a checkpoint destination whose suffix names no format :func:`save_state_dict` writes.
+
+    Parameters
+    ----------
+    path
+        The destination.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    ConfigError
+        If the suffix is not ``.safetensors``, ``.pt`` or ``.pth``.
+    """
+    path = Path(path)
+    if path.suffix not in SAVE_SUFFIXES:
+        raise ConfigError(f"{path}: a checkpoint is written as .safetensors, .pt or .pth (the suffix picks the "
+                          f"format), got {repr(path.suffix) if path.suffix else 'no suffix'}; rename the file")
+    return path
+
+
 def save_state_dict(state: Mapping[str, torch.Tensor], path: str | os.PathLike) -> Path:
     """Write a state_dict atomically (temporary file, fsync, rename).
 
@@ -258,10 +285,12 @@ def save_state_dict(state: Mapping[str, torch.Tensor], path: str | os.PathLike) 
 
     Raises
     ------
+    ConfigError
+        If the suffix is not one of :data:`SAVE_SUFFIXES` (nothing is written).
     FileWriteError
         If the file cannot be written (full disk, read-only location, a link in the way).
     """
-    path = Path(path)
+    path = check_save_path(path)
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
     if path.suffix == ".safetensors":
         from safetensors.torch import save

@@ -8,7 +8,34 @@ from typing import Any
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.output import emit
+from landscape import ConfigError
+from landscape.space.checkpoints import check_save_path
 from landscape_cli.parsing import api_default, count_at_least_2, seed_int
+
+
+def checkpoint_path(text: str) -> str:
+    """A ``type=`` converter for ``--save``: a file name ending in .safetensors, .pt or .pth.
+
+    Parameters
+    ----------
+    text : str
+        The file name.
+
+    Returns
+    -------
+    str
+        ``text`` unchanged.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        With the message of :func:`landscape.space.checkpoints.check_save_path`.
+    """
+    try:
+        check_save_path(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def register(sub: Any) -> None:
@@ -26,7 +53,7 @@ def register(sub: Any) -> None:
     p = add_analysis_command(sub, "align", func=run, default_models=None, nmodels=(2, 2),
                              help="permute the hidden units of MODEL to match REFERENCE (Git Re-Basin); "
                                   "models: MODEL REFERENCE")
-    p.add_argument("--save", metavar="FILE", required=True,
+    p.add_argument("--save", metavar="FILE", required=True, type=checkpoint_path,
                    help="where the aligned checkpoint goes (.safetensors, .pt or .pth)")
     p.add_argument("--method", default=api_default(match, "method"), choices=METHODS,
                    help="weight matching (Git Re-Basin Alg. 1) or activation matching (Sec. 3.1, on --data)")
