@@ -1,0 +1,16 @@
+"""The worked examples in module docstrings run and print what they show."""
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ("landscape.claims.statistics", "fl.convergence")
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_examples_run(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0, f"{name} has no example"
+    assert result.failed == 0
