@@ -8,6 +8,7 @@ arguments. The ``fl`` package is imported lazily, only for zoo models.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -102,6 +103,8 @@ def _resolve(target: str, attr: str) -> Any:
         try:
             module = importlib.import_module(target)
         except ImportError as exc:
+            if isinstance(exc, ModuleNotFoundError) and exc.name and (target + ".").startswith(exc.name + "."):
+                raise ConfigError(_unknown_module(target, attr)) from None  # the spec's module does not exist
             raise ConfigError(f"cannot import {target!r}: {exc}") from None
         except Exception as exc:  # the module raised while being imported
             raise ConfigError(f"--module: importing {target} raised {type(exc).__name__}: {exc}") from None
@@ -114,6 +117,18 @@ def _resolve(target: str, attr: str) -> Any:
     if not callable(obj):
         raise ConfigError(f"{target}:{attr} is not callable")
     return obj
+
+
+def _unknown_module(target: str, attr: str) -> str:
+    """The message for a ``package.module:factory`` spec whose module does not exist: the spec
+    syntax, and the closest known prefix (torchvision's models for ``tv``, as ``fl-run`` names them)."""
+    prefixes = {"fl.models": "fl.models", "torchvision.models": "torchvision.models",
+                "torchvision": "torchvision.models", "tv": "torchvision.models"}
+    close = difflib.get_close_matches(target, list(prefixes), n=1, cutoff=0.6)
+    hint = f" (did you mean '{prefixes[close[0]]}:{attr}'?)" if close else ""
+    return (f"--module {target}:{attr}: cannot import {target!r}: there is no such module{hint}; a module spec "
+            f"is a zoo name such as mlp, 'package.module:factory' or 'path/to/file.py:factory', e.g. "
+            f"'torchvision.models:resnet18' with --module-kwargs '{{\"num_classes\": 10}}'")
 
 
 def _parameters(factory: Any) -> set[str]:

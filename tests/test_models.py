@@ -150,7 +150,7 @@ def test_errors_and_defaults():
         name = default_model(ds)
         assert name in MODELS and name != "mlp"
         assert build_model(name, num_classes=10, input_shape=shape)(torch.zeros(1, *shape)).shape == (1, 10)
-    with pytest.raises(ConfigError, match="no default model"):
+    with pytest.raises(ConfigError, match="unknown dataset"):
         default_model("imagenet")
 
 
