@@ -32,6 +32,7 @@ from .budget import MAX_ITERATIONS, MAX_RUNS, check_count
 from .density import broadened_density, slq
 from .operators import HessianOperator
 from .registry import EIGEN_SOLVERS, TRACE_ESTIMATORS, lookup
+from .second_order import ATTENTION_KERNEL
 
 ALGORITHM_VERSION = "curvature-2"
 #: Registered eigen-solvers and trace estimators (names), for the CLI's choices.
@@ -303,7 +304,8 @@ def spec_of(evaluator: Any, **options: Any) -> dict[str, Any]:
 def _computed(kind: str, model: ModelLike | torch.Tensor, evaluator: Any, options: dict[str, Any],
               compute: Callable[[HessianOperator], Result], *, point_ready: bool = False) -> Any:
     """The result for (kind, point, options): from the evaluator's cache, or computed on the
-    Hessian operator at the point (BatchNorm mode applied) and stored.
+    Hessian operator at the point (BatchNorm mode applied) and stored, its spec naming the
+    attention kernel the products ran with (``attention_kernel``, a fixed choice left out of the key).
 
     The key is the given point's digest: the evaluator's fingerprint in it already fixes what the
     BatchNorm mode does to the point, so a cache hit never re-estimates BatchNorm statistics."""
@@ -319,7 +321,7 @@ def _computed(kind: str, model: ModelLike | torch.Tensor, evaluator: Any, option
         point = with_bn_mode(point, point, evaluator)
     op = HessianOperator(evaluator, point, params=options["params"], mode=options["hvp"],
                          include_frozen=options["include_frozen"])
-    result = dataclasses.replace(compute(op), spec=spec)
+    result = dataclasses.replace(compute(op), spec={**spec, "attention_kernel": ATTENTION_KERNEL})
     if cache is not None:
         cache.save_result(key, result)
     return result
