@@ -19,7 +19,7 @@ from .config import RunConfig, config_digest
 from .engine import Engine, Federation
 from .reader import Run, load_run
 from .resolve import build_config, make_algorithm, merge_settings
-from .rundir import prepare_dir, split_clients
+from .rundir import checked_partition, prepare_dir, refuse_foreign, split_clients
 from .store import RunStore
 from landscape.infra.options import field_default
 from .template import build_template, check_model_fits, state_digest
@@ -65,7 +65,10 @@ def run(algorithm: str | None = None, *, recipe: str | None = None, model: str |
     ------
     ConfigError
         For an unknown setting (with the closest valid name), a wrong type, a non-finite or
-        out-of-range value, or a folder holding another run.
+        out-of-range value, or a folder holding another run or files but no run.
+    CheckpointError
+        When a stored run to resume or reopen is damaged or differs from its manifest or from
+        the partition drawn from its seed (:mod:`fl.manifest`).
     DataError
         When the model cannot classify the dataset.
     """
@@ -89,9 +92,10 @@ def run(algorithm: str | None = None, *, recipe: str | None = None, model: str |
         f"{config['algorithm']}-{config['dataset']}-seed{config['seed']}-{config_digest(config)}")
     store = RunStore(path)
     device = resolve_device(config["device"])
+    refuse_foreign(store)  # before the lock file is created in it
     with store.lock():
         if prepare_dir(store, config):
-            train_parts, test_parts = store.read_partition(len(bundle.train_y))
+            train_parts, test_parts = checked_partition(store, config, bundle.train_y.numpy())
         else:
             train_parts, test_parts = split_clients(config, bundle.train_y.numpy())
             store.write_config(config)  # first: a folder with this config and no progress restarts cleanly

@@ -29,6 +29,8 @@ from .algorithms.base import (Algorithm, ClientUpdate, EvalContext, LocalContext
                               State, derive_seed, make_generator)
 from .config import BACKENDS
 from .evaluation import evaluate
+from .manifest import record_round, verify
+from .rundir import saves_clients
 from .store import RunStore, check_round_finite
 from .vectorized import train_clients, unsupported_reason
 
@@ -229,12 +231,17 @@ class Engine:
         self._write(0, {}, {}, record)
 
     def _resume(self, last: int) -> None:
-        path = self.store.train_path(last) if self.custom_arch else self.store.global_path(last)
-        loaded = self.store.read_state(path)
+        st = self.store
+        manifest = verify(st, last, client_state=True)  # the folder is the run its manifest records
+        manifest.check_partition(*st.read_partition())
+        path = st.train_path(last) if self.custom_arch else st.global_path(last)
+        loaded = st.read_state(path, manifest.digest_of(path))
         self.global_state = {k: loaded[k].to(self.device) for k in self.keys}
-        self.server_state = _to(self.store.read_optional_state(self.store.state_path(last)), self.device)
-        self.client_states = {k: _to(s, self.device) for k, s in self.store.read_client_states(last).items()}
-        self.store.truncate_metrics(last)
+        server = st.read_optional_state(st.state_path(last), manifest.digest_of(st.state_path(last)))
+        self.server_state = _to(server, self.device)
+        clients = st.read_client_states(last, manifest.digest_of(st.client_state_path(last)))
+        self.client_states = {k: _to(s, self.device) for k, s in clients.items()}
+        st.truncate_metrics(last)
 
     # ------------------------------------------------------------------- round
     def _round(self, r: int) -> dict[str, Any]:
@@ -265,7 +272,7 @@ class Engine:
             (self.data.test_x, self.data.test_y), self._evaluate_with, self.module, self.device)))
         record["time"] = time.perf_counter() - start
         exported = {k: self.alg.export_state(u.state, round_server_state, k, self.client_states.get(k))
-                    for k, u in updates.items()} if self._save_clients(r) else {}
+                    for k, u in updates.items()} if saves_clients(self.config, r) else {}
         self._write(r, exported, self.client_states, record)
         return record
 
@@ -310,19 +317,9 @@ class Engine:
                         batch_size=int(self.config["eval_batch_size"]))
 
     # ------------------------------------------------------------------ output
-    def _save_clients(self, r: int) -> bool:
-        mode = self.config["save_clients"]
-        if mode == "all":
-            return True
-        if mode == "none":
-            return False
-        if mode == "last":
-            return r == int(self.config["rounds"])
-        return r in mode
-
     def _write(self, r: int, clients: Mapping[int, State], client_states: Mapping[int, State],
                record: Mapping[str, Any]) -> None:
-        """Write every file of round r, then the metrics line, then the progress marker
+        """Write every file of round r, then the metrics line, the manifest, the progress marker
         (nothing when the global model or a metric is not finite: ``RunDivergedError``)."""
         check_round_finite(r, self.global_state, record)
         st = self.store
@@ -335,6 +332,7 @@ class Engine:
             st.write_state(st.state_path(r), self.server_state)
         st.write_client_states(r, client_states)
         st.append_metrics(record)
+        record_round(st, r, record)
         st.mark(r, complete=r == int(self.config["rounds"]))
         st.prune_client_states(r)
 

@@ -35,8 +35,9 @@ from landscape.infra.files import write_atomic
 
 from .datasets import load_dataset
 from .evaluation import evaluate
+from .manifest import record_round
 from .resolve import build_config
-from .rundir import prepare_dir, split_clients
+from .rundir import prepare_dir, saves_clients, split_clients
 from .store import RunStore, check_round_finite
 from .template import build_template, check_model_fits
 
@@ -124,9 +125,7 @@ class FlowerRecorder:
 
     def saves_clients(self, round: int) -> bool:
         """Whether the client models of ``round`` are stored (the ``save_clients`` setting)."""
-        mode = self.config["save_clients"]
-        return mode == "all" or (mode == "last" and round == int(self.config["rounds"])) or \
-            (isinstance(mode, list) and round in mode)
+        return saves_clients(self.config, round)
 
     def record(self, round: int, global_arrays: list[np.ndarray],
                clients: Mapping[int, list[np.ndarray]] | None = None,
@@ -156,6 +155,7 @@ class FlowerRecorder:
                 self.store.write_state(self.store.client_path(round, k), self.state(arrays))
         self.store.write_state(self.store.global_path(round), state)
         self.store.append_metrics(record)
+        record_round(self.store, round, record)
         self.store.mark(round, complete=round == int(self.config["rounds"]))
 
 

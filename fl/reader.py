@@ -14,6 +14,8 @@ from torch.utils.data import TensorDataset
 from landscape import CheckpointError, ConfigError
 
 from .config import check_stored_config
+from .manifest import Manifest, verify
+from .rundir import checked_partition, saves_clients
 from .store import RunStore, State
 from .template import build_template
 
@@ -38,6 +40,10 @@ def load_run(path: str | os.PathLike, *, module: nn.Module | None = None) -> "Ru
     ------
     ConfigError
         When the folder's config.json is not a configuration of this version.
+    CheckpointError
+        When a file is damaged, or the folder differs from its manifest (:mod:`fl.manifest`):
+        a checkpoint, metrics record or the configuration edited, replaced, swapped, missing
+        or added.
     """
     return Run(path, module=module)
 
@@ -59,6 +65,10 @@ class Run:
         self.config: dict[str, Any] = check_stored_config(self.store.read_config(), str(self.store.config_path))
         self._module = module
         self._bundle: Any = None
+        self._manifest: Manifest | None = None
+        last = self.store.read_progress()
+        if last is not None:
+            self._verified(last)
 
     def __repr__(self) -> str:
         last = self.store.read_progress()
@@ -81,6 +91,19 @@ class Run:
     def metrics(self) -> list[dict[str, Any]]:
         """One dict per complete round: ``round``, ``test_loss``, ``test_accuracy``, ...."""
         return self.store.read_metrics()
+
+    def _verified(self, round: int) -> Manifest:
+        """The manifest, checked against the folder up to ``round`` at least."""
+        if self._manifest is None or self._manifest.checked < round:
+            self._manifest = verify(self.store, max(round, self.store.read_progress() or 0))
+        return self._manifest
+
+    def _read(self, round: int, path: Path, optional: bool = False) -> State:
+        """A checkpoint of ``round``, which must be the file its manifest entry names."""
+        digest = self._verified(round).digest_of(path)
+        if optional:
+            return self.store.read_optional_state(path, digest)
+        return self.store.read_state(path, digest)
 
     def _round(self, round: int) -> int:
         rounds = self.rounds
@@ -133,7 +156,8 @@ class Run:
         State
             The state_dict of the plain architecture.
         """
-        return self.store.read_state(self.checkpoint(round))
+        r = self._round(round)
+        return self._read(r, self.store.global_path(r))
 
     def client_checkpoints(self, round: int = -1) -> dict[int, Path]:
         """Paths of the client models trained in ``round`` (see ``save_clients``).
@@ -153,6 +177,12 @@ class Run:
         if r == 0:
             return {}
         found = self.store.client_checkpoints(r)  # strict names, no links
+        trained = self.metrics[r].get("clients", []) if saves_clients(self.config, r) else []
+        missing = sorted(set(trained) - set(found))
+        if missing:
+            raise CheckpointError(self.store.client_path(r, missing[0]), f"is missing: metrics.jsonl lists client "
+                                  f"{missing[0]} as trained in round {r} and save_clients="
+                                  f"{self.config['save_clients']!r} keeps its model; restore the file")
         if not found:
             raise CheckpointError(folder, f"client models of round {r} were not stored "
                                           f"(save_clients={self.config['save_clients']!r})")
@@ -171,7 +201,8 @@ class Run:
         dict[int, State]
             Client id -> state_dict.
         """
-        return {k: self.store.read_state(p) for k, p in self.client_checkpoints(round).items()}
+        r = self._round(round)
+        return {k: self._read(r, p) for k, p in self.client_checkpoints(r).items()}
 
     def algorithm_state(self, round: int = -1) -> State:
         """The algorithm's server state after ``round`` (IMA window, anchors, endpoints, ...).
@@ -186,7 +217,8 @@ class Run:
         State
             Empty when the algorithm keeps none.
         """
-        return self.store.read_optional_state(self.store.state_path(self._round(round)))
+        r = self._round(round)
+        return self._read(r, self.store.state_path(r), optional=True)
 
     def training_state(self, round: int = -1) -> State:
         """The global state in the training architecture (differs from :meth:`global_state`
@@ -204,7 +236,7 @@ class Run:
         """
         r = self._round(round)
         path = self.store.train_path(r)
-        return self.store.read_state(path if path.exists() else self.store.global_path(r))
+        return self._read(r, path if path.exists() else self.store.global_path(r))
 
     # ------------------------------------------------------------------- data
     def _data(self) -> Any:
@@ -236,9 +268,13 @@ class Run:
         return self._partition_datasets(1)
 
     def _partition_datasets(self, part: int) -> dict[int, TensorDataset]:
-        """Client id -> dataset of part ``part`` of the stored partition (0: training, 1: local test)."""
+        """Client id -> dataset of part ``part`` of the stored partition (0: training, 1: local test),
+        checked against the partition drawn from the run's seed and the run's manifest."""
         b = self._data()
-        parts = self.store.read_partition(len(b.train_y))[part]
+        stored = checked_partition(self.store, self.config, b.train_y.numpy())
+        if self._manifest is not None:
+            self._manifest.check_partition(*stored)
+        parts = stored[part]
         return {k: TensorDataset(b.train_x[torch.as_tensor(p)], b.train_y[torch.as_tensor(p)])
                 for k, p in enumerate(parts)}
 

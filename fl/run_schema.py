@@ -15,7 +15,9 @@ a silently different run:
   indices ``>= 0`` and below the training-set size; no index used twice (within or across
   clients, training and local test splits together);
 * client checkpoints: ``clients/round_RRRR/client_KKKKK.safetensors`` exactly (five digits,
-  ``KKKKK < clients``), regular files in a regular folder.
+  ``KKKKK < clients``), regular files in a regular folder;
+* ``manifest.json``: the digests of the whole folder (:mod:`fl.manifest`), its own structure
+  and digest checked when it is read, and the folder checked against it on load and resume.
 """
 from __future__ import annotations
 

@@ -1,13 +1,14 @@
 """The run-folder protocol of ``fl.run``: whether a folder holds this run (resume or reopen),
-another one (refused), unrelated files (refused) or nothing yet (start), and the client split
-written with a new run. The file layout itself is :mod:`fl.store`'s."""
+another one (refused), unrelated files or run files without a run configuration (refused) or
+nothing yet (start), the client split written with a new run and checked on every read, and
+the rounds whose client models a run keeps. The file layout itself is :mod:`fl.store`'s."""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 import numpy as np
 
-from landscape import ConfigError
+from landscape import CheckpointError, ConfigError
 
 from .algorithms.seeds import derive_seed
 from .config import check_stored_config, config_differences
@@ -36,6 +37,7 @@ def prepare_dir(store: RunStore, config: Mapping[str, Any]) -> bool:
         When the folder holds a run with another configuration, a config.json of another
         version or schema, or files that are not an FL run.
     """
+    refuse_foreign(store)
     if store.config_path.exists():
         old = check_stored_config(store.read_config(), str(store.config_path))
         diff = config_differences(old, config)
@@ -45,12 +47,95 @@ def prepare_dir(store: RunStore, config: Mapping[str, Any]) -> bool:
                               "choose another out= or delete that folder")
         if store.read_progress() is not None:
             return True
-    others = [p.name for p in store.path.iterdir() if not p.name.startswith(".")
-              and p.name != store.partition_path.name] if store.path.exists() else []  # a partition alone: killed start
-    if others and not store.config_path.exists():
-        raise ConfigError(f"{store.path} is not empty and is not an FL run directory "
-                          f"(holds {', '.join(sorted(others)[:5])}); choose an empty or new folder")
     return False
+
+
+def refuse_foreign(store: RunStore) -> None:
+    """Refuse a folder that holds files but no run configuration, before anything is written.
+
+    A run writes its config.json first, so a folder of files (a partition, metrics,
+    checkpoints, notes) without one holds no run of this engine and is never touched; a
+    config.json that is not a run configuration is refused by reading it.
+
+    Parameters
+    ----------
+    store : RunStore
+        The folder (it need not exist).
+
+    Raises
+    ------
+    ConfigError
+        Naming up to five of the files found.
+    CheckpointError
+        When config.json is a link or not a readable run configuration.
+    """
+    if not store.path.is_dir():
+        return
+    if store.config_path.exists() or store.config_path.is_symlink():
+        store.read_config()
+        return
+    others = sorted(p.name for p in store.path.iterdir() if not p.name.startswith("."))
+    if others:
+        raise ConfigError(f"{store.path} is not empty and is not an FL run directory (holds "
+                          f"{', '.join(others[:5])}, but no config.json); nothing was changed: choose an "
+                          "empty or new folder")
+
+
+def checked_partition(store: RunStore, config: Mapping[str, Any], labels: np.ndarray
+                      ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The stored partition, refused unless it is the one drawn from the run's seed and configuration.
+
+    Parameters
+    ----------
+    store : RunStore
+        The run folder.
+    config : Mapping[str, Any]
+        The stored configuration.
+    labels : np.ndarray
+        The training labels of the run's dataset.
+
+    Returns
+    -------
+    tuple[list[np.ndarray], list[np.ndarray]]
+        Training and local test index arrays, one per client (as :func:`split_clients`).
+
+    Raises
+    ------
+    CheckpointError
+        Naming partition.npz and the first client whose indices differ.
+    """
+    stored = store.read_partition(len(labels))
+    for kind, got, want in zip(("training", "local test"), stored, split_clients(config, labels)):
+        for k, (g, w) in enumerate(zip(got, want)):
+            if not np.array_equal(g, w):
+                raise CheckpointError(store.partition_path, f"client {k}'s {kind} indices differ from the partition "
+                                                            "drawn from the run's seed and configuration (the file "
+                                                            "was edited or swapped); restore it, or rerun into a new "
+                                                            "folder")
+    return stored
+
+
+def saves_clients(config: Mapping[str, Any], round: int) -> bool:
+    """Whether a run keeps the client models trained in ``round`` (its ``save_clients``).
+
+    Parameters
+    ----------
+    config : Mapping[str, Any]
+        The run configuration (``save_clients``: "all", "last", "none" or a list of rounds;
+        ``rounds``).
+    round : int
+        A training round (round 0 trains no client).
+
+    Returns
+    -------
+    bool
+        True when the client models of ``round`` are stored.
+    """
+    mode = config["save_clients"]
+    if round < 1 or mode == "none":
+        return False
+    return mode == "all" or (mode == "last" and round == int(config["rounds"])) or \
+        (isinstance(mode, list) and round in mode)
 
 
 def split_clients(config: Mapping[str, Any], labels: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -12,6 +12,7 @@
                                            algorithm trains another architecture, e.g. FLOCO)
     <run>/client_state/round_RRRR.safetensors  per-client server-side state ("K/name" keys),
                                            latest round only, for resume
+    <run>/manifest.json                    digests of all the files above (fl.manifest), per round
     <run>/progress.json                    {"round": R, "complete": bool}: written last, atomically
 
 A round is complete once ``progress.json`` names it; files of later rounds are leftovers
@@ -50,7 +51,7 @@ State = dict[str, torch.Tensor]
 #: Keys every config.json holds (written by ``fl.api.build_config``).
 CONFIG_KEYS = ("version", "algorithm", "dataset", "model", "clients", "rounds", "seed", "options")
 #: Files and folders of a run folder (none of them may be a symbolic link).
-FILES = ("config.json", "partition.npz", "metrics.jsonl", "progress.json", ".lock")
+FILES = ("config.json", "partition.npz", "metrics.jsonl", "manifest.json", "progress.json", ".lock")
 FOLDERS = ("global", "clients", "state", "train", "client_state")
 
 
@@ -263,13 +264,14 @@ class RunStore:
         self.check_links()
         save_state_dict(state, path)
 
-    def read_state(self, path: Path) -> State:
+    def read_state(self, path: Path, digest: str | None = None) -> State:
+        """A checkpoint of the folder; with ``digest`` (its manifest entry), only that exact file."""
         refuse_links([path, path.parent])
-        return load_state_dict(path)
+        return load_state_dict(path, digest=digest)
 
-    def read_optional_state(self, path: Path) -> State:
-        """A state file that may legitimately be absent (empty algorithm state)."""
-        return self.read_state(path) if path.exists() or path.is_symlink() else {}
+    def read_optional_state(self, path: Path, digest: str | None = None) -> State:
+        """A state file that may legitimately be absent (empty algorithm state) unless ``digest`` is given."""
+        return self.read_state(path, digest) if path.exists() or path.is_symlink() or digest else {}
 
     def client_checkpoints(self, round: int) -> dict[int, Path]:
         """``{client id: path}`` of the client models stored for ``round`` (strict names, see
@@ -291,8 +293,8 @@ class RunStore:
         if flat:
             self.write_state(self.client_state_path(round), flat)
 
-    def read_client_states(self, round: int) -> dict[int, State]:
-        flat = self.read_optional_state(self.client_state_path(round))
+    def read_client_states(self, round: int, digest: str | None = None) -> dict[int, State]:
+        flat = self.read_optional_state(self.client_state_path(round), digest)
         out: dict[int, State] = {}
         for key, t in flat.items():
             k, name = key.split("/", 1)

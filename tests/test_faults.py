@@ -741,11 +741,12 @@ def test_fl_run_survives_repeated_sigkill(zygote, fl_reference, tmp_path):
     COUNTS["kills survived"] += kills
 
 
-def test_a_kill_between_the_first_two_files_leaves_a_restartable_folder(tmp_path):
-    """A kill after the partition is written but before config.json must not block a rerun."""
+def test_a_kill_between_the_first_two_files_leaves_a_restartable_folder(small_run, tmp_path):
+    """A kill after config.json is written (first) but before the partition must not block a rerun."""
     store = RunStore(tmp_path / "run")
-    store.write_partition([np.arange(3)], [np.zeros(0, np.int64)])  # what the killed run had written
-    fl.run("fedavg", out=store.path, **dict(FEDAVG_ARGS, rounds=1))
+    store.path.mkdir()
+    shutil.copy(small_run / "config.json", store.config_path)  # what the killed run had written
+    assert fl.run("fedavg", out=store.path, **dict(FEDAVG_ARGS, rounds=2)).complete
 
 
 # --------------------------------------------------------------------------- concurrency
