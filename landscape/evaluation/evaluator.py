@@ -36,7 +36,7 @@ from ..infra.devices import resolve_device
 from ..infra.errors import BatchNormWarning, ConfigError, DataError
 from ..results import Metrics
 from ..space.params import ModelLike, ParameterSpace, vector_digest
-from ..space.points import PointSet
+from ..space.points import PointSet, check_headroom
 from .batchnorm import BatchNormModes
 from .class_major import ClassMetrics
 from .data import DeviceData, check_targets, prepare_data
@@ -253,8 +253,17 @@ class Evaluator:
         Returns
         -------
         torch.Tensor
+
+        Raises
+        ------
+        WeightOverflowError
+            The weights are so large that point arithmetic overflows the evaluation dtype.
         """
-        return self.space.to_vector(model, dtype=torch.float64)
+        vec = self.space.to_vector(model, dtype=torch.float64)
+        source = (str(model) if isinstance(model, (str, os.PathLike)) else "a flat vector"
+                  if isinstance(model, torch.Tensor) else type(model).__name__)
+        check_headroom(vec, self.dtype, source)
+        return vec
 
     # -------------------------------------------------------------- public API
     def evaluate(self, models: Sequence[ModelLike] | ModelLike | torch.Tensor) -> Metrics:

@@ -142,6 +142,11 @@ class MetaDeviceError(ConfigError):
                          "weights first (module.to_empty(device='cpu') then load_state_dict(...))")
 
 
+class WeightOverflowError(LandscapeError):
+    """A model's weights are finite but so large that arithmetic on them (differences of models,
+    distances, plane coordinates) overflows the evaluation dtype."""
+
+
 class CurvatureError(LandscapeError):
     """Curvature cannot be computed for this model, e.g. an operation in it has no second derivative."""
 

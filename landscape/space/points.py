@@ -11,7 +11,41 @@ from dataclasses import dataclass
 
 import torch
 
+from ..infra.errors import WeightOverflowError
 from .params import vector_digest
+
+
+def check_headroom(vec: torch.Tensor, dtype: torch.dtype, source: str) -> None:
+    """Refuse a model whose weights leave no room for point arithmetic in ``dtype``.
+
+    Points of paths, planes and groups are built in the evaluation dtype from differences of
+    models and coordinates in parameter-norm units (distances between models). These stay finite
+    when every model's norm is below half of the dtype's largest value, which this checks.
+
+    Parameters
+    ----------
+    vec
+        The model's flat vector (any floating dtype; measured in float64).
+    dtype
+        The evaluation dtype.
+    source
+        What the model came from (a checkpoint path, a class name), for the message.
+
+    Raises
+    ------
+    WeightOverflowError
+        Naming ``source``, its largest ``|w|`` and the dtype.
+    """
+    limit = torch.finfo(dtype).max / 2
+    norm = float(vec.double().norm())
+    if norm <= limit:
+        return
+    name = str(dtype).removeprefix("torch.")
+    wider = ", or evaluate with dtype='float64'" if dtype != torch.float64 else ""
+    raise WeightOverflowError(
+        f"{source}: weights so large (max |w| = {float(vec.double().abs().max()):.3g}, norm {norm:.3g}) that path "
+        f"and plane arithmetic overflows {name} (distances between models must stay below {limit:.3g}); such "
+        f"weights come from a diverged run: use an earlier checkpoint{wider}")
 
 
 @dataclass(frozen=True)
