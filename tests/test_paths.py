@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from conftest import make_linear, make_mlp
+from conftest import MLP_FAN_INS, float32_tolerance, make_linear, make_mlp
 from landscape import ConfigError, Evaluator, PathResult, barrier_matrix, interpolate
 from landscape.geometry.barriers import accuracy_barrier_curve, code_accuracy_barrier, loss_barrier_curve
 
@@ -32,11 +32,15 @@ def test_linear_regression_mse_curve_is_the_closed_form_quadratic():
     alphas = np.linspace(-0.5, 1.5, 9)
     path = interpolate(a, b, Evaluator(make_linear(0), (x, y), loss="mse", batch_size=10), alphas=alphas)
     qa, qb, qc = _residual_coefficients(a, b, x, y)
-    np.testing.assert_allclose(path.loss, qa * alphas ** 2 + qb * alphas + qc, rtol=1e-5)
+    # float32: the point's weights (2 terms), a residual (3 products, the bias, the target; doubled by the
+    # square), its sum over 2 outputs and over a batch of 10 samples
+    tol = float32_tolerance(2 + 2 * 5 + 2 + 10)
+    np.testing.assert_allclose(path.loss, qa * alphas ** 2 + qb * alphas + qc, rtol=tol, atol=0)
     # convex in alpha: the curve above the chord is -A alpha (1 - alpha) on [0, 1]; barrier 0
     inside = alphas[(alphas >= 0) & (alphas <= 1)]
-    np.testing.assert_allclose(path.loss_curve, -qa * inside * (1 - inside), atol=1e-5)
-    assert path.loss_barrier == pytest.approx(0.0, abs=1e-6)
+    scale = tol * np.abs(path.loss).max()  # the curve and barrier are differences of losses
+    np.testing.assert_allclose(path.loss_curve, -qa * inside * (1 - inside), rtol=0, atol=scale)
+    assert path.loss_barrier == pytest.approx(0.0, abs=scale)
     assert np.isnan(path.accuracy).all()  # regression targets have no accuracy
 
 
@@ -50,9 +54,11 @@ def test_concave_loss_has_closed_form_barrier_a_over_4():
 
     path = interpolate(a, b, Evaluator(make_linear(0), (x, y), loss=negative_mse), alphas=11)
     qa, _, _ = _residual_coefficients(a, b, x, y)
-    np.testing.assert_allclose(path.loss_curve, qa * path.alphas * (1 - path.alphas), atol=1e-5)
-    assert path.loss_barrier == pytest.approx(qa / 4, rel=1e-5)
-    assert path.loss_barrier_midpoint == pytest.approx(qa / 4, rel=1e-5)
+    # as above, with one batch of all 37 samples; the curve and barrier are differences of losses
+    scale = float32_tolerance(2 + 2 * 5 + 2 + 37) * np.abs(path.loss).max()
+    np.testing.assert_allclose(path.loss_curve, qa * path.alphas * (1 - path.alphas), rtol=0, atol=scale)
+    assert path.loss_barrier == pytest.approx(qa / 4, rel=0, abs=scale)
+    assert path.loss_barrier_midpoint == pytest.approx(qa / 4, rel=0, abs=scale)
 
 
 def test_path_endpoints_equal_the_models_own_metrics(digits, trained_mlps):
@@ -61,7 +67,10 @@ def test_path_endpoints_equal_the_models_own_metrics(digits, trained_mlps):
     a, b = trained_mlps[:2]
     path = interpolate(a, b, ev, alphas=6)
     own = ev.evaluate([a, b])
-    np.testing.assert_allclose(path.loss[[0, -1]], own.loss, atol=1e-6)
+    # the path's endpoint b is a + 1 (b - a) (2 terms), then the MLP's dot products and the float32 loss sum over
+    # a batch of 128 round otherwise
+    tol = float32_tolerance(2 + MLP_FAN_INS + 128)
+    np.testing.assert_allclose(path.loss[[0, -1]], own.loss, rtol=tol, atol=0)
     np.testing.assert_allclose(path.accuracy[[0, -1]], own.accuracy, atol=1e-12)
     assert 0.0 <= path.accuracy_barrier <= 1.0
     assert path.loss_barrier >= 0.0
@@ -73,8 +82,11 @@ def test_path_endpoints_equal_the_models_own_metrics(digits, trained_mlps):
         path.loss_barrier_midpoint  # 0.5 is not on a 6-point grid
     path11 = interpolate(a, b, ev, alphas=11)
     assert path11.accuracy_barrier_midpoint == pytest.approx(1 - mid.accuracy[0] / ind_acc, abs=1e-12)
-    assert path11.loss_barrier_midpoint == pytest.approx(mid.loss[0] - own.loss.mean(), abs=1e-6)
-    assert path.loss[i] == pytest.approx(path11.loss[4], abs=1e-6)
+    # the 11-point grid takes the input-layer shortcut (a sum of 2 outputs); the state dicts' float32 average
+    assert path11.loss_barrier_midpoint == pytest.approx(mid.loss[0] - own.loss.mean(), rel=0,
+                                                         abs=float32_tolerance(2 + 2 + MLP_FAN_INS + 128) * mid.loss[0])
+    # alpha 0.4 on both grids; only the 11-point grid takes the input-layer shortcut (>= 4 (k + 1) points)
+    assert path.loss[i] == pytest.approx(path11.loss[4], rel=float32_tolerance(2 + MLP_FAN_INS + 128), abs=0)
 
 
 def test_identical_models_have_zero_barriers(digits, trained_mlps):
@@ -144,8 +156,8 @@ def test_barrier_matrix_matches_pairwise_paths(digits, trained_mlps):
     mat = barrier_matrix(trained_mlps, ev, alphas=5, labels=["a", "b", "c"])
     assert np.array_equal(mat.loss_barrier, mat.loss_barrier.T) and np.all(np.diag(mat.loss_barrier) == 0)
     path = interpolate(trained_mlps[0], trained_mlps[2], ev, alphas=5)
-    assert mat.loss_barrier[0, 2] == pytest.approx(path.loss_barrier, abs=1e-12)
-    assert mat.accuracy_barrier[2, 0] == pytest.approx(path.accuracy_barrier, abs=1e-12)
+    assert mat.loss_barrier[0, 2] == path.loss_barrier  # the same path by the same code
+    assert mat.accuracy_barrier[2, 0] == path.accuracy_barrier
     assert mat.labels == ["a", "b", "c"]
     with pytest.raises(ConfigError):
         barrier_matrix(trained_mlps[:1], ev)
