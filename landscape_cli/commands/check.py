@@ -14,7 +14,7 @@ from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.commands.group import check_weights
 from landscape_cli.commands.hessian import lanczos_parent
 from landscape_cli.inputs import Context
-from landscape_cli.limits import check_points, iteration_count
+from landscape_cli.limits import MAX_ITERATIONS, check_points, iteration_count
 from landscape_cli.output import emit
 from landscape_cli.parsing import (Formatter, Parser, api_default, count_at_least_2, finite_float,
                                    nonnegative_float, number, positive_int, seed_int)
@@ -91,7 +91,7 @@ def register(sub: Any) -> None:
                    help="A must be below (1 - margin) times B")
     p.add_argument("--density", action="store_true", help="also both spectral densities (and a figure of them)")
     p.add_argument("--density-iterations", type=iteration_count, default=api_default(fn, "density_iterations"),
-                   help="Lanczos steps of the densities")
+                   help=f"Lanczos steps of the densities, at most {MAX_ITERATIONS:,}")
 
 
 def run(args: argparse.Namespace) -> int:

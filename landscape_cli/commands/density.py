@@ -7,7 +7,7 @@ from typing import Any
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.commands.hessian import curvature_parent, density_figures
 from landscape_cli.inputs import Context
-from landscape_cli.limits import iteration_count, probe_count
+from landscape_cli.limits import MAX_ITERATIONS, MAX_RUNS, iteration_count, probe_count
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, number, positive_float, seed_int
 
@@ -25,8 +25,10 @@ def register(sub: Any) -> None:
     p = add_analysis_command(sub, "density", func=run, parents=(curvature_parent(),), default_models=["global"],
                              nmodels=(1, None), help="Hessian eigenvalue density (stochastic Lanczos quadrature)")
     p.add_argument("--iterations", type=iteration_count, default=api_default(hessian_density, "iterations"),
-                   help="Lanczos steps per probe")
-    p.add_argument("--runs", type=probe_count, default=api_default(hessian_density, "runs"), help="Rademacher probes")
+                   help=f"Lanczos steps per probe, at most {MAX_ITERATIONS:,} (the basis holds them all: larger "
+                        "bases than the available memory are refused)")
+    p.add_argument("--runs", type=probe_count, default=api_default(hessian_density, "runs"),
+                   help=f"Rademacher probes, at most {MAX_RUNS:,}")
     p.add_argument("--sigma", type=positive_float, default=api_default(hessian_density, "sigma"),
                    help="Gaussian width (default: 0.5%% of the node spread)")
     p.add_argument("--grid-size", type=number(int, ge=2), default=api_default(hessian_density, "grid_size"),

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
-from landscape_cli.limits import iteration_count
+from landscape_cli.limits import MAX_ITERATIONS, iteration_count
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, positive_float, positive_int, seed_int
 
@@ -34,7 +34,7 @@ def lanczos_parent(function: Callable[..., Any]) -> argparse.ArgumentParser:
     parent.add_argument("--tol", type=positive_float, default=api_default(function, "tol"),
                         help="relative residual tolerance")
     parent.add_argument("--max-iter", type=iteration_count, default=api_default(function, "max_iter"),
-                        help="Hessian-vector products at most per model")
+                        help=f"Hessian-vector products at most per model (up to {MAX_ITERATIONS:,})")
     parent.add_argument("--seed", type=seed_int, default=api_default(function, "seed"),
                         help="seed of the random start vectors")
     return parent
@@ -83,7 +83,7 @@ def register(sub: Any) -> None:
     p.add_argument("--trace", action="store_true", help="also the trace (Hutchinson; 'landscape trace' for more)")
     p.add_argument("--density", action="store_true", help="also the spectral density (SLQ; 'landscape density')")
     p.add_argument("--iterations", type=iteration_count, default=api_default(hessian_density, "iterations"),
-                   help="Lanczos steps of the density")
+                   help=f"Lanczos steps of the density, at most {MAX_ITERATIONS:,}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ from typing import Any
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.commands.hessian import curvature_parent
 from landscape_cli.inputs import Context
-from landscape_cli.limits import iteration_count
+from landscape_cli.limits import MAX_ITERATIONS, iteration_count
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, positive_float, positive_int, seed_int
 
@@ -30,7 +30,8 @@ def register(sub: Any) -> None:
     p.add_argument("--tol", type=positive_float, default=api_default(hessian_trace, "tol"),
                    help="stop at stderr <= tol |trace|")
     p.add_argument("--max-iter", type=iteration_count, default=api_default(hessian_trace, "max_iter"),
-                   help="Hessian-vector products at most per model")
+                   help=f"Hessian-vector products at most per model (up to {MAX_ITERATIONS:,}; Hutch++ holds "
+                        "max-iter / 3 vectors at once)")
     p.add_argument("--min-samples", type=positive_int, default=api_default(hessian_trace, "min_samples"),
                    help="probes before the stopping test")
     p.add_argument("--seed", type=seed_int, default=api_default(hessian_trace, "seed"), help="seed of the probes")
