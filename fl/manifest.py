@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import stat
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -36,6 +35,7 @@ import numpy as np
 
 from landscape import CheckpointError
 from landscape.infra.files import write_atomic
+from landscape.infra.reading import read_file
 from landscape.space.checkpoints import DIGEST_KEY, stored_digest
 
 from .run_schema import refuse_links
@@ -129,14 +129,13 @@ class Manifest:
         """
         path = store.path / "manifest.json"
         refuse_links([path])
-        if not path.exists():
-            raise CheckpointError(path, "missing: every run folder written by fl.run records its content there, "
-                                        f"so this folder is incomplete or was not written by fl.run; {_RESTORE}")
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise CheckpointError(path, "is not a regular file; move it away and restore the run's manifest")
         try:
-            data = json.loads(path.read_bytes())
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, OSError) as exc:
+            data = json.loads(read_file(path, "run manifest", CheckpointError))
+        except FileNotFoundError:
+            raise CheckpointError(path, "missing: every run folder written by fl.run records its content "
+                                        "there, so this folder is incomplete or was not written by fl.run; "
+                                        f"{_RESTORE}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
             raise CheckpointError(path, f"corrupt JSON: {exc}; {_RESTORE}") from None
         if not _well_formed(data):
             raise CheckpointError(path, f"is not a run manifest of format {FORMAT}; {_RESTORE}")

@@ -5,7 +5,9 @@ MNIST-1D cache, and run files in a folder that holds no run."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 from pathlib import Path
 from typing import Callable
 
@@ -232,6 +234,22 @@ def test_a_folder_that_differs_from_its_manifest_is_refused_on_load_and_resume(r
             fl.run("fedavg", out=run_dir, **requested)
         assert snapshot(run_dir) == before
     tally("hostile files refused", 3)
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "global/round_0001.safetensors"])
+def test_a_fifo_in_place_of_the_manifest_or_a_checkpoint_is_refused_not_read(run_dir, name):
+    (run_dir / name).unlink()
+    os.mkfifo(run_dir / name)
+    # a read that blocks on the FIFO fails the test instead of hanging the suite
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: pytest.fail(f"{name}: read blocked for 30 s"))
+    signal.alarm(30)
+    try:
+        with pytest.raises(CheckpointError, match=rf"{name}: is a FIFO \(named pipe\), not a regular file"):
+            fl.load_run(run_dir)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    tally("hostile files refused", 1)
 
 
 def test_a_run_killed_after_its_manifest_resumes_to_the_uninterrupted_result(run_dir, finished):

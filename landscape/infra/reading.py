@@ -36,6 +36,8 @@ LIMITS: dict[str, tuple[int, str]] = {
                               "and hold a few kB"),
     "metrics log": (256 << 20, "metrics.jsonl has one line per round, a few kB even with 1,000 clients: "
                                "10,000 rounds take about 80 MB"),
+    "run manifest": (1 << 30, "manifest.json holds about 150 bytes per checkpoint of a run: 1 GiB is 7 million "
+                              "checkpoints"),
     "partition file": (4 << 30, "partition.npz holds one 8-byte index per training sample: 4 GiB is 500 million "
                            "samples"),
     "cache file": (4 << 30, "a cache entry is built in memory by its writer and read whole to check its "

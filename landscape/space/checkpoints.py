@@ -122,11 +122,13 @@ def stored_digest(path: str | os.PathLike) -> str | None:
     Raises
     ------
     CheckpointError
-        If the file is missing, not a regular file, or not a readable safetensors file.
+        If the file is missing, a link, not a regular file, or not a readable safetensors file.
     """
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(path, "is missing or not a regular file")
+    try:
+        check_file(path, "checkpoint", CheckpointError)  # a link, FIFO or device: refused, never read
+    except FileNotFoundError:
+        raise CheckpointError(path, "file not found") from None
     return _safetensors(path, tensors=False)[0].get(DIGEST_KEY)
 
 
