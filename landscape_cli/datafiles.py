@@ -42,10 +42,15 @@ def load_data(spec: str, *, split: str = "test", root: str | None = None) -> Ten
     Raises
     ------
     ConfigError, DataError
-        Unknown split, unreadable file or dataset.
+        Unknown split, a folder, an unreadable file or dataset.
     """
     if split not in ("train", "test"):
         raise ConfigError(f"split must be 'train' or 'test', got {split!r}")
+    if Path(spec).is_dir():
+        from fl.datasets import DATASETS
+
+        raise DataError(f"{spec} is a folder, not data: name a dataset ({', '.join(DATASETS)}) or a .pt/.pth/.npz "
+                        "file holding (inputs, targets); a folder of torchvision datasets goes to --data-root")
     if is_file_spec(spec):
         return load_tensor_file(spec)
     from fl.datasets import load_dataset
@@ -90,7 +95,7 @@ def load_tensor_file(path: str | Path) -> TensorPair:
     ------
     DataError
         A missing file, pickled content, an unknown layout, mismatched lengths, no samples,
-        inputs without at least one dimension per sample, or 0-d targets.
+        inputs without at least one dimension per sample, 0-d or boolean targets.
     """
     path = Path(path)
     if path.exists():  # a FIFO, a device or a folder is refused as such, never read
@@ -134,6 +139,9 @@ def load_tensor_file(path: str | Path) -> TensorPair:
         raise DataError(f"{path}: {len(x)} inputs but {len(y)} targets")
     if len(x) == 0:
         raise DataError(f"{path}: holds no samples (0 inputs and 0 targets); save at least one")
+    if y.dtype == torch.bool:
+        raise DataError(f"{path}: targets are booleans, but labels must be integer class indices >= 0; save "
+                        "them as int64 (numpy: y.astype(np.int64), torch: y.long())")
     if not torch.is_floating_point(y):
         y = y.long()
     return x, y
