@@ -151,7 +151,8 @@ def check_targets(outputs: torch.Tensor, targets: torch.Tensor, loss: str) -> No
     if loss in ("cross_entropy", "nll"):
         shape = tuple(targets.shape)
         if targets.dtype == torch.bool:
-            raise DataError(f"labels are booleans: {loss} needs integer class indices of shape (N,)")
+            raise DataError(f"labels are booleans, but {loss} needs integer class indices >= 0 of shape (N,); "
+                            "convert them with labels.long()")
         if torch.is_floating_point(targets) and (targets.ndim != outputs.ndim or shape[1:] != tuple(outputs.shape[1:])):
             probabilities = " (or class probabilities of the outputs' shape)" if loss == "cross_entropy" else ""
             raise DataError(f"labels are floating point with shape {shape}: {loss} needs integer class indices "
@@ -165,7 +166,8 @@ def check_targets(outputs: torch.Tensor, targets: torch.Tensor, loss: str) -> No
         classes = outputs.shape[-1]
         lo, hi = int(targets.min()), int(targets.max())
         if lo < 0 or hi >= classes:
-            raise DataError(f"labels must lie in [0, {classes - 1}] for a model with {classes} outputs; "
+            kind = " (integer class indices >= 0)" if lo < 0 else ""
+            raise DataError(f"labels must lie in [0, {classes - 1}] for a model with {classes} outputs{kind}; "
                             f"found labels in [{lo}, {hi}]")
 
 
