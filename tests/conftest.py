@@ -4,6 +4,8 @@ Every random choice uses its own ``torch.Generator``; the global RNG is never to
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -20,7 +22,8 @@ FLOAT32_UNIT_ROUNDOFF = 2.0 ** -24
 FLOAT64_UNIT_ROUNDOFF = 2.0 ** -53
 
 
-def float32_tolerance(terms: int, *, sides: int = 2, unit: float = FLOAT32_UNIT_ROUNDOFF) -> float:
+def float32_tolerance(terms: int, *, sides: int = 2, unit: float = FLOAT32_UNIT_ROUNDOFF,
+                      probabilistic: bool = False) -> float:
     """Relative bound on how far float32 results of one quantity may differ only through rounding.
 
     A float32 sum of ``n`` terms, in any order and with any blocking (vector width, BLAS or
@@ -41,6 +44,12 @@ def float32_tolerance(terms: int, *, sides: int = 2, unit: float = FLOAT32_UNIT_
     the typical error grows like ``sqrt(n) u``, far below it. For a computation done wholly in
     float64 pass ``unit=FLOAT64_UNIT_ROUNDOFF``.
 
+    For a deep network, whose worst-case chain runs to 1e5 terms and more (GroupNorm statistics
+    over feature maps), ``probabilistic=True`` gives Higham and Mary's probabilistic bound
+    (SIAM J. Sci. Comput. 41(5), 2019, Thm. 2.4) ``lambda sqrt(n) u`` with ``lambda = 7``: with
+    rounding errors that are mean-independent and zero-mean it holds with probability at least
+    ``1 - 2 n exp(-lambda**2 / 2)``, above 0.999 for ``n`` up to 1e7.
+
     Parameters
     ----------
     terms
@@ -49,15 +58,47 @@ def float32_tolerance(terms: int, *, sides: int = 2, unit: float = FLOAT32_UNIT_
         How many of the two compared values were rounded in float32 (1 or 2).
     unit
         Unit roundoff of the arithmetic (float32's by default).
+    probabilistic
+        Give the probabilistic bound ``7 sqrt(terms) u`` instead of the worst case ``gamma_terms``.
 
     Returns
     -------
     float
-        The relative tolerance ``sides * gamma_terms``.
+        The relative tolerance ``sides * gamma_terms`` (or ``sides * 7 sqrt(terms) u``).
     """
     nu = terms * unit
-    assert terms >= 1 and sides in (1, 2) and nu < 0.5, (terms, sides)
-    return sides * nu / (1 - nu)
+    assert terms >= 1 and sides in (1, 2) and (probabilistic or nu < 0.5), (terms, sides)
+    return sides * (7.0 * math.sqrt(terms) * unit if probabilistic else nu / (1 - nu))
+
+
+def forward_terms(model: nn.Module, spatial: int = 1) -> int:
+    """Length of the chain of float32 sums in a forward pass of ``model``, for :func:`float32_tolerance`.
+
+    The sum of the fan-ins of its weight matrices and kernels (every parameter with two or more
+    dimensions, ``weight[0].numel()``), plus the size of each normalisation statistic: the
+    normalised size of a ``LayerNorm``, and ``channels / groups * spatial`` for a ``GroupNorm``.
+    BatchNorm in eval mode uses stored statistics and sums nothing.
+
+    Parameters
+    ----------
+    model
+        The module.
+    spatial
+        Largest number of spatial positions of a feature map (``H * W`` of the input for a
+        CNN; 1 for flat features).
+
+    Returns
+    -------
+    int
+        The number of terms (at least 1).
+    """
+    terms = sum(p[0].numel() for p in model.parameters() if p.ndim >= 2)
+    for m in model.modules():
+        if isinstance(m, nn.LayerNorm):
+            terms += math.prod(m.normalized_shape)
+        elif isinstance(m, nn.GroupNorm):
+            terms += m.num_channels // m.num_groups * spatial
+    return max(terms, 1)
 
 
 def seeded_init_(module: nn.Module, seed: int, scale: float = 1.0) -> nn.Module:
