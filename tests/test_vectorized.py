@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 import fl
+from conftest import float32_tolerance
 from fl.algorithms.base import LocalContext, make_generator
 from fl.api import build_config
 from fl.vectorized import train_clients, unsupported_reason
@@ -58,12 +59,16 @@ def test_train_clients_equals_sequential_for_unequal_clients(algorithm, options,
     vectorised = train_clients(alg, _contexts(module, sizes, momentum=momentum, weight_decay=weight_decay))
     assert sorted(vectorised) == sorted(sequential) == list(range(len(sizes)))
     start = module.state_dict()
+    # a short training run: each of up to 2 epochs x 6 batches rounds the forward's dot products (fan-ins 12
+    # and 8), the sum over a batch of 5 and the update's 3 terms (gradient, momentum, decay or proximal term)
+    # otherwise; to first order the steps' relative errors add
+    tol = 2 * 6 * float32_tolerance(12 + 8 + 5 + 3)
     for k, upd in sequential.items():
         vec = vectorised[k]
         assert vec.num_samples == upd.num_samples == sizes[k]
-        assert vec.metrics["train_loss"] == pytest.approx(upd.metrics["train_loss"], rel=1e-5, abs=1e-7)
+        assert vec.metrics["train_loss"] == pytest.approx(upd.metrics["train_loss"], rel=tol, abs=0)
         for name, t in upd.state.items():
-            torch.testing.assert_close(vec.state[name], t, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(vec.state[name], t, rtol=tol, atol=tol * float(t.abs().max()))
         moved = any(not torch.equal(upd.state[n], start[n]) for n in start)
         assert moved == (sizes[k] > 0)  # the empty client keeps the received model exactly
     # the clients really differ from one another (a shared update would pass the checks above
