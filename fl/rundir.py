@@ -12,6 +12,7 @@ from landscape import CheckpointError, ConfigError
 
 from .algorithms.seeds import derive_seed
 from .config import check_stored_config, config_differences
+from .manifest import Manifest
 from .store import RunStore
 
 
@@ -55,7 +56,8 @@ def refuse_foreign(store: RunStore) -> None:
 
     A run writes its config.json first, so a folder of files (a partition, metrics,
     checkpoints, notes) without one holds no run of this engine and is never touched; a
-    config.json that is not a run configuration is refused by reading it.
+    config.json that is not a run configuration, or complete rounds without the manifest
+    every run writes with them, are refused by reading them.
 
     Parameters
     ----------
@@ -67,12 +69,15 @@ def refuse_foreign(store: RunStore) -> None:
     ConfigError
         Naming up to five of the files found.
     CheckpointError
-        When config.json is a link or not a readable run configuration.
+        When config.json is a link or not a readable run configuration, or complete rounds
+        have no readable manifest.
     """
     if not store.path.is_dir():
         return
     if store.config_path.exists() or store.config_path.is_symlink():
         store.read_config()
+        if store.read_progress() is not None:
+            Manifest.read(store)  # complete rounds without a manifest: not a run of this version
         return
     others = sorted(p.name for p in store.path.iterdir() if not p.name.startswith("."))
     if others:

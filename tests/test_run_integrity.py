@@ -233,6 +233,7 @@ def test_a_folder_that_differs_from_its_manifest_is_refused_on_load_and_resume(r
         with pytest.raises(CheckpointError, match=message):
             fl.run("fedavg", out=run_dir, **requested)
         assert snapshot(run_dir) == before
+        assert attack is not _drop_manifest or not (run_dir / ".lock").exists()  # refused before locking
     tally("hostile files refused", 3)
 
 
