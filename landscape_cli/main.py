@@ -24,6 +24,7 @@ from typing import Sequence
 from landscape import LandscapeError
 from landscape.infra.commandline import internal_error
 from landscape_cli.commands import command_modules
+from landscape_cli.output import warning_lines
 from landscape_cli.parsing import Parser
 
 
@@ -84,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
         except SystemExit as exc:  # --help (0) or a usage error (2, already printed on one line)
             return int(exc.code or 0)
-        return args.func(args)
+        with warning_lines():
+            return args.func(args)
     except BrokenPipeError:  # stdout closed early (e.g. piped into head): the files are written anyway
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -4,14 +4,17 @@ the figures and the result objects in the HDF5 cache.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
+import warnings
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
+from landscape.infra.errors import NonFiniteLossWarning
 from landscape.infra.files import write_json
 from landscape_cli.inputs import Context
 
@@ -32,6 +35,35 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--json", action="store_true", help="print the numbers as JSON instead of a table")
     o.add_argument("--no-figures", action="store_true", help="skip the figures")
     o.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+@contextlib.contextmanager
+def warning_lines() -> Iterator[None]:
+    """Show each distinct non-finite-loss warning once, as one line ``landscape: warning: ...`` on stderr.
+
+    Other warnings are shown as Python shows them.
+
+    Yields
+    ------
+    None
+    """
+    seen: set[str] = set()
+    show = warnings.showwarning
+
+    def one_line(message: Any, category: type, filename: str, lineno: int, file: Any = None,
+                 line: str | None = None) -> None:
+        if not issubclass(category, NonFiniteLossWarning):
+            show(message, category, filename, lineno, file, line)
+            return
+        text = " ".join(str(message).split())
+        if text not in seen:
+            seen.add(text)
+            print(f"landscape: warning: {text}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", NonFiniteLossWarning)
+        warnings.showwarning = one_line
+        yield
 
 
 def plain(value: Any) -> Any:

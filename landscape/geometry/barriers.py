@@ -8,7 +8,37 @@ kept as such: a barrier over a curve with an infinite or NaN interior point is `
 """
 from __future__ import annotations
 
+import warnings
+from typing import Sequence
+
 import numpy as np
+
+from ..infra.errors import NonFiniteLossWarning
+
+
+def warn_nonfinite(what: str, loss: np.ndarray, labels: Sequence[str]) -> None:
+    """Warn when some points have a non-finite loss (the loss barrier is then NaN or inf, kept as such).
+
+    Parameters
+    ----------
+    what
+        The analysis (``"path a -> b"``, ``"group barrier"``), for the message.
+    loss
+        The loss of each point.
+    labels
+        One name per point (``"alpha=0.5"``, ``"the fused model"``), for the message.
+
+    Warns
+    -----
+    NonFiniteLossWarning
+        Naming how many points are not finite and which ones (the first eight).
+    """
+    bad = [label for label, value in zip(labels, np.asarray(loss, dtype=np.float64)) if not np.isfinite(value)]
+    if bad:
+        shown = ", ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
+        warnings.warn(f"{what}: {len(bad)} of {len(labels)} points have a non-finite loss ({shown}), so its loss "
+                      "barrier is not finite (kept as NaN/inf, never computed from the finite points alone)",
+                      NonFiniteLossWarning, stacklevel=3)
 
 
 def _unit_part(alphas: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:

@@ -7,7 +7,7 @@ from typing import ClassVar, Sequence
 import numpy as np
 import torch
 
-from .barriers import group_accuracy_barrier, group_loss_barrier, normalise_weights
+from .barriers import group_accuracy_barrier, group_loss_barrier, normalise_weights, warn_nonfinite
 from ..infra.errors import ConfigError
 from ..evaluation.evaluator import Evaluator
 from ..space.params import ModelLike
@@ -67,6 +67,7 @@ def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
     fused = torch.from_numpy(mu) @ vecs
     loss, acc = evaluator.evaluate_points(PointSet.explicit(torch.cat([vecs, fused[None]])),
                                           reference=vecs[0], label="group")
+    warn_nonfinite("group barrier", loss, [f"member {i}" for i in range(len(vecs))] + ["the fused model"])
     return GroupResult(weights=mu, member_loss=loss[:-1], member_accuracy=acc[:-1],
                        fused_loss=float(loss[-1]), fused_accuracy=float(acc[-1]), spec=spec)
 

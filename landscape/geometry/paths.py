@@ -17,6 +17,7 @@ from ..infra.host_memory import check_fits, points_bytes
 from ..space.params import ModelLike
 from ..space.points import PointSet
 from ..results import BarrierMatrix, PathResult
+from .barriers import warn_nonfinite
 
 
 def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:
@@ -100,6 +101,7 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *,
         vb = aligned_vector(vb, to=va, evaluator=evaluator, method=align)
     loss, acc = evaluator.evaluate_points(PointSet.line(va, vb, torch.from_numpy(grid)), reference=va,
                                           label="path")
+    warn_nonfinite("path", loss, [f"alpha={a:g}" for a in grid])
     return PathResult(alphas=grid, loss=loss, accuracy=acc, spec=spec)
 
 

@@ -163,3 +163,11 @@ class BatchNormWarning(UserWarning):
     Silence it with ``warnings.simplefilter("ignore", landscape.BatchNormWarning)`` once the
     choice is deliberate; ``docs/batchnorm.md`` explains the modes.
     """
+
+
+class NonFiniteLossWarning(RuntimeWarning):
+    """Some points of a path or group have a non-finite loss, so its loss barrier is NaN or inf.
+
+    The values are kept as they are (a barrier is never computed from the finite points alone);
+    the message says how many points and which ones.
+    """

@@ -55,13 +55,17 @@ def run(args: argparse.Namespace) -> int:
     alphas = np.union1d(np.linspace(lo, hi, args.alphas), [0.0, 1.0])
     (la, a), (lb, b) = ctx.models.items()
     path = interpolate(a, b, ctx.evaluator, alphas=alphas)
-    found = basin(path, models={la: 0.0, lb: 1.0})
+    ends_finite = np.isfinite(path.loss[np.isclose(alphas, 0.0) | np.isclose(alphas, 1.0)]).all()
+    found = basin(path, models={la: 0.0, lb: 1.0}) if ends_finite else None  # no sublevel without endpoint losses
     midpoint = np.isclose(alphas, 0.5).any()
     numbers = {"from": la, "to": lb, "loss_barrier": path.loss_barrier, "accuracy_barrier": path.accuracy_barrier,
                "loss_barrier_midpoint": path.loss_barrier_midpoint if midpoint else None,
                "accuracy_barrier_midpoint": path.accuracy_barrier_midpoint if midpoint else None,
-               "common_basin": found.common, "bottom_alpha": float(found.refined_bottom[0]),
-               "bottom_loss": found.refined_loss, "alphas": path.alphas, "loss": path.loss, "accuracy": path.accuracy}
+               "common_basin": None, "bottom_alpha": None, "bottom_loss": None,
+               "alphas": path.alphas, "loss": path.loss, "accuracy": path.accuracy}
+    if found is not None:
+        numbers.update(common_basin=found.common, bottom_alpha=float(found.refined_bottom[0]),
+                       bottom_loss=found.refined_loss)
 
     def draw() -> dict[str, Any]:
         from figures.paths import path_figure, path_plotly
@@ -69,5 +73,5 @@ def run(args: argparse.Namespace) -> int:
         named = {f"{la} → {lb}": path}
         return {"path.png": path_figure(named, endpoint_labels=(la, lb)), "path.html": path_plotly(named)}
 
-    emit(ctx, numbers, {"path": path, "basin": found}, draw)
+    emit(ctx, numbers, {"path": path, **({"basin": found} if found is not None else {})}, draw)
     return 0
