@@ -25,7 +25,7 @@ import torch
 
 from ..infra.errors import CheckpointError, ConfigError
 from ..infra.files import write_atomic
-from ..infra.reading import check_file
+from ..infra.reading import check_file, open_file
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "weights", "net")
 PREFIXES = ("module.", "_orig_mod.")
@@ -61,8 +61,9 @@ def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | N
     Raises
     ------
     CheckpointError
-        If the file is missing, a directory, empty, corrupt or truncated, holds pickled
-        objects other than tensors, or holds no state_dict, or does not carry ``digest``.
+        If the file is missing, a directory, empty, not a checkpoint (text, an unknown
+        format), corrupt or truncated, holds pickled objects other than tensors, or holds no
+        state_dict, or does not carry ``digest``.
     """
     path = Path(path)
     if not path.exists():
@@ -72,6 +73,7 @@ def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | N
     check_file(path, "checkpoint", CheckpointError, follow_links=True)  # a FIFO or a device: refused, never read
     if path.stat().st_size == 0:
         raise CheckpointError(path, "file is empty")
+    _check_format(path)
     if path.suffix == ".safetensors":
         state = _load_safetensors(path, digest)
     elif digest is not None:
@@ -176,6 +178,21 @@ def _check_archive(path: Path) -> None:
                         pass
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError, UnicodeDecodeError) as exc:
         raise CheckpointError(path, f"truncated or corrupt checkpoint archive: {exc}") from None
+
+
+def _check_format(path: Path) -> None:
+    """Refuse a file that neither torch.save nor safetensors can have written (text, an image, ...)
+    by its first bytes."""
+    with open_file(path, "checkpoint", CheckpointError, follow_links=True) as file:
+        head = file.read(64)
+    if path.suffix == ".safetensors" and head[8:9] == b"{":  # the header's length, then its JSON
+        return
+    if path.suffix != ".safetensors" and head.startswith((b"PK\x03\x04", b"\x80")):  # zip, or legacy pickle
+        return
+    text = b"\x00" not in head and "\ufffd" not in head.decode("utf-8", errors="replace")[:-4]
+    kind = "a text file" if text else "of an unknown format (or damaged)"
+    raise CheckpointError(path, f"is not a checkpoint: it is {kind} (it starts with {head[:24]!r}); accepted: "
+                                ".pt/.pth files written by torch.save and .safetensors files")
 
 
 def _load_torch(path: Path) -> object:
