@@ -30,8 +30,9 @@ _EXPORTS: dict[str, str] = {
     "CacheError": "infra.errors", "CheckpointError": "infra.errors", "ConfigError": "infra.errors",
     "DataError": "infra.errors", "NonFiniteWeightsError": "infra.errors",
     "TrainingDivergedError": "infra.errors",
-    "BatchNormWarning": "infra.errors",
-    "FileWriteError": "infra.errors",
+    "BatchNormWarning": "infra.errors", "NonFiniteLossWarning": "infra.errors",
+    "FileWriteError": "infra.errors", "MetaDeviceError": "infra.errors", "WeightOverflowError": "infra.errors",
+    "CurvatureError": "infra.errors",
     # parameter spaces and checkpoints
     "ParameterSpace": "space.params", "load_state_dict": "space.checkpoints",
     "save_state_dict": "space.checkpoints",
