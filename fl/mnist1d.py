@@ -5,10 +5,16 @@ arguments (``get_dataset_args()``: 5000 signals, 80/20 split, length 40, seed 42
 the data are the paper's standard 4000 training and 1000 test signals. The package's
 download path and its pickle cache are never used. The generated arrays are cached as
 ``<root>/mnist1d-<package version>.npz`` together with a SHA-256 digest of their bytes.
-The generator is deterministic, so the digest of its output is recorded here
-(:data:`DATA_SHA256`): a cache file whose arrays do not have it (unreadable, damaged, or
-edited with a recomputed digest) is regenerated with a warning, never trusted, and generated
-data without it (another ``mnist1d`` or NumPy) are refused with a ``DataError``. Writes go through the toolkit's link-safe atomic writer (:mod:`landscape.infra.files`),
+
+The generator is deterministic, so a fingerprint of its output is recorded here: the
+SHA-256 of the labels (integers: the same bits on every machine) and four random
+projections of the inputs (:data:`INPUT_PROJECTIONS`). The inputs are float32 results of
+float64 arithmetic whose last bits may differ between CPUs (NumPy dispatches other SIMD
+kernels on AVX-512), so the projections are compared to ``PROJECTION_RTOL`` of their scale
+``sum_i |w_i x_i|``, not bit for bit. A cache file that does not match (unreadable, damaged,
+or edited with a recomputed digest) is regenerated with a warning, never trusted, and
+generated data that do not match (another ``mnist1d`` or NumPy) are refused with a
+``DataError``. Writes go through the toolkit's link-safe atomic writer (:mod:`landscape.infra.files`),
 so a reader never sees a partial file and no existing file or link is written through; the data
 folder itself may be a link (the user's choice of where data live) and is followed.
 """
@@ -29,8 +35,19 @@ from landscape.infra.files import write_atomic
 
 #: Keys of the cached arrays, in digest order.
 KEYS = ("x", "y", "x_test", "y_test")
-#: :func:`digest` of :func:`generate`'s arrays with mnist1d 0.0.2.post1 and NumPy 2.4 (constraints.txt).
-DATA_SHA256 = "07baaaae71e3adcf985b8fde2c7b9ed8630efb6fa82db702a49387331482a30a"
+#: SHA-256 of the generator's labels ``y`` then ``y_test`` as little-endian int64 (mnist1d 0.0.2.post1).
+LABELS_SHA256 = "6feec4a017698c7fe237c8854cbd2e338c6dd5c16240f6fa79daefaaa129e169"
+#: ``w_j @ x`` of the generator's inputs for the four integer weight vectors ``w_j`` in [-1000, 1000]
+#: drawn by ``numpy.random.default_rng(PROJECTION_SEED)`` (``x`` first, then ``x_test``).
+INPUT_PROJECTIONS = {
+    "x": (-130210.87063254233, 411755.4912186445, 56580.482636525965, -204531.2698208622),
+    "x_test": (21073.03874381671, -98005.40899410177, -81958.16676058927, 83813.24555440113)}
+PROJECTION_SEED = 20261125
+#: Relative tolerance of a projection, against its scale ``sum_i |w_i x_i|``. Inputs that differ
+#: by one float32 rounding (2**-24 relative) per value move a projection by at most 6e-8 of its
+#: scale; an edit is found when it moves one by 1e-6 of it (about 60 in these units: scaling
+#: the inputs by 1.001 or adding 1e-3 to every value is found).
+PROJECTION_RTOL = 1e-6
 
 
 def load_mnist1d(root: Path) -> dict[str, np.ndarray]:
@@ -50,7 +67,7 @@ def load_mnist1d(root: Path) -> dict[str, np.ndarray]:
     Raises
     ------
     DataError
-        When the installed generator does not produce the recorded data (:data:`DATA_SHA256`).
+        When the installed generator does not produce the recorded data (:func:`matches_generator`).
     """
     path = cache_path(root)
     arrays = _read_cache(path)
@@ -59,10 +76,10 @@ def load_mnist1d(root: Path) -> dict[str, np.ndarray]:
             warnings.warn(f"{path}: not the MNIST-1D data of the mnist1d generator (unreadable, or its SHA-256 "
                           "differs from the generator's output); regenerating it", stacklevel=2)
         arrays = generate()
-        if digest(arrays) != DATA_SHA256:
-            raise DataError(f"mnist1d {_package_version()} generated data whose SHA-256 differs from the "
-                            f"recorded one of its output ({DATA_SHA256[:12]}...); install the versions pinned "
-                            "in constraints.txt (mnist1d==0.0.2.post1)")
+        if not matches_generator(arrays):
+            raise DataError(f"mnist1d {_package_version()} generated data that differ from the recorded "
+                            f"fingerprint of its output (labels SHA-256 {LABELS_SHA256[:12]}...); install the "
+                            "versions pinned in constraints.txt (mnist1d==0.0.2.post1)")
         _write_cache(path, arrays)
     return arrays
 
@@ -130,6 +147,39 @@ def digest(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
+def matches_generator(arrays: dict[str, np.ndarray]) -> bool:
+    """Whether ``arrays`` are the generator's output: labels bit for bit, inputs to rounding.
+
+    Parameters
+    ----------
+    arrays : dict
+        The four MNIST-1D arrays.
+
+    Returns
+    -------
+    bool
+        The labels' SHA-256 is :data:`LABELS_SHA256` and every projection of
+        :data:`INPUT_PROJECTIONS` agrees to ``PROJECTION_RTOL`` of its scale.
+    """
+    labels = hashlib.sha256()
+    for key in ("y", "y_test"):
+        labels.update(np.ascontiguousarray(arrays[key]).astype("<i8").tobytes())
+    if labels.hexdigest() != LABELS_SHA256:
+        return False
+    rng = np.random.default_rng(PROJECTION_SEED)
+    for key, recorded in INPUT_PROJECTIONS.items():
+        if arrays[key].shape != (len(arrays[key.replace("x", "y")]), 1, 40):
+            return False
+        x = np.asarray(arrays[key], dtype=np.float64).ravel()
+        if not np.isfinite(x).all():
+            return False
+        w = rng.integers(-1000, 1001, size=(len(recorded), x.size)).astype(np.float64)
+        scale = np.abs(w) @ np.abs(x)
+        if not np.all(np.abs(w @ x - np.asarray(recorded)) <= PROJECTION_RTOL * scale):
+            return False
+    return True
+
+
 def _read_cache(path: Path) -> dict[str, np.ndarray] | None:
     """The cached arrays, or None when the file is missing, unreadable or not the generator's data."""
     if not path.is_file():
@@ -137,9 +187,10 @@ def _read_cache(path: Path) -> dict[str, np.ndarray] | None:
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in KEYS}
+            stored = str(npz["digest"])  # the file's own digest: damage to the bytes
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None
-    return arrays if digest(arrays) == DATA_SHA256 else None
+    return arrays if stored == digest(arrays) and matches_generator(arrays) else None
 
 
 def _write_cache(path: Path, arrays: dict[str, np.ndarray]) -> None:
