@@ -97,9 +97,9 @@ def merge_settings(recipe: str | None, explicit: Mapping[str, Any]) -> dict[str,
         Merged settings (``algorithm`` included when either gives it).
     """
     settings = recipe_settings(recipe)
-    algorithm = explicit.get("algorithm", settings.get("algorithm", "fedavg"))
-    foreign = foreign_recipe_options(recipe, algorithm) if isinstance(algorithm, str) and \
-        algorithm in algorithms.registry() else {}
+    chosen = explicit.get("algorithm", settings.get("algorithm", "fedavg"))
+    known = chosen in algorithms.registry() if isinstance(chosen, str) else False  # else build_config refuses it
+    foreign = foreign_recipe_options(recipe, chosen) if known else {}
     return {**{k: v for k, v in settings.items() if k not in foreign}, **explicit}
 
 
