@@ -13,7 +13,8 @@ algorithm, found by the registry), ``recipes`` (papers' settings), ``cli`` (``fl
 """
 from .api import run
 from .config import RunConfig
+from .manifest import seal as seal_run
 from .reader import Run, load_run
 from .recipes import RECIPES, Recipe
 
-__all__ = ["RECIPES", "Recipe", "Run", "RunConfig", "load_run", "run"]
+__all__ = ["RECIPES", "Recipe", "Run", "RunConfig", "load_run", "run", "seal_run"]

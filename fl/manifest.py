@@ -46,6 +46,8 @@ _ROUND_FILE = re.compile(r"round_(\d{4,})\.safetensors")
 #: Folders of per-round checkpoints of the server (client checkpoints live in ``clients/``).
 SERVER_FOLDERS = ("global", "train", "state", "client_state")
 _RESTORE = "restore the run folder from a copy, or rerun it into a new folder"
+_SEAL = ("a folder written before run manifests existed can be sealed once, after you have checked it: "
+         "fl.seal_run(PATH)")
 
 
 def json_digest(value: Any) -> str:
@@ -133,8 +135,8 @@ class Manifest:
             data = json.loads(read_file(path, "run manifest", CheckpointError))
         except FileNotFoundError:
             raise CheckpointError(path, "missing: every run folder written by fl.run records its content "
-                                        "there, so this folder is incomplete or was not written by fl.run; "
-                                        f"{_RESTORE}") from None
+                                        "there, so this folder is incomplete, was not written by fl.run, or was "
+                                        f"written by an older version; {_RESTORE}; {_SEAL}") from None
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
             raise CheckpointError(path, f"corrupt JSON: {exc}; {_RESTORE}") from None
         if not _well_formed(data):
@@ -333,3 +335,41 @@ def _checkpoints(store: RunStore, upto: int, client_state: bool) -> set[str]:
     for r in range(1, upto + 1):
         found.update(p.relative_to(store.path).as_posix() for p in store.client_checkpoints(r).values())
     return found
+
+
+def seal(path: str | Path) -> Path:
+    """Write the manifest of a complete-round run folder that has none (written by an older fl).
+
+    Every checkpoint must carry its own SHA-256 (:data:`DIGEST_KEY`) and match it, and the
+    metrics and partition must be readable; the manifest then records the folder as it is.
+    Seal only a folder you trust: from then on any change to it is refused.
+
+    Parameters
+    ----------
+    path : str or Path
+        The run folder.
+
+    Returns
+    -------
+    Path
+        The manifest written.
+
+    Raises
+    ------
+    CheckpointError
+        When the folder already has a manifest, holds no complete round, or a checkpoint
+        lacks or differs from its digest.
+    """
+    store = RunStore(Path(path))
+    target = store.path / "manifest.json"
+    if target.exists() or target.is_symlink():
+        raise CheckpointError(target, "exists: this run is sealed already (fl.load_run checks it)")
+    last = store.read_progress()
+    if last is None:
+        raise CheckpointError(store.path, "holds no complete round to seal")
+    metrics = store.read_metrics(last)
+    for r in range(last + 1):
+        for name in _round_checkpoints(store, r):
+            store.read_state(store.path / name, stored_digest(store.path / name))
+        record_round(store, r, metrics[r])
+    return target

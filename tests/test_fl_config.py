@@ -8,6 +8,7 @@ import hashlib
 import json
 
 import pytest
+import torch
 
 import fl
 from fl import resolve
@@ -16,7 +17,7 @@ from fl.cli import build_parser, main, run_from_args
 from fl.config import RunConfig, check_stored_config, config_digest, volatile_keys
 from fl.recipes import Recipe
 from fl.resolve import build_config
-from landscape import ConfigError
+from landscape import CheckpointError, ConfigError
 
 TINY = dict(dataset="digits", clients=3, rounds=1, batch_size=64, lr=0.1, progress=False, device="cpu")
 
@@ -192,15 +193,24 @@ def test_help_shows_every_setting_with_its_default():
 
 
 def test_a_folder_written_before_recipes_existed_is_reopened(tmp_path):
-    """config.json of the previous writer (no ``recipe`` key): it loads, its digest is the
-    previous formula's, and the same call reopens the run instead of retraining it."""
+    """config.json of the previous writer (no ``recipe`` key, no run manifest): it is refused
+    with the way out, sealed once, and then the same call reopens the run instead of retraining
+    it; its digest is the previous formula's."""
     first = fl.run("fedprox", out=tmp_path, mu=0.2, **TINY)
-    old = {k: v for k, v in first.config.items() if k != "recipe"}
+    old = {k: v for k, v in first.config.items() if k not in ("recipe", "recipe_dropped")}
     (tmp_path / "config.json").write_text(json.dumps(old, indent=2, sort_keys=True))
+    (tmp_path / "manifest.json").unlink()
     previous_volatile = ("device", "data_root", "download", "backend", "n_jobs")
     stable = {k: v for k, v in old.items() if k not in previous_volatile}
     assert config_digest(old) == hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:10]
     assert config_digest(old) == config_digest(first.config)
+    with pytest.raises(CheckpointError, match=r"manifest\.json: missing.*older version.*fl\.seal_run"):
+        fl.load_run(tmp_path)
+    fl.seal_run(tmp_path)
+    with pytest.raises(CheckpointError, match="sealed already"):
+        fl.seal_run(tmp_path)
     calls = []
     again = fl.run("fedprox", out=tmp_path, mu=0.2, on_round=lambda r, m: calls.append(r), **TINY)
     assert calls == [] and again.complete and "recipe" not in again.config
+    for r in again.rounds:
+        torch.testing.assert_close(again.global_state(r), first.global_state(r), rtol=0, atol=0)
