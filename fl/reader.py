@@ -14,6 +14,7 @@ from torch.utils.data import TensorDataset
 from landscape import CheckpointError, ConfigError
 
 from .config import check_stored_config
+from .convergence import Convergence, assess
 from .manifest import Manifest, verify
 from .rundir import checked_partition, saves_clients
 from .store import RunStore, State
@@ -91,6 +92,16 @@ class Run:
     def metrics(self) -> list[dict[str, Any]]:
         """One dict per complete round: ``round``, ``test_loss``, ``test_accuracy``, ...."""
         return self.store.read_metrics()
+
+    def convergence(self) -> Convergence:
+        """Whether the global test accuracy has stopped rising (:func:`fl.convergence.assess`).
+
+        Returns
+        -------
+        Convergence
+            ``converged``, the slope over the last 10% of rounds (at least 5) and the plateau.
+        """
+        return assess(self.metrics)
 
     def _verified(self, round: int) -> Manifest:
         """The manifest, checked against the folder up to ``round`` at least."""

@@ -19,6 +19,7 @@ def test_slope_and_plateau_of_a_real_run_match_an_independent_fit(tmp_path):
     fit = stats.linregress(np.arange(8, 13), acc[-5:])
     assert c.slope == pytest.approx(fit.slope, abs=1e-12) and c.plateau == pytest.approx(acc[-5:].mean())
     assert c.converged == (fit.slope < MAX_SLOPE)
+    assert run.convergence() == c == fl.load_run(tmp_path / "run").convergence()
 
 
 def test_a_climbing_run_is_not_converged_and_a_flat_one_is():
