@@ -261,7 +261,8 @@ class Evaluator:
         """
         vec = self.space.to_vector(model, dtype=torch.float64)
         source = (str(model) if isinstance(model, (str, os.PathLike)) else "a flat vector"
-                  if isinstance(model, torch.Tensor) else type(model).__name__)
+                  if isinstance(model, torch.Tensor) else "a state_dict" if isinstance(model, Mapping)
+                  else type(model).__name__)
         check_headroom(vec, self.dtype, source)
         return vec
 
