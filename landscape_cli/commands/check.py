@@ -17,7 +17,7 @@ from landscape_cli.inputs import Context
 from landscape_cli.limits import MAX_ITERATIONS, check_points, iteration_count
 from landscape_cli.output import emit
 from landscape_cli.parsing import (Formatter, Parser, api_default, count_at_least_2, finite_float,
-                                   nonnegative_float, number, positive_int, seed_int)
+                                   nonnegative_float, number, plane_margin, positive_int, seed_int)
 
 METRICS = ("accuracy", "loss")
 
@@ -73,8 +73,8 @@ def register(sub: Any) -> None:
                    help="plane through the first three clients, or the clients' top-2 PCA around the global")
     p.add_argument("--resolution", type=count_at_least_2, default=api_default(fn, "resolution"),
                    help="grid points per axis")
-    p.add_argument("--margin", type=nonnegative_float, default=api_default(fn, "margin"),
-                   help="grid margin around the models")
+    p.add_argument("--margin", type=plane_margin, default=api_default(fn, "margin"),
+                   help="grid margin around the models: the fraction of their bounding box added on each side")
     p.add_argument("--level", type=finite_float,
                    help="sublevel c of the basin (default: highest loss at the clients)")
     p.add_argument("--barrier-threshold", type=nonnegative_float, default=api_default(fn, "barrier_threshold"),
