@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from landscape import ConfigError, DataError
+from landscape.infra.options import did_you_mean
 
 DATASETS = ("digits", "mnist1d", "mnist", "fashionmnist", "cifar10", "cifar100", "svhn")
 
@@ -91,7 +92,7 @@ def load_dataset(name: str = "digits", *, root: str | os.PathLike | None = None,
     if key == "digits":
         return _load_digits()
     if key not in _READERS and key != "mnist1d":
-        raise DataError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}.")
+        raise DataError(unknown_dataset(name))
     root = default_root() if root is None else Path(root).expanduser()
     if key == "mnist1d":
         from .mnist1d import load_mnist1d
@@ -205,6 +206,21 @@ _READERS: dict[str, Callable[[str, Path, bool], tuple[_Split, _Split, int]]] = {
     "cifar10": _read_cifar, "cifar100": _read_cifar, "svhn": _read_svhn,
 }
 _ALIASES = {"fmnist": "fashionmnist"}
+
+
+def unknown_dataset(name: str) -> str:
+    """The message for a dataset name that is not one of :data:`DATASETS`: the list and a did-you-mean.
+
+    Parameters
+    ----------
+    name : str
+        The name given.
+
+    Returns
+    -------
+    str
+    """
+    return f"unknown dataset {name!r}{did_you_mean(canonical_name(name), DATASETS)}; choose one of {', '.join(DATASETS)}."
 
 
 def canonical_name(name: str) -> str:

@@ -17,9 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from landscape import ConfigError
-from landscape.infra.options import did_you_mean
 
-from .datasets import canonical_name
+from .datasets import canonical_name, unknown_dataset
 
 MODELS: tuple[str, ...] = ("mlp", "mnist1d_mlp", "mnist1d_cnn", "fedgucci_cnn", "floco_cnn", "ima_cnn", "ima_digit_cnn",
                            "resnet20_bn", "resnet20_gn", "resnet18_gn")
@@ -355,8 +354,7 @@ def default_model(dataset: str) -> str:
     FedGuCci's CNN for CIFAR-10/100 and SVHN."""
     key = canonical_name(dataset)
     if key not in _DEFAULT_MODEL:  # every embedded or torchvision dataset has a default model
-        raise ConfigError(f"unknown dataset {dataset!r}{did_you_mean(key, _DEFAULT_MODEL)}; choose one of "
-                          f"{', '.join(_DEFAULT_MODEL)}.")
+        raise ConfigError(unknown_dataset(dataset))
     return _DEFAULT_MODEL[key]
 
 
