@@ -368,12 +368,14 @@ def test_report_run_given_a_file_says_it_is_not_a_run_folder(files, capsys):
     tally("bad inputs rejected")
 
 
-@pytest.mark.parametrize("dataset, fragment", [("bogus", "unknown dataset 'bogus'; choose one of digits, mnist1d"),
-                                               ("cifar-11", "unknown dataset 'cifar-11' (did you mean 'cifar10'?)")])
-def test_fl_run_unknown_dataset_lists_the_datasets(tmp_path, capsys, dataset, fragment):
+@pytest.mark.parametrize("extra, fragment", [
+    (["--dataset", "bogus"], "unknown dataset 'bogus'; choose one of digits, mnist1d"),
+    (["--dataset", "cifar-11"], "unknown dataset 'cifar-11' (did you mean 'cifar10'?)"),
+    (["--dataset", "mnst", "--model", "mlp"], "unknown dataset 'mnst' (did you mean 'mnist'?)")])
+def test_fl_run_unknown_dataset_lists_the_datasets(tmp_path, capsys, extra, fragment):
     from fl.cli import main as fl_main
 
-    code = fl_main(["--dataset", dataset, "--rounds", "1", "--out", str(tmp_path / "run")])
+    code = fl_main([*extra, "--rounds", "1", "--out", str(tmp_path / "run")])
     lines = capsys.readouterr()[1].strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("fl-run: error:") and fragment in lines[0], lines
     assert not (tmp_path / "run").exists()
