@@ -143,8 +143,8 @@ def test_simplex_volume_is_cayley_menger() -> None:
          {"w": torch.tensor([0.0, 4.0], requires_grad=True)}]
     vol = simplex_volume_sq(p)
     # exact float32 squared distances of small integers into a float64 LU determinant, whose rounding error
-    # (about 1e-15 here) depends on the matrix's conditioning rather than on a sum: pytest's default relative
-    # 1e-6 (and assert_close's float32 defaults for the gradient, cast to float32) is a loose bound on purpose
+    # scales with float64's 1e-16 times the matrix's conditioning rather than with a sum: pytest's default
+    # relative 1e-6 (and assert_close's float32 defaults for the gradient, cast to float32) is loose on purpose
     assert float(vol.detach()) == pytest.approx(36.0)
     assert float(simplex_volume_sq(p[:2])) == pytest.approx(9.0)
     vol.backward()  # d(area^2)/d(apex) = 2 * 6 * (0, 1.5)
