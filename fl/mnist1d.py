@@ -73,8 +73,8 @@ def load_mnist1d(root: Path) -> dict[str, np.ndarray]:
     arrays = _read_cache(path)
     if arrays is None:
         if path.exists() or path.is_symlink():
-            warnings.warn(f"{path}: not the MNIST-1D data of the mnist1d generator (unreadable, or its SHA-256 "
-                          "differs from the generator's output); regenerating it", stacklevel=2)
+            warnings.warn(f"{path}: not the MNIST-1D data of the mnist1d generator (unreadable, damaged, or "
+                          "its arrays differ from the generator's recorded fingerprint); regenerating it", stacklevel=2)
         arrays = generate()
         if not matches_generator(arrays):
             raise DataError(f"mnist1d {_package_version()} generated data that differ from the recorded "
