@@ -1,4 +1,4 @@
-"""Targets of issue 17 on MNIST-1D: barriers before/after permutation alignment and REPAIR,
+"""Mode-connectivity targets on MNIST-1D: barriers before/after permutation alignment and REPAIR,
 a BatchNorm CNN under each BatchNorm handling, learned curves vs the line, alignment time of
 two ResNet-20s, and a cross-check of weight matching against the ``rebasin`` package.
 

@@ -1,4 +1,4 @@
-"""Cache cost against the number of stored entries (issue 15 item 8).
+"""Cache cost against the number of stored entries.
 
 For each size N the cache holds N point sets of a 51x51 plane (2,601 points: loss,
 accuracy, done) plus what the timed operations added; the table gives the median wall time

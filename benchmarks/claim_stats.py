@@ -55,7 +55,7 @@ class ClaimRow:
     Parameters
     ----------
     claim : str
-        Claim number and letter of issue 13 section 4 (e.g. ``"1a"``).
+        Claim number and letter in the claims table (e.g. ``"1a"``).
     statement : str
         What the paper claims, in the direction measured.
     metric : str

@@ -1,4 +1,4 @@
-"""Measure the papers' claims (issue 13, section 4) on MNIST-1D over seeds; write docs/claims.md.
+"""Measure the papers' claims on MNIST-1D over seeds; write docs/claims.md.
 
 Every FL run comes from a recipe of :mod:`fl.recipes` (the baseline is the same recipe with
 the algorithm replaced and its options removed); central training (claims 2-3) uses the

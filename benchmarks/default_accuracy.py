@@ -1,4 +1,4 @@
-"""Test accuracy of every FL algorithm with the engine's DEFAULT settings (issue 13 §2 target).
+"""Test accuracy of every FL algorithm with the engine's DEFAULT settings.
 
     python benchmarks/default_accuracy.py                 # all algorithms, seed 0
     python benchmarks/default_accuracy.py --seeds 0 1 2 --algorithms fedavg lss

@@ -1,4 +1,4 @@
-"""Figures of mode connectivity beyond the straight line (issue 17).
+"""Figures of mode connectivity beyond the straight line.
 
 * :func:`alignment_figure` / :func:`alignment_plotly` -- interpolation paths before and after
   permutation alignment (and REPAIR), from the paths of a "connected modulo permutation"

@@ -348,7 +348,7 @@ def test_links_in_the_cache_folder_are_never_written_through(tmp_path):
 
 
 def test_a_full_disk_leaves_no_temporary_file_and_a_later_write_works(tmp_path, monkeypatch):
-    """Issue 15 item 2: an uncaught h5py error, then a segmentation fault on the next run, and
+    """Once: an uncaught h5py error, then a segmentation fault on the next run, and
     temporary files filling the disk. Now: one clear error, nothing left, the next write works."""
     cache = Cache(tmp_path / "c", flush_interval=0.0)
     cache.add_points("k", 4, np.arange(2), np.ones(2), np.ones(2))

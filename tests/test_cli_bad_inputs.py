@@ -76,7 +76,7 @@ def models(f: dict[str, str], *ckpts: str, data: str = "data.npz") -> list[str]:
 # (command words, extra arguments, checkpoints (None: three good ones), data file, fragment the message contains,
 #  fragment it must not contain)
 CORPUS = [
-    # issue 15, item 6: meaningless values
+    # meaningless values
     (["plane"], ["--span", "0", "--kind", "random"], None, "data.npz", "--span", None),
     (["plane"], ["--level", "nan"], None, "data.npz", "--level", None),
     (["plane"], ["--level", "inf"], None, "data.npz", "--level", None),
@@ -95,7 +95,7 @@ CORPUS = [
     (["check", "group"], ["--weights", "0", "0", "0"], None, "data.npz", "--weights", None),
     (["decompose"], ["--weights", "0", "0", "0"], None, "data.npz", "--weights", None),
     (["path"], ["--device", "banana"], ("m0.pt", "m1.pt"), "data.npz", "--device", None),
-    # issue 15, item 5: huge sizes refused early (the memory available is fixed below)
+    # huge sizes refused early (the memory available is fixed below)
     (["plane"], ["--resolution", "10001"], None, "data.npz", "--resolution", None),
     (["path"], ["--alphas", "100000000"], ("m0.pt", "m1.pt"), "data.npz", "--alphas", None),
     (["check", "shared-basin"], ["--resolution", "10001"], None, "data.npz", "--resolution", None),

@@ -250,7 +250,7 @@ def test_pickle_payloads_are_never_executed(tmp_path):
 
 # ------------------------------------------------------------------------ planted links
 def test_links_planted_where_files_are_written_are_never_followed(tmp_path):
-    """Issue 15 item 1: every writer (checkpoints, cache entries, figures, report pages, JSON)
+    """Every writer (checkpoints, cache entries, figures, report pages, JSON)
     refuses a target that is a link and ignores links at the fixed temporary names older
     writers used; the file the links point to never changes."""
     import figures

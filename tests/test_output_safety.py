@@ -1,4 +1,4 @@
-"""Reports and figures are written through the link-safe primitive (issue 15 items 1 and 2):
+"""Reports and figures are written through the link-safe primitive:
 links planted in a report folder never redirect a write, and a full or read-only output folder
 gives one clear line naming the path."""
 from __future__ import annotations
@@ -100,7 +100,7 @@ def tiny_run(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("planted", ["report.json", "index.html", ".index.html.tmp", "report"])
 def test_landscape_report_refuses_or_avoids_planted_links(tiny_run, tmp_path, outside, planted, capsys):
-    """Issue 15 item 1: ``landscape report`` overwrote files that links in ``report/`` pointed to."""
+    """``landscape report`` once overwrote files that links in ``report/`` pointed to."""
     from landscape_cli.main import main
 
     run = tmp_path / "run"
@@ -168,7 +168,7 @@ def checkpoints(tmp_path_factory) -> list[Path]:
 
 
 def test_cli_cache_on_a_full_disk_fails_in_one_line_twice_and_leaves_nothing(full_fs, checkpoints, tmp_path):
-    """Issue 15 item 2: an uncaught h5py OSError, then a segmentation fault (exit 139) on the
+    """Once: an uncaught h5py OSError, then a segmentation fault (exit 139) on the
     second run, and temporary cache files filling the rest of the disk."""
     args = ["path", "--module", "mlp", "--checkpoints", *checkpoints, "--data", "digits", "--alphas", 5,
             "--out", tmp_path / "out", "--cache", full_fs / "cache"]

@@ -1,4 +1,4 @@
-"""Run-folder hardening (issue 15 items 1, 3, 4): no reads or writes through planted links, a
+"""Run-folder hardening: no reads or writes through planted links, a
 diverged run is stopped and never stored as complete, and a tampered folder gives a clear
 error instead of a silently different run."""
 from __future__ import annotations

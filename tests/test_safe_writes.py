@@ -1,4 +1,4 @@
-"""Link-safe atomic writes (issue 15 items 1 and 2): links planted at the target, at temporary
+"""Link-safe atomic writes: links planted at the target, at temporary
 names and as the folder never redirect a write; a full or read-only disk gives one clear error,
 leaves no temporary file and keeps the previous file."""
 from __future__ import annotations

@@ -8,7 +8,7 @@ into on damaged metadata.
 
 Files are built in a memory buffer and written by the caller in one piece: no h5py object
 ever holds a file on disk open for writing, so a full disk cannot leave one behind in a
-broken state (issue 15 saw a segmentation fault after a failed on-disk write).
+broken state (a segmentation fault was once seen after a failed on-disk write).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Mode connectivity beyond the straight line (issue 17).
+"""Mode connectivity beyond the straight line.
 
 * :mod:`.graph` (with :mod:`.rules`, :mod:`.units`) -- permutation groups of any model, found
   from its traced ATen graph; :mod:`.permute` applies permutations.
