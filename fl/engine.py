@@ -181,6 +181,7 @@ class Engine:
         self.global_state: State = {}
         self.server_state: State = {}
         self.client_states: dict[int, State] = {}
+        self.manifest: dict[str, Any] | None = None  # as last recorded (record_round's ``previous``)
         self.backend = str(config.get("backend", "sequential"))
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
@@ -233,7 +234,7 @@ class Engine:
     def _resume(self, last: int) -> None:
         st = self.store
         manifest = verify(st, last, client_state=True)  # the folder is the run its manifest records
-        manifest.check_partition(*st.read_partition())
+        self.manifest = manifest.data  # fl.run checked the partition against the seed
         path = st.train_path(last) if self.custom_arch else st.global_path(last)
         loaded = st.read_state(path, manifest.digest_of(path))
         self.global_state = {k: loaded[k].to(self.device) for k in self.keys}
@@ -332,7 +333,7 @@ class Engine:
             st.write_state(st.state_path(r), self.server_state)
         st.write_client_states(r, client_states)
         st.append_metrics(record)
-        record_round(st, r, record)
+        self.manifest = record_round(st, r, record, self.manifest)
         st.mark(r, complete=r == int(self.config["rounds"]))
         st.prune_client_states(r)
 

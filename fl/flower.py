@@ -37,7 +37,7 @@ from .datasets import load_dataset
 from .evaluation import evaluate
 from .manifest import record_round
 from .resolve import build_config
-from .rundir import prepare_dir, saves_clients, split_clients
+from .rundir import prepare_dir, refuse_foreign, saves_clients, split_clients
 from .store import RunStore, check_round_finite
 from .template import build_template, check_model_fits
 
@@ -86,6 +86,7 @@ class FlowerRecorder:
         check_model_fits(self.module, bundle)
         self.config, self.store = config, RunStore(out)
         self.test_x, self.test_y = bundle.test_x, bundle.test_y
+        refuse_foreign(self.store)  # before the lock file is created in it
         with self.store.lock():
             if prepare_dir(self.store, config):
                 raise ConfigError(f"{self.store.path} already holds a recorded run; choose another folder")
@@ -93,6 +94,7 @@ class FlowerRecorder:
             self.store.write_config(config)
             self.store.write_partition(train_parts, test_parts)
         self.keys = list(self.module.state_dict())
+        self.manifest: dict[str, Any] | None = None  # as last recorded (record_round's ``previous``)
 
     @property
     def path(self) -> Path:
@@ -155,7 +157,7 @@ class FlowerRecorder:
                 self.store.write_state(self.store.client_path(round, k), self.state(arrays))
         self.store.write_state(self.store.global_path(round), state)
         self.store.append_metrics(record)
-        record_round(self.store, round, record)
+        self.manifest = record_round(self.store, round, record, self.manifest)
         self.store.mark(round, complete=round == int(self.config["rounds"]))
 
 

@@ -21,7 +21,8 @@ A checkpoint's ``sha256`` is the digest of its tensors that it carries in its me
 files and metrics line and before ``progress.json`` (:func:`record_round`), so the manifest
 is never behind the progress marker: after a kill it may be one round ahead, and that round is
 recorded again when the run resumes. :func:`verify` checks a folder against it up to the last
-complete round; the partition is checked by :meth:`Manifest.check_partition` where it is read.
+complete round. The partition is checked where it is read against a fresh draw from the run's
+seed (:func:`fl.rundir.checked_partition`), which is stronger than its recorded digest.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from landscape import CheckpointError
-from landscape.infra.files import write_atomic
+from landscape.infra.files import write_json
 from landscape.infra.reading import read_file
 from landscape.space.checkpoints import DIGEST_KEY, stored_digest
 
@@ -108,7 +109,7 @@ class Manifest:
     @property
     def path(self) -> Path:
         """The manifest file."""
-        return self.store.path / "manifest.json"
+        return self.store.manifest_path
 
     @classmethod
     def read(cls, store: RunStore) -> "Manifest":
@@ -129,7 +130,7 @@ class Manifest:
         CheckpointError
             When the file is missing, a link, not a regular file, or damaged.
         """
-        path = store.path / "manifest.json"
+        path = store.manifest_path
         refuse_links([path])
         try:
             data = json.loads(read_file(path, "run manifest", CheckpointError))
@@ -165,23 +166,6 @@ class Manifest:
         """
         entry = self.data["checkpoints"].get(path.relative_to(self.store.path).as_posix())
         return None if entry is None else entry["sha256"]
-
-    def check_partition(self, train: Sequence[np.ndarray], test: Sequence[np.ndarray]) -> None:
-        """Refuse a partition other than the one recorded.
-
-        Parameters
-        ----------
-        train, test : Sequence[np.ndarray]
-            The index arrays read from ``partition.npz``.
-
-        Raises
-        ------
-        CheckpointError
-            Naming ``partition.npz``.
-        """
-        if partition_digest(train, test) != self.data["partition"]:
-            raise CheckpointError(self.store.partition_path, "differs from the partition recorded in the run's "
-                                                             f"manifest (edited or swapped?); {_RESTORE}")
 
 
 def verify(store: RunStore, upto: int, *, client_state: bool = False) -> Manifest:
@@ -248,7 +232,8 @@ def verify(store: RunStore, upto: int, *, client_state: bool = False) -> Manifes
     return manifest
 
 
-def record_round(store: RunStore, round: int, record: Mapping[str, Any]) -> None:
+def record_round(store: RunStore, round: int, record: Mapping[str, Any],
+                 previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Record round ``round`` in the manifest: its checkpoints (as found on disk) and metrics record.
 
     Called by the writer after the round's files and metrics line and before ``progress.json``;
@@ -263,6 +248,15 @@ def record_round(store: RunStore, round: int, record: Mapping[str, Any]) -> None
         The round just written.
     record : Mapping[str, Any]
         Its metrics record, as appended to ``metrics.jsonl``.
+    previous : Mapping[str, Any], optional
+        The manifest of the previous rounds as this writer last recorded it (what this
+        function returned, or the ``data`` of a verified :class:`Manifest`); None reads it from
+        the folder. A writer that keeps it avoids re-reading a file that grows with every round.
+
+    Returns
+    -------
+    dict[str, Any]
+        The manifest written (pass it as ``previous`` of the next round).
 
     Raises
     ------
@@ -270,23 +264,30 @@ def record_round(store: RunStore, round: int, record: Mapping[str, Any]) -> None
         When a checkpoint just written carries no digest, or the manifest of the previous
         rounds is missing or damaged.
     """
+    if round > 0 and previous is None:
+        previous = Manifest.read(store).data
+    data = _with_round(store, round, record, previous)
+    write_json(store.manifest_path, data, indent=1, sort_keys=True)
+    return data
+
+
+def _with_round(store: RunStore, round: int, record: Mapping[str, Any],
+                previous: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The manifest ``previous`` (None for round 0) with round ``round`` recorded, sealed by its digest."""
     if round == 0:
-        data: dict[str, Any] = {"config": json_digest(store.read_config()),
-                                "partition": partition_digest(*store.read_partition()), "metrics": [],
-                                "checkpoints": {}}
-    else:
-        data = Manifest.read(store).data
-    keep = {name: e for name, e in data["checkpoints"].items() if e["round"] < round and
+        previous = {"config": json_digest(store.read_config()),
+                    "partition": partition_digest(*store.read_partition()), "metrics": [], "checkpoints": {}}
+    keep = {name: e for name, e in previous["checkpoints"].items() if e["round"] < round and
             (not name.startswith("client_state/") or e["round"] == round - 1)}
     for name, client in _round_checkpoints(store, round).items():
         digest = stored_digest(store.path / name)
         if digest is None:
             raise CheckpointError(store.path / name, f"was written without its SHA-256 ({DIGEST_KEY})")
         keep[name] = {"round": round, "client": client, "sha256": digest}
-    data = {"format": FORMAT, "round": round, "config": data["config"], "partition": data["partition"],
-            "metrics": data["metrics"][:round] + [json_digest(dict(record))], "checkpoints": keep}
+    data = {"format": FORMAT, "round": round, "config": previous["config"], "partition": previous["partition"],
+            "metrics": previous["metrics"][:round] + [json_digest(dict(record))], "checkpoints": keep}
     data["digest"] = json_digest(data)
-    write_atomic(store.path / "manifest.json", (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+    return data
 
 
 def _well_formed(data: Any) -> bool:
@@ -315,8 +316,8 @@ def _what(name: str, entry: Mapping[str, Any]) -> str:
 
 def _round_checkpoints(store: RunStore, round: int) -> dict[str, int | None]:
     """Relative path -> client id (None for server files) of the checkpoints of ``round`` on disk."""
-    paths: dict[Path, int | None] = {store.path / folder / f"round_{round:04d}.safetensors": None
-                                     for folder in SERVER_FOLDERS}
+    paths: dict[Path, int | None] = {p: None for p in (store.global_path(round), store.train_path(round),
+                                                       store.state_path(round), store.client_state_path(round))}
     paths.update({p: k for k, p in store.client_checkpoints(round).items()})
     return {p.relative_to(store.path).as_posix(): k for p, k in paths.items() if p.exists() or p.is_symlink()}
 
@@ -361,15 +362,19 @@ def seal(path: str | Path) -> Path:
         lacks or differs from its digest.
     """
     store = RunStore(Path(path))
-    target = store.path / "manifest.json"
+    target = store.manifest_path
     if target.exists() or target.is_symlink():
         raise CheckpointError(target, "exists: this run is sealed already (fl.load_run checks it)")
     last = store.read_progress()
     if last is None:
         raise CheckpointError(store.path, "holds no complete round to seal")
     metrics = store.read_metrics(last)
+    data: dict[str, Any] | None = None
     for r in range(last + 1):
         for name in _round_checkpoints(store, r):
-            store.read_state(store.path / name, stored_digest(store.path / name))
-        record_round(store, r, metrics[r])
-    return target
+            if stored_digest(store.path / name) is None:  # no digest to seal the file with
+                raise CheckpointError(store.path / name, f"carries no SHA-256 of its tensors ({DIGEST_KEY}); "
+                                                         "it cannot be sealed: restore the original")
+            store.read_state(store.path / name)  # its tensors are checked against that digest
+        data = _with_round(store, r, metrics[r], data)
+    return write_json(target, data, indent=1, sort_keys=True)

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -67,6 +68,7 @@ class Run:
         self._module = module
         self._bundle: Any = None
         self._manifest: Manifest | None = None
+        self._partition: tuple[list[np.ndarray], list[np.ndarray]] | None = None
         last = self.store.read_progress()
         if last is not None:
             self._verified(last)
@@ -280,12 +282,11 @@ class Run:
 
     def _partition_datasets(self, part: int) -> dict[int, TensorDataset]:
         """Client id -> dataset of part ``part`` of the stored partition (0: training, 1: local test),
-        checked against the partition drawn from the run's seed and the run's manifest."""
+        checked against the partition drawn from the run's seed (once per ``Run``)."""
         b = self._data()
-        stored = checked_partition(self.store, self.config, b.train_y.numpy())
-        if self._manifest is not None:
-            self._manifest.check_partition(*stored)
-        parts = stored[part]
+        if self._partition is None:
+            self._partition = checked_partition(self.store, self.config, b.train_y.numpy())
+        parts = self._partition[part]
         return {k: TensorDataset(b.train_x[torch.as_tensor(p)], b.train_y[torch.as_tensor(p)])
                 for k, p in enumerate(parts)}
 

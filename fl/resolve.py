@@ -98,8 +98,7 @@ def merge_settings(recipe: str | None, explicit: Mapping[str, Any]) -> dict[str,
     """
     settings = recipe_settings(recipe)
     chosen = explicit.get("algorithm", settings.get("algorithm", "fedavg"))
-    known = chosen in algorithms.registry() if isinstance(chosen, str) else False  # else build_config refuses it
-    foreign = foreign_recipe_options(recipe, chosen) if known else {}
+    foreign = foreign_recipe_options(recipe, chosen) if recipe is not None else {}
     return {**{k: v for k, v in settings.items() if k not in foreign}, **explicit}
 
 
@@ -157,8 +156,7 @@ def build_config(algorithm: str = "fedavg", *, options: Mapping[str, Any] | None
         config["model"] = default_model(run.dataset)
     config["recipe"] = recipe
     if recipe is not None:
-        config["recipe_dropped"] = {k: v for k, v in foreign_recipe_options(recipe, algorithm).items()
-                                    if k not in given}
+        config["recipe_dropped"] = foreign_recipe_options(recipe, algorithm)
     config["options"] = cls.resolve_options(own, config)
     config["ima"] = _wrapper_options(cls, run.ima, config)
     config = json.loads(json.dumps(config))  # exactly what config.json will hold

@@ -36,9 +36,9 @@ def prepare_dir(store: RunStore, config: Mapping[str, Any]) -> bool:
     ------
     ConfigError
         When the folder holds a run with another configuration, a config.json of another
-        version or schema, or files that are not an FL run.
+        version or schema (files that are not an FL run are refused before the folder is
+        locked, by :func:`refuse_foreign`).
     """
-    refuse_foreign(store)
     if store.config_path.exists():
         old = check_stored_config(store.read_config(), str(store.config_path))
         diff = config_differences(old, config)

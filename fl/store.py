@@ -78,6 +78,10 @@ class RunStore:
     def partition_path(self) -> Path:
         return self.path / "partition.npz"
 
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / "manifest.json"
+
     def global_path(self, round: int) -> Path:
         return self.path / "global" / f"round_{round:04d}.safetensors"
 

@@ -110,6 +110,23 @@ def test_a_deleted_client_checkpoint_is_refused_not_a_smaller_group(run_dir, tmp
 
 
 # ------------------------------------------------------ checkpoints without their digest
+def test_sealing_a_folder_with_an_unsealable_checkpoint_writes_nothing(run_dir):
+    """fl.seal_run checks every file before it writes the manifest once: a refused seal leaves
+    the folder as it was, and sealing again after the file is restored works."""
+    (run_dir / "manifest.json").unlink()
+    path = run_dir / "global/round_0002.safetensors"
+    original = path.read_bytes()
+    save_file({k: v * 1.01 for k, v in load_state_dict(path).items()}, str(path))
+    before = snapshot(run_dir)
+    with pytest.raises(CheckpointError, match=r"round_0002\.safetensors: carries no SHA-256.*cannot be sealed"):
+        fl.seal_run(run_dir)
+    assert snapshot(run_dir) == before and not (run_dir / "manifest.json").exists()
+    path.write_bytes(original)
+    fl.seal_run(run_dir)
+    assert fl.load_run(run_dir).rounds == [0, 1, 2]
+    tally("hostile files refused", 1)
+
+
 @pytest.mark.parametrize("target", ["global/round_0002.safetensors", "clients/round_0002/client_00001.safetensors"])
 @pytest.mark.parametrize("how,message", [("save_file", "carries no SHA-256"),
                                          ("save_state_dict", "another model was put in its place")])
