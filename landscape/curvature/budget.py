@@ -69,7 +69,7 @@ def lanczos_bytes(steps: int, size: int, dtype: torch.dtype) -> int:
         ``(steps + 1) * size * itemsize`` for the basis plus
         ``PROJECTED_COPIES * steps**2 * 8`` for the projected matrix and its eigenvectors.
     """
-    return (steps + 1) * size * _itemsize(dtype) + PROJECTED_COPIES * steps * steps * 8
+    return (steps + 1) * size * dtype.itemsize + PROJECTED_COPIES * steps * steps * 8
 
 
 def sketch_bytes(vectors: int, size: int, dtype: torch.dtype) -> int:
@@ -89,7 +89,7 @@ def sketch_bytes(vectors: int, size: int, dtype: torch.dtype) -> int:
     int
         ``vectors * size * (3 * itemsize + 2 * 8)``.
     """
-    return vectors * size * (3 * _itemsize(dtype) + 16)
+    return vectors * size * (3 * dtype.itemsize + 16)
 
 
 def check_solver_memory(needed: int, what: str, device: torch.device | str, advice: str) -> None:
@@ -116,6 +116,3 @@ def check_solver_memory(needed: int, what: str, device: torch.device | str, advi
     available = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
     host_memory.check_fits(needed, what, available=available, advice=advice)
 
-
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
