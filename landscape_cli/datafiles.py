@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from landscape import ConfigError, DataError
-from landscape.infra.reading import check_file
+from landscape.infra.reading import open_file, prefixed
 from landscape_cli.limits import MAX_CLASSES
 
 TensorPair = tuple[torch.Tensor, torch.Tensor]
@@ -98,25 +98,26 @@ def load_tensor_file(path: str | Path) -> TensorPair:
         inputs without at least one dimension per sample, 0-d or boolean targets.
     """
     path = Path(path)
-    if path.exists():  # a FIFO, a device or a folder is refused as such, never read
-        check_file(path, "data file", lambda p, problem: DataError(f"{p}: {problem}"), follow_links=True)
-    if not path.is_file():
-        raise DataError(f"data file {path} not found")
-    if path.suffix == ".npz":
-        try:
-            with np.load(path, allow_pickle=False) as npz:
-                obj: Any = {k: npz[k] for k in npz.files}
-        except (ValueError, OSError) as exc:
-            raise DataError(f"{path}: not a readable .npz file without pickled objects: {exc}") from None
-        if set(obj) == {"arr_0", "arr_1"}:
-            obj = (obj["arr_0"], obj["arr_1"])
-    else:
-        try:
-            obj = torch.load(str(path), map_location="cpu", weights_only=True)
-        except Exception as exc:  # torch raises assorted errors on pickles and garbage
-            raise DataError(f"{path}: cannot be read as tensors with weights_only=True "
-                            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
-                            "save a tuple (inputs, targets) of tensors") from None
+    try:  # a FIFO, a device or a folder is refused as such, never read
+        fh = open_file(path, "data file", prefixed(DataError), follow_links=True)
+    except FileNotFoundError:
+        raise DataError(f"data file {path} not found") from None
+    with fh:
+        if path.suffix == ".npz":
+            try:
+                with np.load(fh, allow_pickle=False) as npz:
+                    obj: Any = {k: npz[k] for k in npz.files}
+            except (ValueError, OSError) as exc:
+                raise DataError(f"{path}: not a readable .npz file without pickled objects: {exc}") from None
+            if set(obj) == {"arr_0", "arr_1"}:
+                obj = (obj["arr_0"], obj["arr_1"])
+        else:
+            try:
+                obj = torch.load(fh, map_location="cpu", weights_only=True)
+            except Exception as exc:  # torch raises assorted errors on pickles and garbage
+                raise DataError(f"{path}: cannot be read as tensors with weights_only=True "
+                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                                "save a tuple (inputs, targets) of tensors") from None
     if isinstance(obj, Mapping):
         x = next((obj[k] for k in _INPUT_KEYS if k in obj), None)
         y = next((obj[k] for k in _TARGET_KEYS if k in obj), None)

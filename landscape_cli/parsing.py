@@ -14,6 +14,7 @@ import sys
 from typing import Any, Callable
 
 from landscape import ConfigError
+from landscape.geometry.planes import check_margin
 from landscape.infra.devices import resolve_device
 
 #: Largest seed accepted: torch.Generator.manual_seed takes values in [0, 2**63).
@@ -96,59 +97,43 @@ positive_float = number(float, gt=0)
 seed_int = number(int, ge=0, le=MAX_SEED)
 
 
-def plane_margin(text: str) -> float:
-    """A ``type=`` converter for a plane's ``--margin``, checked as the API checks it.
+def checked(check: Callable[[Any], object], parse: Callable[[str], Any] = str) -> Callable[[str], Any]:
+    """A ``type=`` converter that parses the text and checks the value as the API checks it.
 
     Parameters
     ----------
-    text : str
-        A number in ``[0, landscape.geometry.planes.MAX_MARGIN]``.
+    check : Callable
+        The API's check of the value; raises :class:`~landscape.ConfigError` for a bad one.
+    parse : Callable[[str], Any]
+        Turns the text into the value (``float`` for a number; the text itself by default).
 
     Returns
     -------
-    float
-
-    Raises
-    ------
-    argparse.ArgumentTypeError
-        With the message of :func:`landscape.geometry.planes.check_margin` (the accepted range,
-        and why a margin above it is too large).
+    Callable[[str], Any]
+        Returns the parsed value; raises ``argparse.ArgumentTypeError`` with the message of
+        ``check``'s ``ConfigError``, or ``must be a number, got '...'`` when ``parse`` raises
+        ``ValueError``.
     """
-    from landscape.geometry.planes import check_margin
+    def convert(text: str) -> Any:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        try:
+            check(value)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
 
-    try:
-        value = float(text)
-        check_margin(value)
-    except (ValueError, ConfigError) as exc:
-        raise argparse.ArgumentTypeError(str(exc) if isinstance(exc, ConfigError) else f"must be a number, "
-                                         f"got {text!r}") from None
-    return value
+    convert.__name__ = getattr(check, "__name__", "checked")
+    return convert
 
 
-def device_name(text: str) -> str:
-    """A ``type=`` converter for ``--device``: ``auto`` or a device that exists on this machine.
-
-    Parameters
-    ----------
-    text : str
-        ``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``.
-
-    Returns
-    -------
-    str
-        ``text`` unchanged (the evaluator resolves it again).
-
-    Raises
-    ------
-    argparse.ArgumentTypeError
-        With the message of :func:`landscape.infra.devices.resolve_device`: not a device name,
-        or an accelerator this machine lacks.
-    """
-    try:
-        resolve_device(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+#: ``--margin`` of a plane: a number checked by :func:`landscape.geometry.planes.check_margin`.
+plane_margin = checked(check_margin, float)
+#: ``--device``: ``auto`` or a device of this machine, checked by :func:`landscape.infra.devices.resolve_device`
+#: (the text is kept: the evaluator resolves it again).
+device_name = checked(resolve_device)
 
 
 def api_default(function: Callable[..., Any], name: str) -> Any:

@@ -38,10 +38,10 @@ def open_run(path: str) -> Any:
     """
     import fl
 
-    if Path(path).exists() and not Path(path).is_dir():
-        raise ConfigError(f"--run {path} is a file, not a run folder: --run takes the folder an FL run wrote "
-                          "(landscape train --out DIR, or fl.run(out=DIR)), the one holding config.json")
     if not Path(path).is_dir():
+        if Path(path).exists():
+            raise ConfigError(f"--run {path} is a file, not a run folder: --run takes the folder an FL run wrote "
+                              "(landscape train --out DIR, or fl.run(out=DIR)), the one holding config.json")
         raise ConfigError(f"run directory {path} not found")
     return fl.load_run(path)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..infra.errors import CacheError, LandscapeError
-from ..infra.reading import read_file
+from ..infra.reading import prefixed, read_file
 
 USERBLOCK = 512
 SEAL = b"landscape-cache sha256 "
@@ -102,24 +102,6 @@ def corrupt(path: str | os.PathLike, detail: object) -> CacheError:
                       "Move it away to recompute what it held.")
 
 
-def cache_error(path: str | os.PathLike, problem: str) -> CacheError:
-    """A :class:`CacheError` ``"<path>: <problem>"`` (the error factory of the cache's checked reads).
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The cache file.
-    problem : str
-        What is wrong and what to do.
-
-    Returns
-    -------
-    CacheError
-        To be raised by the caller.
-    """
-    return CacheError(f"{path}: {problem}")
-
-
 def read_bytes(path: Path, *, follow_links: bool = True) -> bytes | None:
     """The whole content of ``path`` (one read of one version, even if it is replaced meanwhile), or None if absent.
 
@@ -145,7 +127,7 @@ def read_bytes(path: Path, *, follow_links: bool = True) -> bytes | None:
         ``follow_links`` is False.
     """
     try:
-        return read_file(path, "cache file", cache_error, follow_links=follow_links)
+        return read_file(path, "cache file", prefixed(CacheError), follow_links=follow_links)
     except FileNotFoundError:
         return None
 

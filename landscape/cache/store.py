@@ -37,12 +37,12 @@ import numpy as np
 
 from ..infra.errors import CacheError
 from ..infra.files import discard, exclusive_lock, is_temporary, write_atomic, write_json
-from ..infra.reading import read_file
+from ..infra.reading import prefixed, read_file
 from ..results.base import Result
 from .keys import entry_name, make_key, parse_entry_name
 from .legacy import LegacyCache
 from .records import Points, read_points, read_result, write_points, write_result
-from .sealed import build, cache_error, parsed, read_bytes
+from .sealed import build, parsed, read_bytes
 
 __all__ = ["Cache", "make_key"]
 
@@ -88,10 +88,10 @@ class Cache:
         self._swept = False  # temporary files of killed writers removed (once per instance)
         #: the format-1 file at ``path``, if it is one
         self.legacy: LegacyCache | None = None
-        if not self.path.is_dir() and os.path.lexists(self.path):  # a file (or a FIFO, ...: refused there)
-            self.legacy = LegacyCache(self.path)
         if self.path.is_dir():
             self._check_folder()
+        elif os.path.lexists(self.path):  # a file (or a FIFO, ...: refused there)
+            self.legacy = LegacyCache(self.path)
 
     @property
     def lock_path(self) -> Path:
@@ -102,7 +102,7 @@ class Cache:
     def _check_folder(self) -> None:
         marker = self.path / MARKER
         try:
-            info = json.loads(read_file(marker, "JSON file", cache_error))
+            info = json.loads(read_file(marker, "JSON file", prefixed(CacheError)))
             version = str(info["version"])
         except FileNotFoundError:
             others = [p for p in os.listdir(self.path) if not p.startswith(".")]

@@ -203,7 +203,7 @@ def write_error(path: str | os.PathLike, exc: OSError, size: int | None = None) 
     FileWriteError
         To be raised by the caller.
     """
-    needed = f" {format_size(size)}" if size is not None else ""
+    needed = f" {_size(size)}" if size is not None else ""
     return FileWriteError(path, f"cannot write{needed}: {write_failure_reason(exc)}. Nothing was replaced "
                                 "(an earlier version of the file, if any, is intact); free space or choose "
                                 "another location")
@@ -235,14 +235,40 @@ def open_lock(path: str | os.PathLike, *, root: str | os.PathLike | None = None)
     path = Path(path)
     folder_fd = _open_folder(path.parent, None, root)
     try:
-        try:
-            fd = os.open(path.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder_fd)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise _link_error(path, folder_fd) from None
-            raise write_error(path, exc) from None
+        return open_lock_at(folder_fd, path)
     finally:
         os.close(folder_fd)
+
+
+def open_lock_at(folder_fd: int, path: str | os.PathLike, *, mode: int = 0o644) -> int:
+    """:func:`open_lock` for a caller that has opened (and checked) the folder of ``path`` itself.
+
+    Parameters
+    ----------
+    folder_fd : int
+        A descriptor of the folder of ``path`` (the caller closes it).
+    path : str or os.PathLike
+        The lock file: its name is opened relative to ``folder_fd``; the whole path is named in errors.
+    mode : int
+        Permission bits of a new lock file.
+
+    Returns
+    -------
+    int
+        An open file descriptor (the caller closes it).
+
+    Raises
+    ------
+    FileWriteError
+        ``path`` is a symbolic link or not a regular file, or it cannot be created.
+    """
+    path = Path(path)
+    try:
+        fd = os.open(path.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=folder_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _link_error(path, folder_fd) from None
+        raise write_error(path, exc) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise FileWriteError(path, "is not a regular file; remove it (it is only a lock file)")
@@ -297,9 +323,12 @@ def exclusive_lock(path: str | os.PathLike, *, timeout: float, busy: Callable[[]
 def _open_folder(folder: Path, size: int | None, root: str | os.PathLike | None = None) -> int:
     """Open ``folder`` (created if missing); it and every folder below ``root`` down to it are opened
     one at a time relative to the one above, never through a link. Returns its descriptor."""
-    top = Path(root) if root is not None else folder.parent
-    parts = folder.relative_to(top).parts if folder.name else ()
-    top = top if parts else folder
+    if not folder.name:  # "/" or ".": nothing above it to check
+        top, parts = folder, ()
+    elif root is None:
+        top, parts = folder.parent, (folder.name,)
+    else:
+        top, parts = Path(root), folder.relative_to(root).parts
     try:
         top.mkdir(parents=True, exist_ok=True)
         fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -381,18 +410,8 @@ def _umask() -> int:
     return 0o022
 
 
-def format_size(n: int) -> str:
-    """``n`` bytes in words: ``"2.4 MB (2,400,000 bytes)"``.
-
-    Parameters
-    ----------
-    n : int
-        A number of bytes.
-
-    Returns
-    -------
-    str
-    """
+def _size(n: int) -> str:
+    """``n`` bytes in words: ``"2.4 MB (2,400,000 bytes)"``."""
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= scale:
             return f"{n / scale:.1f} {unit} ({n:,} bytes)"

@@ -47,7 +47,7 @@ import torch
 
 from .backends import Backend, ShardError, as_backend
 from .errors import ConfigError, FileWriteError
-from .files import write_failure_reason
+from .files import open_lock_at
 from .reading import what_is
 
 # ----------------------------------------------------------------------- worker side
@@ -82,13 +82,18 @@ def worker_device(default: str | torch.device = "auto") -> str:
     return device if device is not None else str(default)
 
 
-def _slot_folder(devices: tuple[str, ...]) -> tuple[Path, int]:
-    """The private folder of the slot lock files of ``devices`` in the temporary folder, and its descriptor.
+def _devices_token(devices: tuple[str, ...]) -> str:
+    """A short digest of ``devices``: names their slot folder and this process's claim on one of them."""
+    return hashlib.sha256("|".join(devices).encode()).hexdigest()[:16]
+
+
+def _slot_folder(token: str) -> tuple[Path, int]:
+    """The private folder of the slot lock files of the devices ``token`` names, in the temporary
+    folder, and its descriptor.
 
     Created with mode 0700; an existing one is used only if it is a real folder (not a link) of
     this user that no one else may write to, since anyone can create names in the temporary
     folder. The caller closes the descriptor."""
-    token = hashlib.sha256("|".join(devices).encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / f"landscape-devices-{token}"
     advice = "remove it (or set TMPDIR to a private folder): the device-slot lock files belong in a private folder"
     try:
@@ -110,21 +115,13 @@ def _slot_folder(devices: tuple[str, ...]) -> tuple[Path, int]:
 
 def _claim_device(devices: tuple[str, ...]) -> str:
     """This process's device: the first free slot of ``devices`` (lock files), kept for life."""
-    token = hashlib.sha256("|".join(devices).encode()).hexdigest()[:16]
+    token = _devices_token(devices)
     if token not in _WORKER_DEVICE:
-        folder, folder_fd = _slot_folder(devices)
+        folder, folder_fd = _slot_folder(token)
         chosen = os.getpid() % len(devices)  # every slot taken: share
         try:
             for i in range(len(devices)):
-                name = f"slot-{i}"
-                try:
-                    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                                 dir_fd=folder_fd)
-                except OSError as exc:
-                    raise FileWriteError(folder / name, write_failure_reason(exc)) from None
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    os.close(fd)
-                    raise FileWriteError(folder / name, "is not a regular file; remove it (it is only a lock file)")
+                fd = open_lock_at(folder_fd, folder / f"slot-{i}", mode=0o600)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -251,7 +248,7 @@ def iter_shards(fn: Callable[[Any], Any], payloads: Sequence[Any],
     """
     backend = as_backend(backend, **overrides)
     if backend.devices:  # the same check as in the workers, so that a refusal is one clear error here
-        os.close(_slot_folder(backend.devices)[1])
+        os.close(_slot_folder(_devices_token(backend.devices))[1])
     run_pass = _ray_pass if backend.name == "ray" else _joblib_pass
     attempts = [0] * len(payloads)
     errors: dict[int, str] = {}

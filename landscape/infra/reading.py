@@ -25,10 +25,29 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from .errors import LandscapeError
-from .files import format_size
+from .host_memory import format_bytes
 
 #: Builds the caller's error from the path and the problem (e.g. ``CheckpointError``).
 ErrorFactory = Callable[[Path, str], LandscapeError]
+
+
+def prefixed(cls: Callable[[str], LandscapeError]) -> ErrorFactory:
+    """The error factory that builds ``cls("<path>: <problem>")``.
+
+    Parameters
+    ----------
+    cls : Callable[[str], LandscapeError]
+        An error class taking one message (``CacheError``, ``DataError``, ...).
+
+    Returns
+    -------
+    Callable[[Path, str], LandscapeError]
+        The factory, for :func:`open_file`, :func:`read_file` and :func:`check_file`.
+    """
+    def factory(path: Path, problem: str) -> LandscapeError:
+        return cls(f"{path}: {problem}")
+
+    return factory
 
 #: Largest size of each kind of file that is read (bytes), and why. A larger file is refused, never read.
 LIMITS: dict[str, tuple[int, str]] = {
@@ -115,7 +134,7 @@ def open_file(path: str | os.PathLike, kind: str, error: ErrorFactory, *, follow
             raise error(path, f"is {what_is(st.st_mode)}, not a regular file; a {kind} must be a regular file: "
                               "move it away")
         if st.st_size > limit:
-            raise error(path, f"is {format_size(st.st_size)}, more than a {kind} can be ({format_size(limit)}: "
+            raise error(path, f"is {format_bytes(st.st_size)}, more than a {kind} can be ({format_bytes(limit)}: "
                               f"{reason}); it was not written by this toolkit: move it away")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
@@ -151,7 +170,7 @@ def read_file(path: str | os.PathLike, kind: str, error: ErrorFactory, *, follow
         except OSError as exc:
             raise error(Path(path), f"cannot be read: {exc.strerror or exc}") from None
     if len(data) > limit:
-        raise error(Path(path), f"grew past {format_size(limit)} while it was read, more than a {kind} can be; "
+        raise error(Path(path), f"grew past {format_bytes(limit)} while it was read, more than a {kind} can be; "
                                 "move it away")
     return data
 

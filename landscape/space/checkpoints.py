@@ -70,10 +70,11 @@ def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | N
         raise CheckpointError(path, "file not found")
     if path.is_dir():
         raise CheckpointError(path, "is a directory; pass a checkpoint file (for an FL run use fl.load_run)")
-    check_file(path, "checkpoint", CheckpointError, follow_links=True)  # a FIFO or a device: refused, never read
-    if path.stat().st_size == 0:
+    with open_file(path, "checkpoint", CheckpointError, follow_links=True) as fh:  # a FIFO or a device: never read
+        head = fh.read(64)
+    if not head:
         raise CheckpointError(path, "file is empty")
-    _check_format(path)
+    _check_format(path, head)
     if path.suffix == ".safetensors":
         state = _load_safetensors(path, digest)
     elif digest is not None:
@@ -180,11 +181,9 @@ def _check_archive(path: Path) -> None:
         raise CheckpointError(path, f"truncated or corrupt checkpoint archive: {exc}") from None
 
 
-def _check_format(path: Path) -> None:
+def _check_format(path: Path, head: bytes) -> None:
     """Refuse a file that neither torch.save nor safetensors can have written (text, an image, ...)
-    by its first bytes."""
-    with open_file(path, "checkpoint", CheckpointError, follow_links=True) as file:
-        head = file.read(64)
+    by its first bytes ``head``."""
     if path.suffix == ".safetensors" and head[8:9] == b"{":  # the header's length, then its JSON
         return
     if path.suffix != ".safetensors" and head.startswith((b"PK\x03\x04", b"\x80")):  # zip, or legacy pickle

@@ -5,37 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from landscape.space.checkpoints import check_save_path
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.output import emit
-from landscape import ConfigError
-from landscape.space.checkpoints import check_save_path
-from landscape_cli.parsing import api_default, count_at_least_2, seed_int
+from landscape_cli.parsing import api_default, checked, count_at_least_2, seed_int
 
 
-def checkpoint_path(text: str) -> str:
-    """A ``type=`` converter for ``--save``: a file name ending in .safetensors, .pt or .pth.
-
-    Parameters
-    ----------
-    text : str
-        The file name.
-
-    Returns
-    -------
-    str
-        ``text`` unchanged.
-
-    Raises
-    ------
-    argparse.ArgumentTypeError
-        With the message of :func:`landscape.space.checkpoints.check_save_path`.
-    """
-    try:
-        check_save_path(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+#: ``--save``: a file name ending in .safetensors, .pt or .pth, checked by
+#: :func:`landscape.space.checkpoints.check_save_path`.
+checkpoint_path = checked(check_save_path)
 
 
 def register(sub: Any) -> None:

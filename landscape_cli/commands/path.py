@@ -63,9 +63,11 @@ def run(args: argparse.Namespace) -> int:
                "accuracy_barrier_midpoint": path.accuracy_barrier_midpoint if midpoint else None,
                "common_basin": None, "bottom_alpha": None, "bottom_loss": None,
                "alphas": path.alphas, "loss": path.loss, "accuracy": path.accuracy}
+    results: dict[str, Any] = {"path": path}
     if found is not None:
         numbers.update(common_basin=found.common, bottom_alpha=float(found.refined_bottom[0]),
                        bottom_loss=found.refined_loss)
+        results["basin"] = found
 
     def draw() -> dict[str, Any]:
         from figures.paths import path_figure, path_plotly
@@ -73,5 +75,5 @@ def run(args: argparse.Namespace) -> int:
         named = {f"{la} → {lb}": path}
         return {"path.png": path_figure(named, endpoint_labels=(la, lb)), "path.html": path_plotly(named)}
 
-    emit(ctx, numbers, {"path": path, **({"basin": found} if found is not None else {})}, draw)
+    emit(ctx, numbers, results, draw)
     return 0
