@@ -6,15 +6,18 @@ and LSS on a partitioned dataset and store every round's checkpoints for analysi
 
 Layout: ``api`` (``fl.run``), ``config`` (``RunConfig``: every setting, typed) and
 ``options`` (typed option machinery), ``resolve`` (recipe, defaults and options -> stored
-configuration), ``rundir``/``store`` (the run folder), ``template`` (the model), ``reader``
-(``Run``), ``engine``/``vectorized`` (the round loop), ``algorithms/`` (one file per
-algorithm, found by the registry), ``recipes`` (papers' settings), ``cli`` (``fl-run``),
-``flower`` (records a Flower federation as a run folder; needs the ``flower`` extra, not imported here).
+configuration), ``rundir``/``store`` (the run folder), ``template`` (the model), ``initial``
+(the initial model from ``init=`` weights), ``pretrain`` (``fl.pretrain``: central pretraining
+on data disjoint from the federation's), ``reader`` (``Run``), ``engine``/``vectorized`` (the
+round loop), ``algorithms/`` (one file per algorithm, found by the registry), ``recipes``
+(papers' settings), ``cli`` (``fl-run``), ``flower`` (records a Flower federation as a run
+folder; needs the ``flower`` extra, not imported here).
 """
 from .api import run
 from .config import RunConfig
 from .manifest import seal as seal_run
+from .pretrain import pretrain
 from .reader import Run, load_run
 from .recipes import RECIPES, Recipe
 
-__all__ = ["RECIPES", "Recipe", "Run", "RunConfig", "load_run", "run", "seal_run"]
+__all__ = ["RECIPES", "Recipe", "Run", "RunConfig", "load_run", "pretrain", "run", "seal_run"]

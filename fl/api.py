@@ -17,6 +17,7 @@ from landscape.infra.devices import resolve_device
 
 from .config import RunConfig, config_digest
 from .engine import Engine, Federation
+from .initial import apply_init
 from .reader import Run, load_run
 from .resolve import build_config, make_algorithm, merge_settings
 from .rundir import checked_partition, prepare_dir, refuse_foreign, split_clients
@@ -40,7 +41,8 @@ def run(algorithm: str | None = None, *, recipe: str | None = None, model: str |
         override them; config.json records the name and the resolved values.
     model : str, nn.Module or None
         A zoo name (default: the dataset's model) or an ``nn.Module`` whose current weights
-        are the initial model (pass it to :func:`load_run` again to rebuild it).
+        are the initial model unless ``init`` names other weights (pass it to :func:`load_run`
+        again to rebuild it).
     out : str or os.PathLike, optional
         The run folder; default ``./runs/<algorithm>-<dataset>-seed<seed>-<config digest>``,
         so the same call finds its earlier run.
@@ -50,7 +52,7 @@ def run(algorithm: str | None = None, *, recipe: str | None = None, model: str |
         ``f(round, metrics)`` called after each stored round.
     **settings : Any
         Every field of :class:`fl.config.RunConfig` (``dataset``, ``clients``, ``rounds``,
-        ``participation``, ``local_epochs``, ``batch_size``, ``lr``, ``momentum``,
+        ``init``, ``participation``, ``local_epochs``, ``batch_size``, ``lr``, ``momentum``,
         ``weight_decay``, ``lr_decay``, ``partition``, ``alpha``, ``partition_options``,
         ``local_test_fraction``, ``seed``, ``device``, ``backend``, ``n_jobs``,
         ``save_clients``, ``eval_batch_size``, ``data_root``, ``download``, ``ima``) and the
@@ -71,6 +73,9 @@ def run(algorithm: str | None = None, *, recipe: str | None = None, model: str |
         the partition drawn from its seed (:mod:`fl.manifest`).
     DataError
         When the model cannot classify the dataset.
+    InitMismatchError
+        When the weights of ``init`` do not fit the model (:mod:`fl.initial`, which also lists
+        the ``CheckpointError`` and ``NonFiniteWeightsError`` cases of ``init``).
     """
     from .datasets import load_dataset
 
@@ -88,6 +93,7 @@ def run(algorithm: str | None = None, *, recipe: str | None = None, model: str |
     check_model_fits(template, bundle)
     if config["model"].startswith("custom:"):  # tell two custom models of one class apart
         config["model_digest"] = state_digest(template.state_dict())
+    apply_init(template, config)  # the weights of init=, their digest recorded in the configuration
     path = Path(out) if out is not None else Path("runs") / (
         f"{config['algorithm']}-{config['dataset']}-seed{config['seed']}-{config_digest(config)}")
     store = RunStore(path)

@@ -6,6 +6,11 @@ meant, not what is unusual. Learning rates lie in ``(0, 100]``, momentum in ``[0
 (SGD diverges at 1), weight decay in ``[0, 1]``, the per-round decay in ``[0, 1)``, every
 number is finite, counts are positive and below sizes no run on one machine reaches
 (100 000 clients, 10^6 rounds), seeds lie in ``[0, 2^63)`` (torch's generator range).
+
+A run started from a checkpoint (``init``) records the digest of the weights it started from as
+``init_digest`` (:mod:`fl.initial`). The digest, not the path, is part of the configuration digest
+and of the resume check: ``init`` itself is volatile, so the same weights moved elsewhere resume
+the run, and other weights put at the same path never do.
 """
 from __future__ import annotations
 
@@ -26,7 +31,8 @@ CONFIG_VERSION = 1
 BACKENDS = ("sequential", "vectorized", "loky", "processes", "ray", "dask")
 SAVE_MODES = ("all", "last", "none")
 #: Stored keys besides the RunConfig fields: derived from the data and the model.
-DERIVED_KEYS = ("version", "options", "num_classes", "input_shape", "model_digest", "recipe", "recipe_dropped")
+DERIVED_KEYS = ("version", "options", "num_classes", "input_shape", "model_digest", "init_digest", "recipe",
+                "recipe_dropped")
 #: Keys a stored config.json must hold (all others default to their RunConfig default).
 REQUIRED_KEYS = ("version", "algorithm", "dataset", "model", "clients", "rounds", "seed", "options",
                  "num_classes", "input_shape")
@@ -40,7 +46,7 @@ class RunConfig(Options):
 
     Parameters
     ----------
-    algorithm, dataset, model, clients, rounds, participation, local_epochs, batch_size, lr,
+    algorithm, dataset, model, init, clients, rounds, participation, local_epochs, batch_size, lr,
     momentum, weight_decay, lr_decay, partition, alpha, partition_options,
     local_test_fraction, seed, device, backend, n_jobs, save_clients, eval_batch_size,
     data_root, download, ima
@@ -51,6 +57,10 @@ class RunConfig(Options):
     dataset: str = option("digits", help="digits (embedded), mnist1d (generated) or a torchvision "
                                          "dataset: mnist, fashionmnist, cifar10, cifar100, svhn")
     model: str | None = option(None, help="zoo model name (fl.models.MODELS); default: the dataset's model")
+    init: str | None = option(None, volatile=True, help="start from these weights instead of the model's random "
+                                                        "initialisation: a .safetensors/.pt state_dict (e.g. from "
+                                                        "fl.pretrain) or a finished run folder (its last global "
+                                                        "model); the weights' digest is part of the configuration")
     clients: int = option(10, ge=1, le=100_000, help="number of clients K")
     rounds: int = option(20, ge=0, le=1_000_000, help="training rounds T (round 0 is the initial model)")
     participation: float = option(1.0, gt=0, le=1, help="share of clients sampled each round")
@@ -88,7 +98,10 @@ class RunConfig(Options):
 
     def check(self) -> None:
         """Rounds named by ``save_clients`` exist; ``partition_options`` are arguments of the
-        partition function."""
+        partition function; ``init`` is not an empty path."""
+        if self.init is not None and not self.init.strip():
+            raise ConfigError("init is an empty path; name a checkpoint file or a finished run folder, or leave "
+                              "init unset for the model's random initialisation")
         if isinstance(self.save_clients, list):
             late = [r for r in self.save_clients if r > self.rounds]
             if late:
@@ -190,10 +203,14 @@ def check_stored_config(config: Any, where: str) -> dict[str, Any]:
         check_value("input_shape", out["input_shape"], list[int], {"ge": 1, "le": 1_000_000})
         check_value("options", out["options"], dict[str, Any], {})
         check_value("model_digest", out.get("model_digest"), str | None, {})
+        check_value("init_digest", out.get("init_digest"), str | None, {})
         check_value("recipe", out.get("recipe"), str | None, {})
         check_value("recipe_dropped", out.get("recipe_dropped"), dict[str, Any] | None, {})
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     if not 1 <= len(out["input_shape"]) <= 4:
         raise ConfigError(f"{where}: input_shape must have 1 to 4 dimensions, got {out['input_shape']}")
+    if (out["init"] is None) != (out.get("init_digest") is None):
+        raise ConfigError(f"{where}: init and init_digest must be given together (a run started from a "
+                          "checkpoint records both)")
     return out

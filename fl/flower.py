@@ -35,6 +35,7 @@ from landscape.infra.files import write_atomic
 
 from .datasets import load_dataset
 from .evaluation import evaluate
+from .initial import apply_init
 from .manifest import record_round
 from .resolve import build_config
 from .rundir import prepare_dir, refuse_foreign, saves_clients, split_clients
@@ -84,6 +85,7 @@ class FlowerRecorder:
         config["input_shape"] = [int(d) for d in bundle.input_shape]
         self.module = build_template(config, model if isinstance(model, nn.Module) else None)
         check_model_fits(self.module, bundle)
+        apply_init(self.module, config)
         self.config, self.store = config, RunStore(out)
         self.test_x, self.test_y = bundle.test_x, bundle.test_y
         refuse_foreign(self.store)  # before the lock file is created in it

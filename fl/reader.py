@@ -135,11 +135,13 @@ class Run:
         Returns
         -------
         nn.Module
-            A new module (a copy of the custom module given to :func:`load_run`).
+            A new module (a copy of the custom module given to :func:`load_run`); for a run
+            started from ``init`` weights, holding the stored initial model (round 0).
         """
-        if self._module is not None:
-            return copy.deepcopy(self._module)
-        return build_template(self.config, None)
+        module = copy.deepcopy(self._module) if self._module is not None else build_template(self.config, None)
+        if self.config["init"] is not None:
+            module.load_state_dict(self.global_state(0))
+        return module
 
     def checkpoint(self, round: int = -1) -> Path:
         """Path of the global model's checkpoint after ``round``.

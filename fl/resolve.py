@@ -8,6 +8,7 @@ algorithm's ``Options``, IMA's options for ``ima=``).
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Mapping
 
 from torch import nn
@@ -139,6 +140,8 @@ def build_config(algorithm: str = "fedavg", *, options: Mapping[str, Any] | None
     given = {**(options or {}), **settings}
     own = {k: v for k, v in given.items() if k in cls.Options.fields()}
     run_values = {k: v for k, v in given.items() if k in run_fields}
+    if isinstance(run_values.get("init"), os.PathLike):  # stored as the text of the path
+        run_values["init"] = os.fspath(run_values["init"])
     unknown = sorted(set(given) - set(own) - set(run_values))
     if unknown:
         raise ConfigError(_unknown_message(unknown, cls))
