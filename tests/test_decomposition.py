@@ -236,3 +236,25 @@ def test_decompose_run_uses_the_round_clients_and_datasets():
     assert dec.bias == pytest.approx(ref, rel=0, abs=2 * eps * math.sqrt(ref))
     with pytest.raises(ConfigError, match="no client models"):
         decompose_run(run, 0, ev)
+
+
+def test_theorem_1_identities_hold_on_every_round_of_a_real_fedavg_run(tmp_path):
+    """IMA Theorem 1 on a stored FL run (what benchmarks/claims.py once listed as a claim, an
+    algebraic identity, so a test): WEns loss = bias + variance + covariance and bias =
+    TrainBias + HeterBias + cross, every round. All terms are float64 sums over the same
+    float64 probabilities; each identity regroups about 4 terms of size <= 2 per sample over
+    n samples, so its residual is below gamma_(4n) in float64 relative to the loss."""
+    import fl
+
+    run = fl.run("fedavg", dataset="digits", clients=4, rounds=3, alpha=0.5, seed=3, out=tmp_path / "run",
+                 progress=False, device="cpu", save_clients="all")
+    n = len(run.test_dataset()) + sum(len(d) for d in run.client_datasets().values())
+    u = np.finfo(np.float64).eps / 2
+    bound = 4 * n * u / (1 - 4 * n * u) * 2
+    for rnd in run.rounds[1:]:
+        with pytest.warns(UserWarning, match="one realization per client"):
+            d = decompose_run(run, rnd)
+        scale = max(abs(d.wens_loss), 1.0)
+        assert abs(d.wens_loss - d.bias - d.variance - d.covariance) <= bound * scale, rnd
+        assert abs(d.bias - d.train_bias - d.heter_bias - d.cross) <= bound * scale, rnd
+        assert d.variance == 0.0 and d.covariance == 0.0  # one realisation per client: zero by construction
