@@ -9,6 +9,15 @@ vertices: the paper's M is the simplex *dimension*, with M + 1 vertices, so the 
 M = 6 is ``vertices=7`` (the default); the authors' code and the Flower README count
 vertices directly (their ``endpoints: 10`` is ``vertices=10``).
 
+Endpoint initialisation (``endpoint_init``; Algorithm 1 only says ``initialize_simplex``):
+``"independent"`` (default) draws every endpoint on its own, Xavier-normal ``N(0, 2/(in+out))``,
+as both official implementations do (``_initialize_weight``: ``xavier_normal_`` under seed
+``seed + m``, in FL-bench's ``src/server/floco.py`` and the Flower baseline's ``floco/model.py``):
+the endpoints are as far apart as independent initialisations and the centre is not the template's
+classifier. ``"centred"``: the template's classifier plus zero-mean noise of ``nn.Linear``'s scale,
+so the centre is the template's classifier and the initial global model equals every other
+algorithm's. Both draw from the run seed (:meth:`Floco.initial_endpoints`).
+
 Local training (Eq. 7/10): one ``alpha`` per mini-batch, before subregion assignment from
 Dirichlet(1) (uniform on the simplex), afterwards uniform on the client's subregion
 ``R_k = {a in simplex : |a - alpha_k|_1 <= rho}`` (``subregion_sampler="exact"``; the
@@ -46,12 +55,11 @@ buffers under ``local_buffers``; ``point_state`` materialises any other point. `
 ``floco.endpoints`` (E, out, in), and once assigned ``floco.points`` (K, E),
 ``floco.kappa``, ``floco.z`` and ``floco.energy`` (the Riesz curve over the grid).
 
-FLOCO+ (App. C, Ditto-style): every participating client also keeps a personal model
-(full training state, stored as its client state on the server) trained after the global
-update for ``personal_epochs`` epochs (default: the run's local epochs, as Ditto's
-``E_Ditto = E``) with the same alpha sampling and the proximal term
-``lambda/2 |v - w_received|^2`` over all trainable tensors (``lam`` 1.0, the authors' code;
-the paper gives none). Local accuracy uses the personal model at ``alpha_k``.
+FLOCO+ (App. C, Ditto-style, see :mod:`fl.algorithms.ditto`): every participating client also
+keeps a personal model (full training state, its client state on the server) trained after the
+global update for ``personal_epochs`` epochs (default the run's local epochs, ``E_Ditto = E``)
+with the same alpha sampling and the proximal term ``lambda/2 |v - w_received|^2`` over all
+trainable tensors (``lam`` 1.0, the authors' code; the paper gives none), used at ``alpha_k``.
 """
 from __future__ import annotations
 
@@ -66,15 +74,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from landscape import ConfigError
-
 from landscape.infra.options import Options, option
 from .base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext, State,
                    local_sgd, make_generator, sample_weighted_average)
+from .ditto import proximal_loss, with_personal_epochs
 from .simplex import (SUBREGION_SAMPLERS, assign_points, pca_scores, sample_subregion, sample_uniform_simplex,
                       simplex_centre)
 
 PREFIX = "floco."
 AGGREGATIONS = ("participants", "literal")
+ENDPOINT_INITS = ("independent", "centred")
 
 
 class SimplexLinear(nn.Module):
@@ -137,6 +146,10 @@ class FlocoOptions(Options):
         "Eq. 11's N_k / N over all clients", source="FLOCO Eq. 11")
     local_buffers: bool = option(False, help="keep BatchNorm buffers on the clients (authors' configs)",
                                  source="official code configs")
+    endpoint_init: Literal[ENDPOINT_INITS] = option(  # type: ignore[valid-type]
+        "independent", help="independent: every endpoint drawn on its own, Xavier-normal; centred: the "
+        "template's classifier plus zero-mean uniform noise (the centre is the template's classifier)",
+        source="official code: xavier_normal_ per endpoint (FL-bench and Flower)")
 
     def resolved(self, config: Mapping[str, Any]) -> "FlocoOptions":
         """``tau`` defaults to ``max(1, round(0.2 * rounds))``.
@@ -178,10 +191,7 @@ class FlocoPlusOptions(FlocoOptions):
         FlocoPlusOptions
             The options with the derived defaults set.
         """
-        out = super().resolved(config)
-        if out.personal_epochs is not None:
-            return out
-        return dataclasses.replace(out, personal_epochs=int(config["local_epochs"]))
+        return with_personal_epochs(super().resolved(config), config)
 
 
 class Floco(Algorithm):
@@ -201,12 +211,8 @@ class Floco(Algorithm):
 
     # -- architecture -------------------------------------------------------------
     def build_module(self, template: nn.Module) -> nn.Module:
-        """A copy of ``template`` whose final ``nn.Linear`` is a :class:`SimplexLinear`.
-
-        Endpoints are ``W + d_m - mean_j d_j`` with ``W`` the template's weight and ``d_m``
-        drawn like ``nn.Linear``'s default init, ``U(-1/sqrt(in), 1/sqrt(in))``, from the run
-        seed: random endpoints (Sec. 3.1) whose centre is exactly the template's classifier,
-        so the initial global model equals every other algorithm's. The bias is shared."""
+        """A copy of ``template`` whose final ``nn.Linear`` is a :class:`SimplexLinear` with the
+        endpoints of :meth:`initial_endpoints` and the template's bias (shared)."""
         from ..models import classifier_name
 
         self.classifier = classifier_name(template)
@@ -214,17 +220,43 @@ class Floco(Algorithm):
         self.buffer_keys = [n for n, _ in template.named_buffers()]
         linear = template.get_submodule(self.classifier)
         layer = SimplexLinear(linear.in_features, linear.out_features, self.n, linear.bias is not None)
-        gen = make_generator(self.seed, "floco-endpoints")
-        bound = 1.0 / math.sqrt(linear.in_features)
         with torch.no_grad():
-            spread = (torch.rand(layer.endpoints.shape, generator=gen) * 2 - 1) * bound
-            layer.endpoints.copy_(linear.weight.detach() + spread - spread.mean(dim=0, keepdim=True))
+            layer.endpoints.copy_(self.initial_endpoints(linear.weight.detach()))
             if linear.bias is not None:
                 layer.bias.copy_(linear.bias)
         module = copy.deepcopy(template)
         parent, _, child = self.classifier.rpartition(".")
         setattr(module.get_submodule(parent) if parent else module, child, layer)
         return module
+
+    def initial_endpoints(self, weight: Tensor) -> Tensor:
+        """The ``(vertices, out, in)`` endpoints before round 1 (``endpoint_init``).
+
+        ``"independent"``: endpoint ``m`` is Xavier-normal, ``N(0, 2 / (in + out))``, from its own
+        stream ``(seed, "floco-endpoint", m)`` (the official code: seed ``seed + m``).
+        ``"centred"``: ``W + d_m - mean_j d_j``, ``d_m ~ U(-1/sqrt(in), 1/sqrt(in))``, whose
+        centre is the template's weight ``W`` (up to float rounding).
+
+        Parameters
+        ----------
+        weight : Tensor
+            The template classifier's weight ``(out, in)``.
+
+        Returns
+        -------
+        Tensor
+            The endpoints, in ``weight``'s dtype.
+        """
+        out_features, in_features = weight.shape
+        if self.opts["endpoint_init"] == "independent":
+            std = math.sqrt(2.0 / (in_features + out_features))
+            draws = [torch.randn(weight.shape, generator=make_generator(self.seed, "floco-endpoint", m)) * std
+                     for m in range(self.n)]
+            return torch.stack(draws).to(weight)
+        gen = make_generator(self.seed, "floco-endpoints")
+        bound = 1.0 / math.sqrt(in_features)
+        spread = (torch.rand((self.n, *weight.shape), generator=gen) * 2 - 1) * bound
+        return weight + spread - spread.mean(dim=0, keepdim=True)
 
     def point_state(self, state: Mapping[str, Tensor], alpha: Tensor) -> State:
         """The plain-architecture state of a training state at simplex point ``alpha``."""
@@ -367,14 +399,9 @@ class FlocoPlus(Floco):
         ``F_k(v_alpha) + lam/2 |v - w_received|^2`` from the client's personal model."""
         alpha_gen = make_generator(self.seed, "floco-alpha", ctx.round, ctx.client)
         result = self._simplex_sgd(ctx, alpha_gen, state=self.received(ctx))
-        lam = float(self.opts["lam"])
-
-        def proximal(params: State, x: Tensor, y: Tensor, logits: Tensor) -> Tensor:
-            sq = sum(((p - ctx.global_state[n]) ** 2).sum() for n, p in params.items())
-            return 0.5 * lam * sq
-
         start = _personal(ctx.client_state) or self.received(ctx)
-        personal = self._simplex_sgd(ctx, alpha_gen, state=start, extra_loss=proximal,
+        personal = self._simplex_sgd(ctx, alpha_gen, state=start,
+                                     extra_loss=proximal_loss(ctx.global_state, float(self.opts["lam"])),
                                      epochs=int(self.opts["personal_epochs"]))
         return ClientUpdate(result.state, len(ctx.y), {**personal.state, **self.kept_buffers(result.state)},
                             {"train_loss": result.loss, "personal_loss": personal.loss})
