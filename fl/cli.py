@@ -194,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         last = result.metrics[-1]
         print(f"{result.path}: round {last['round']}, test accuracy {last['test_accuracy']:.4f}, "
               f"test loss {last['test_loss']:.4f}")
+        if len(result.metrics) >= 2:
+            print(f"{result.path}: {result.convergence()}")
         return 0
     except (LandscapeError, OSError, ValueError) as exc:
         print(f"fl-run: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)

@@ -143,7 +143,9 @@ def test_cli_tiny_run_and_errors(tmp_path, capsys):
     assert code == 0
     config = json.loads((out / "config.json").read_text())
     assert config["options"] == {"mu": 0.5} and config["save_clients"] == "last" and config["clients"] == 3
-    assert str(out) in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert str(out) in printed
+    assert f"{out}: {fl.load_run(out).convergence()}" in printed  # whether the run stopped improving
     assert fl.load_run(out).client_states(1).keys() == {0, 1, 2}
     code = main(["--algorithm", "fedavg", "-o", "bogus=1", "--out", str(tmp_path / "x"), "--no-progress"])
     err = capsys.readouterr().err
