@@ -3,8 +3,9 @@
 ``"digits"`` is embedded (scikit-learn's 8x8 handwritten digits, no download).
 ``"mnist1d"`` is generated locally by the ``mnist1d`` package (Greydanus and Kobak, ICML
 2024; see :mod:`fl.mnist1d`), no download either. MNIST,
-Fashion-MNIST, CIFAR-10, CIFAR-100 and SVHN are read from a local ``root`` through the real
-torchvision dataset classes; they are downloaded only when ``download=True``.
+Fashion-MNIST, CIFAR-10, CIFAR-100 and SVHN are read from a local ``root``: from the array
+file ``<root>/<name>.npz`` when it is there (:mod:`fl.array_datasets`, read without pickles),
+else through the real torchvision dataset classes, which download only when ``download=True``.
 
 Normalisation: digits are divided by 16 (pixel range [0, 16] -> [0, 1]); torchvision
 datasets are scaled to [0, 1] and standardised per channel with the usual training-set
@@ -23,6 +24,8 @@ from torch.utils.data import TensorDataset
 
 from landscape import ConfigError, DataError
 from landscape.infra.options import did_you_mean
+
+from .array_datasets import array_file, read_array_file
 
 DATASETS = ("digits", "mnist1d", "mnist", "fashionmnist", "cifar10", "cifar100", "svhn")
 
@@ -78,12 +81,13 @@ def load_dataset(name: str = "digits", *, root: str | os.PathLike | None = None,
                  download: bool = False, normalize: str = "mean_std") -> DataBundle:
     """Load ``name`` (one of ``DATASETS``) with its standard train/test split.
 
-    ``root`` is the folder holding the torchvision files and the MNIST-1D cache (default:
-    :func:`default_root`); it is ignored for ``"digits"``. ``normalize`` applies to the
-    torchvision datasets: ``"mean_std"`` (per-channel ``NORMALIZATION``),
+    ``root`` is the folder holding the data sets' array files (``<root>/cifar10.npz``, ...,
+    read first when present: :mod:`fl.array_datasets`), the torchvision files and the MNIST-1D
+    cache (default: :func:`default_root`); it is ignored for ``"digits"``. ``normalize``
+    applies to the torchvision datasets (from either source): ``"mean_std"`` (per-channel ``NORMALIZATION``),
     ``"half"`` (``(x - 0.5) / 0.5``, FedGuCci's CIFAR code) or ``"none"`` (``x`` in [0, 1]);
     digits are always in [0, 1] and MNIST-1D signals are standardised by its generator.
-    Raises ``DataError`` for an unknown name or when the
+    Raises ``DataError`` for an unknown name, an array file that fails its checks, or when the
     files are missing and ``download`` is False.
     """
     key = canonical_name(name)
@@ -100,7 +104,9 @@ def load_dataset(name: str = "digits", *, root: str | os.PathLike | None = None,
         arrays = load_mnist1d(root)
         return DataBundle("mnist1d", *(torch.from_numpy(arrays[k]) for k in ("x", "y", "x_test", "y_test")),
                           num_classes=10)
-    (train_x, train_y), (test_x, test_y), num_classes = _READERS[key](key, root, download)
+    npz = array_file(root, key)
+    (train_x, train_y), (test_x, test_y), num_classes = (
+        read_array_file(npz, key) if npz is not None else _READERS[key](key, root, download))
     return DataBundle(key, _scale(train_x, key, normalize), train_y, _scale(test_x, key, normalize),
                       test_y, num_classes)
 
@@ -156,7 +162,8 @@ def _open(cls: type, root: Path, download: bool, expected: list[str], **kwargs):
         files = ", ".join(str(root / f) for f in expected)
         raise DataError(
             f"{cls.__name__} files not found, corrupted or not downloadable under {root} ({err}). "
-            f"Expected: {files}. Pass download=True to fetch them, or root=<folder that contains them>."
+            f"Expected: {files}. Pass download=True to fetch them, or root=<folder that contains them>, "
+            f"or save the arrays as {root / cls.__name__.lower()}.npz (docs/datasets.md)."
         ) from err
 
 
