@@ -1,5 +1,13 @@
-"""Measurements behind benchmarks/claims.py: late-round accuracy and the central-training
-claims (FedGuCci transitivity, Table 1 and Tables 7/9, and the group barrier against K, Fig. 4)."""
+"""Central-training claims of benchmarks/claims.py (FedGuCci Sec. 3): transitivity with a
+trained anchor (Table 1: individual accuracy, fused accuracy and barrier), with weak anchors
+(Tables 7/9), and the group barrier against the group size K (Fig. 4, K = 2..8).
+
+Per seed: an anchor and a pool of models from their own initialisations, trained
+with plain cross-entropy and with the connectivity loss (beta = 1) to a trained, a
+random-init and a semi-trained anchor, with the model of the FedGuCci recipe on the same data. Convergence: each seed's first vanilla model is also
+trained for twice the epochs; the central arms count as converged when that changes its test
+accuracy by less than one point.
+"""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -9,65 +17,97 @@ import numpy as np
 import landscape
 from claim_stats import ClaimRow, fmt
 from fl.datasets import load_dataset
+from fl.recipes import RECIPES
 from transitivity import Trainer
 
+#: Models per seed in the pool (Fig. 4 goes up to K = 8) and with a weak anchor (pairs only).
+POOL, WEAK_POOL = 8, 3
+#: Epochs of central training.
+EPOCHS = 20
+#: Largest test-accuracy change from doubling the epochs that counts as converged.
+CONVERGED_CHANGE = 0.01
 
-def late_accuracy(run: Any, rounds: int) -> float:
-    """Mean global test accuracy over the last ``rounds`` stored rounds."""
-    return float(np.mean([m["test_accuracy"] for m in run.metrics[-rounds:]]))
 
-
-def _pair_barrier(models: Sequence[Mapping[str, Any]], ev: landscape.Evaluator) -> float:
-    """Mean accuracy barrier over all pairs of ``models`` (test set)."""
-    return float(np.mean([landscape.interpolate(models[i], models[j], ev, alphas=11).accuracy_barrier
-                          for i in range(len(models)) for j in range(i + 1, len(models))]))
+def pair_metrics(models: Sequence[Mapping[str, Any]], ev: landscape.Evaluator) -> dict[str, float]:
+    """Table 1's metrics, averaged over all pairs: individual accuracy (mean of the two
+    endpoints), fused accuracy (the midpoint) and the accuracy barrier (Eq. 4, 11 alphas)."""
+    ind, fused, barrier = [], [], []
+    for i in range(len(models)):
+        for j in range(i + 1, len(models)):
+            path = landscape.interpolate(models[i], models[j], ev, alphas=11)
+            ind.append(0.5 * (path.accuracy[0] + path.accuracy[-1]))
+            fused.append(path.accuracy[5])
+            barrier.append(path.accuracy_barrier)
+    return {"ind": float(np.mean(ind)), "fused": float(np.mean(fused)), "barrier": float(np.mean(barrier))}
 
 
 def transitivity_claims(ctx: Any) -> list[ClaimRow]:
-    """Claims 2 and 3: central training on MNIST-1D (the paper's MLP), per seed an anchor and
-    a pool of models from their own initialisations, trained vanilla and with the
-    connectivity loss (beta = 1) to a trained, a random-init and a semi-trained anchor."""
-    data = load_dataset("mnist1d")
-    epochs, pool, weak_pool = (2, 3, 2) if ctx.quick else (10, 5, 3)
-    b = {k: [] for k in ("vanilla", "trained", "random-init", "semi-trained", "slope vanilla", "slope conn")}
+    """Claims 2 and 3 (see the module docstring)."""
+    data = load_dataset(ctx.dataset, root=ctx.data_root)
+    model = RECIPES[ctx.recipe("fedgucci")].settings["model"]  # the FL claims' model
+    epochs, pool, weak_pool = (2, 3, 2) if ctx.quick else (EPOCHS, POOL, WEAK_POOL)
+    m: dict[str, list[float]] = {}
     sizes = list(range(2, pool + 1))
+    converged = True
     for seed in ctx.seeds:
-        tr = Trainer(data.train_x, data.train_y, data.input_shape, epochs, 0.05, 32, seed, model="mnist1d_mlp")
+        tr = Trainer(data.train_x, data.train_y, data.input_shape, epochs, 0.05, 32, seed, model=model)
         ev = landscape.Evaluator(tr.init("template"), (data.test_x, data.test_y), progress=False)
         folder = ctx.cache / "central"
         anchor = tr.cached(folder, "anchor")
         keys = [f"model {i}" for i in range(pool)]
         vanilla = [tr.cached(folder, k) for k in keys]
         conn = [tr.cached(folder, k, "trained-anchor-beta1", anchor=anchor, beta=1.0) for k in keys]
-        b["vanilla"].append(_pair_barrier(vanilla, ev))
-        b["trained"].append(_pair_barrier(conn, ev))
+        longer = Trainer(data.train_x, data.train_y, data.input_shape, 2 * epochs, 0.05, 32, seed,
+                         model=model).cached(folder, keys[0])
+        change = float(np.diff(ev.evaluate([vanilla[0], longer]).accuracy)[0])
+        converged &= abs(change) < CONVERGED_CHANGE
+        values = {"vanilla": pair_metrics(vanilla, ev), "trained": pair_metrics(conn, ev)}
         weak = {"random-init": tr.init("random anchor").state_dict(),
                 "semi-trained": tr.cached(folder, "semi anchor", "steps20", steps=20)}
         for name, w_anc in weak.items():
-            b[name].append(_pair_barrier([tr.cached(folder, k, f"{name}-anchor-beta1", anchor=w_anc, beta=1.0)
-                                          for k in keys[:weak_pool]], ev))
+            values[name] = pair_metrics([tr.cached(folder, k, f"{name}-anchor-beta1", anchor=w_anc, beta=1.0)
+                                         for k in keys[:weak_pool]], ev)
         for name, models in (("slope vanilla", vanilla), ("slope conn", conn)):
             by_k = landscape.group_barrier_by_size(models, ev, sizes=sizes, draws=5, seed=seed).accuracy_barrier
-            b[name].append(float(np.polyfit(sizes, np.asarray(by_k).mean(axis=1), 1)[0]))
-        ctx.log(f"claims 2-3 seed {seed}: " + ", ".join(f"{k} {v[-1]:.3f}" for k, v in b.items()))
-    for k, v in b.items():
+            values[name] = {"slope": float(np.polyfit(sizes, np.asarray(by_k).mean(axis=1), 1)[0])}
+        for arm, metrics in values.items():
+            for k, v in metrics.items():
+                m.setdefault(f"{arm} {k}", []).append(v)
+        ctx.log(f"claims 2-3 seed {seed}: accuracy change from {2 * epochs} epochs {change:+.4f}; "
+                + ", ".join(f"{k} {v[-1]:.3f}" for k, v in m.items()))
+    for k, v in m.items():
         ctx.log(f"claims 2-3: {k} {fmt(v)}")
-    setting = (f"central SGD (lr 0.05, momentum 0.9, batch 32, {epochs} epochs), mnist1d_mlp, beta = 1 "
-               "(the paper gives none); test set; barriers: mean over all pairs")
-    rows = [ClaimRow("2a", "transitivity: two models connected to one anchor are connected to each other "
-                     "(Table 1)", f"accuracy barrier between models from different inits ({pool} per seed)",
-                     ("with connectivity loss", "vanilla CE"), b["trained"], b["vanilla"], "less", tol=0.01,
-                     note=setting)]
-    for letter, name in (("b", "random-init"), ("c", "semi-trained")):
+    setting = (f"central SGD (lr 0.05, momentum 0.9, batch 32, {epochs} epochs), beta = 1 "
+               f"(the paper gives none), {model}; test set; means over all pairs of the pool")
+    base = ("vanilla CE",)
+    row = {"converged": converged, "note": setting}
+    rows = [ClaimRow("2a", "transitivity: models connected to one trained anchor are connected to each other "
+                     "(Table 1, barrier)", f"accuracy barrier between models from different inits ({pool} per seed)",
+                     ("with connectivity loss", *base), m["trained barrier"], m["vanilla barrier"], "less",
+                     tol=0.16, rationale="half of Table 1's CNN reduction (0.821 -> 0.495)", **row),
+            ClaimRow("2b", "... their midpoint is more accurate (Table 1, fused accuracy)",
+                     "accuracy of the pair's midpoint", ("with connectivity loss", *base), m["trained fused"],
+                     m["vanilla fused"], "greater", tol=0.10,
+                     rationale="half of Table 1's CNN gain (11.5% -> 32.1%)", **row),
+            ClaimRow("2c", "... at no cost in the models' own accuracy (Table 1, individual accuracy)",
+                     "mean accuracy of the two endpoints", ("with connectivity loss", *base), m["trained ind"],
+                     m["vanilla ind"], "not_less", tol=0.01,
+                     rationale="one point: Table 1's CNN individual accuracies differ by 0.1 point", **row)]
+    for letter, name, tol, paper in (("d", "random-init", 0.10, "0.821 -> 0.626"),
+                                     ("e", "semi-trained", 0.06, "0.821 -> 0.702")):
         rows.append(ClaimRow(f"2{letter}", f"transitivity holds with a weak ({name}) anchor (Tables 7/9)",
                              f"accuracy barrier between models trained against a {name} anchor ({weak_pool} per "
-                             "seed)", (f"{name} anchor", "vanilla CE"), b[name], b["vanilla"], "less", tol=0.01,
-                             note=setting + "; semi-trained anchor: 20 SGD steps"))
+                             "seed)", (f"{name} anchor", *base), m[f"{name} barrier"], m["vanilla barrier"], "less",
+                             tol=tol, rationale=f"half of the paper's CNN reduction ({paper})",
+                             **{**row, "note": setting + "; semi-trained anchor: 20 SGD steps"}))
     rows.append(ClaimRow("3a", "the group barrier grows with the group size K (Fig. 4)",
                          f"slope of the mean group accuracy barrier (Eq. 10) over K = {sizes[0]}..{sizes[-1]}, "
-                         "vanilla models", ("vanilla CE", ""), b["slope vanilla"], claimed="above", bound=0.0,
+                         "vanilla models", ("vanilla CE", ""), m["slope vanilla slope"], claimed="above", bound=0.0,
+                         rationale="Fig. 4 shows a rising curve; any positive slope", converged=converged,
                          note="5 random subsets per K"))
     rows.append(ClaimRow("3b", "the connectivity loss flattens the growth of the group barrier with K (Fig. 4)",
-                         "slope of the group accuracy barrier over K", ("with connectivity loss", "vanilla CE"),
-                         b["slope conn"], b["slope vanilla"], "less", tol=0.002, note=setting))
+                         "slope of the group accuracy barrier over K", ("with connectivity loss", *base),
+                         m["slope conn slope"], m["slope vanilla slope"], "less", tol=0.005,
+                         rationale="Fig. 4 gives curves, no numbers: half a point of barrier per added model",
+                         **row))
     return rows

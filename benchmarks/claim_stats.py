@@ -11,7 +11,9 @@ practical tolerance ``tol`` fixed in its definition before measuring. The verdic
 * ``not reproduced``: the interval lies within ``[-tol, tol]`` or entirely on the wrong side;
 * ``inconclusive``: otherwise;
 * ``not testable``: both arms' means sit at or below the metric's resolution (for a barrier,
-  one test sample's worth), so no difference can be measured.
+  one test sample's worth), so no difference can be measured;
+* ``no verdict: not converged``: a run of either arm was still improving at its last round
+  (``fl.convergence``), so the comparison would measure training progress, not the method.
 
 A threshold claim (one arm against a bound, e.g. "the barrier is about 0") uses the interval
 of the arm's mean: ``reproduced`` when it lies on the claimed side of the bound, ``not
@@ -29,6 +31,7 @@ from landscape.claims.statistics import (INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTA
                                          below_resolution, decide)
 
 NOT_MEASURED = "not measured"
+NOT_CONVERGED = "no verdict: not converged"
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -76,6 +79,10 @@ class ClaimRow:
     resolution : float
         Smallest difference the metric can show (0: no floor); both arms at or below it make
         the row ``not testable``.
+    rationale : str
+        Why ``tol`` (or ``bound``) has its value, written with the claim before measuring.
+    converged : bool
+        Every run behind both arms converged; otherwise the row gets no verdict.
     """
 
     claim: str
@@ -89,6 +96,8 @@ class ClaimRow:
     bound: float = 0.0
     note: str = ""
     resolution: float = 0.0
+    rationale: str = ""
+    converged: bool = True
 
     @property
     def effect(self) -> float:
@@ -114,6 +123,8 @@ class ClaimRow:
         interval = self.interval
         if interval is None:
             return NOT_MEASURED
+        if not self.converged:
+            return NOT_CONVERGED
         if self.b and self.resolution > 0 and below_resolution(self.a, self.b, self.resolution):
             return NOT_TESTABLE
         return decide(interval, self.claimed, tol=self.tol, bound=self.bound)

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from claim_stats import (INCONCLUSIVE, NOT_MEASURED, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED,  # noqa: E402
+from claim_stats import (INCONCLUSIVE, NOT_CONVERGED, NOT_MEASURED, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED,  # noqa: E402
                          ClaimRow, markdown_table, mean_std)
 from landscape.claims.statistics import Interval, decide  # noqa: E402
 
@@ -77,3 +77,11 @@ def test_threshold_verdicts_and_table():
     assert "A: 0.700 ± 0.100" in lines[2] and "+2.00" in lines[2] and INCONCLUSIVE in lines[2]
     assert "+0.2 [-0.04841, +0.4484]" in lines[2]
     assert "bound < 0.5" in lines[3]
+
+
+def test_an_arm_that_did_not_converge_gets_no_verdict():
+    clear = row([0.6, 0.65, 0.7, 0.75, 0.8], [0.5] * 5, "greater", 0.01)
+    assert clear.verdict == REPRODUCED
+    clear.converged = False  # the same numbers from a run still climbing measure training progress
+    assert clear.verdict == NOT_CONVERGED
+    assert NOT_CONVERGED in markdown_table([clear])
