@@ -167,9 +167,10 @@ def _union(parts: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Te
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
-def pairwise_barriers(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options: Any) -> dict[str, float]:
-    """Mean accuracy barrier (FedGuCci Eq. 4: a supremum over 11 alphas with the endpoints
-    included, so never negative) over all pairs of final-round client models, per evaluation
+def pairwise_barrier_values(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options: Any
+                            ) -> dict[str, np.ndarray]:
+    """Accuracy barrier (FedGuCci Eq. 4: a supremum over 11 alphas with the endpoints
+    included, so never negative) of every pair of final-round client models, per evaluation
     set: the global test set, the union of the clients' training data, or, for a pair (i, j),
     the union of D_i and D_j. ``options`` go to every ``landscape.Evaluator`` (e.g. ``cache``).
 
@@ -183,7 +184,8 @@ def pairwise_barriers(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options:
     Returns
     -------
     dict
-        Evaluation set -> mean pairwise accuracy barrier.
+        Evaluation set -> barriers of the pairs (i, j), i < j, in the order (0, 1), (0, 2), ...
+        of the clients with data (the same order for two runs of one partition).
     """
     states, data = _final_clients(run)
     out = {}
@@ -197,8 +199,26 @@ def pairwise_barriers(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options:
             ev = landscape.Evaluator(run.module(), xy, progress=False, **options)
             vals = list(landscape.barrier_matrix(states, ev, alphas=11).accuracy_barrier[
                 np.triu_indices(len(states), k=1)])
-        out[e] = float(np.mean(vals))
+        out[e] = np.asarray(vals, dtype=np.float64)
     return out
+
+
+def pairwise_barriers(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options: Any) -> dict[str, float]:
+    """Mean of :func:`pairwise_barrier_values` over the pairs, per evaluation set.
+
+    Parameters
+    ----------
+    run : fl.Run
+        A run stored with the last round's client models.
+    eval_sets : sequence of str
+        Members of :data:`EVAL_SETS`.
+
+    Returns
+    -------
+    dict
+        Evaluation set -> mean pairwise accuracy barrier.
+    """
+    return {e: float(v.mean()) for e, v in pairwise_barrier_values(run, eval_sets, **options).items()}
 
 
 def group_barriers(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options: Any) -> dict[str, float]:

@@ -1,11 +1,14 @@
 """A small self-contained HTML report: title, sections, text, tables, PNG images, plotly figures.
 
 The page works offline: images are embedded as base64 PNG and plotly.js is inlined once
-per page (only when the page has a plotly figure). Used by the demo and the CLI::
+per page (only when the page has a plotly figure). A page shows each result as one figure,
+never a static and an interactive copy of it: the demo adds the interactive ones (every
+``figures.*_plotly``), the CLI's report the static ones (no plotly.js on its page). Used by
+the demo and the CLI::
 
     rep = Report("FedAvg on digits")
     rep.section("Interpolation", "Loss between two clients.")
-    rep.add_image(path_figure(result)).add_plotly(path_plotly(result))
+    rep.add_plotly(path_plotly(result), caption="Client 0 - client 1.")
     rep.add_table([{"pair": "c0-c1", "barrier": 0.12}])
     rep.write("report/index.html")
 """
