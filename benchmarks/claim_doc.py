@@ -33,7 +33,11 @@ def train_minutes(ctx: Any) -> float:
     return total / 60
 
 
-def write_doc(path: Path, rows: Sequence[ClaimRow], ctx: Any, command: str) -> None:
+#: Claim groups of benchmarks/claims.py and the claims they hold.
+GROUPS = {"fedgucci": "claim 1", "central": "claims 2-3", "ima": "claim 4", "floco": "claim 5", "lss": "claim 6"}
+
+
+def write_doc(path: Path, rows: Sequence[ClaimRow], ctx: Any, command: str, omitted: Sequence[str] = ()) -> None:
     """Write the page: command, seeds, verdict rules, plateaus, the table, notes, recipes, log.
 
     Parameters
@@ -46,6 +50,8 @@ def write_doc(path: Path, rows: Sequence[ClaimRow], ctx: Any, command: str) -> N
         Seeds, quick flag, data set, arm records and the log of benchmarks/claims.py.
     command : str
         The exact command that produced the page.
+    omitted : sequence of str
+        Claim groups this invocation did not measure (named on the page).
     """
     import claim_stats
 
@@ -59,6 +65,7 @@ def write_doc(path: Path, rows: Sequence[ClaimRow], ctx: Any, command: str) -> N
              f"{platform.processor() or platform.machine()}, torch {torch.__version__}, device {ctx.device}; written "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
              f"* data: `fl.datasets.load_dataset({ctx.dataset!r})`",
+             *([f"* NOT MEASURED on this page: {', '.join(f'{g} ({GROUPS[g]})' for g in omitted)}"] if omitted else []),
              "", "## Verdict rules", "", claim_stats.__doc__.split("\n\n", 1)[1].strip(), "", SIGNS, "",
              "## Convergence: each arm's plateau", "",
              "Mean global test accuracy over the last 10% of rounds (at least 5), per seed; an arm converged when "
