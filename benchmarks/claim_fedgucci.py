@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from _common import EVAL_SETS, GLOBAL_TEST, UNION, group_barriers, pairwise_barriers
+from _common import EVAL_SETS, barrier_resolution, group_barriers, pairwise_barriers
 from claim_context import Context
 from claim_stats import ClaimRow, fmt
 from fl.recipes import RECIPES
@@ -25,15 +25,6 @@ ACCURACY_RATIONALE = "half of FedGuCci Table 2's CIFAR-10 gain over FedAvg at Di
 def plateau(run: Any) -> float:
     """Mean global test accuracy over the run's convergence window (the last 10% of rounds)."""
     return float(run.convergence().plateau)
-
-
-def one_sample(run: Any, data: str) -> float:
-    """Accuracy-barrier resolution on evaluation set ``data``: one sample's share of the accuracy
-    of a model near the run's plateau, ``1 / (n * accuracy)``, with ``n`` the set's size (for a
-    client pair's own data, the mean size of two clients' data)."""
-    sizes = [len(d) for d in run.client_datasets().values()]
-    n = {GLOBAL_TEST: len(run.test_dataset()), UNION: sum(sizes)}.get(data, 2 * float(np.mean(sizes)))
-    return 1.0 / (n * max(plateau(run), 1e-3))
 
 
 def claim1(ctx: Context) -> list[ClaimRow]:
@@ -70,7 +61,7 @@ def claim1(ctx: Context) -> list[ClaimRow]:
     conv = ctx.converged(arms["FedGuCci"], arms["FedAvg"])
     for kind, label in (("pair", "mean pairwise accuracy barrier (Eq. 4)"), ("group", "group accuracy barrier (Eq. 10)")):
         for e in EVAL_SETS:
-            resolution = float(np.mean([one_sample(r, e) for r in arms["FedAvg"]])) if kind == "pair" else 0.0
+            resolution = float(np.mean([barrier_resolution(r)[e] for r in arms["FedAvg"]])) if kind == "pair" else 0.0
             a, b = values["FedGuCci"][kind][e], values["FedAvg"][kind][e]
             ctx.log(f"claim 1: {label} on {e}: FedGuCci {fmt(a)}, FedAvg {fmt(b)}")
             rows.append(ClaimRow(

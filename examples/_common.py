@@ -203,6 +203,26 @@ def pairwise_barrier_values(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **op
     return out
 
 
+def barrier_resolution(run: Any) -> dict[str, float]:
+    """The resolution of an accuracy barrier per evaluation set: one sample's share of the
+    accuracy at the run's plateau, ``1 / (n * plateau)``, ``n`` the size of the data (for a
+    pair's own data, two clients' mean size).
+
+    Parameters
+    ----------
+    run : fl.Run
+        A finished run (its ``convergence().plateau`` is the accuracy).
+
+    Returns
+    -------
+    dict
+        Evaluation set (:data:`EVAL_SETS`) -> smallest barrier one sample can make.
+    """
+    sizes = [len(d) for d in run.client_datasets().values()]
+    counts = (len(run.test_dataset()), sum(sizes), 2 * float(np.mean(sizes)))  # in the order of EVAL_SETS
+    return {e: 1.0 / (n * max(run.convergence().plateau, 1e-3)) for e, n in zip(EVAL_SETS, counts)}
+
+
 def pairwise_barriers(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options: Any) -> dict[str, float]:
     """Mean of :func:`pairwise_barrier_values` over the pairs, per evaluation set.
 

@@ -62,7 +62,7 @@ from fl.resolve import make_algorithm
 from landscape.claims.statistics import NOT_TESTABLE, Interval, below_resolution, decide
 from landscape.infra.devices import resolve_device
 
-from _common import EVAL_SETS, group_barriers, pairwise_barrier_values, tensors
+from _common import EVAL_SETS, barrier_resolution, group_barriers, pairwise_barrier_values, tensors
 from transitivity import Trainer  # examples/transitivity.py: central training with the connectivity loss
 
 #: Settings shared by the three runs (derived from ``fedgucci-mnist1d``; see the module docstring).
@@ -203,15 +203,6 @@ def convergence_rows(runs: dict[str, fl.Run]) -> list[dict[str, Any]]:
     return rows
 
 
-def one_sample(run: fl.Run) -> dict[str, float]:
-    """The resolution of an accuracy barrier per evaluation data: one sample's share of the
-    accuracy at the run's plateau, ``1 / (n * plateau)``, ``n`` the size of the data (for a
-    pair's own data, two clients' mean size), as benchmarks/claim_fedgucci.py sets it."""
-    sizes = [len(d) for d in run.client_datasets().values()]
-    counts = (len(run.test_dataset()), sum(sizes), 2 * float(np.mean(sizes)))  # in the order of EVAL_SETS
-    return {e: 1.0 / (n * max(run.convergence().plateau, 1e-3)) for e, n in zip(EVAL_SETS, counts)}
-
-
 def connectivity_verdicts(pairs: dict[str, dict[str, np.ndarray]], resolution: dict[str, float],
                           converged: bool) -> list[dict[str, Any]]:
     """FedGuCci's claim (Sec. 3.3) that its client models are more connected, per evaluation
@@ -310,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                  "from one seed and share clients, so this interval is narrower than one over seeds, which "
                  "docs/claims.md gives. A group barrier is one number per run, so it is reported, not decided.")
     converged = all(runs[n].convergence().converged for n in ("fedavg", "fedgucci"))
-    rep.add_table(connectivity_verdicts(pair, one_sample(reference), converged))
+    rep.add_table(connectivity_verdicts(pair, barrier_resolution(reference), converged))
     rep.add_text(SIGNS)
     rep.add_plotly(path_plotly(paths), caption="Interpolation between two client models.")
 

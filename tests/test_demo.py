@@ -84,7 +84,7 @@ def test_connectivity_verdicts_follow_the_claims_rule() -> None:
 def test_resolution_is_one_sample_of_the_plateau_accuracy(fedavg_run) -> None:
     sizes = [len(d) for d in fedavg_run.client_datasets().values()]
     plateau = fedavg_run.convergence().plateau
-    got = demo.one_sample(fedavg_run)
+    got = demo.barrier_resolution(fedavg_run)
     assert list(got) == list(EVAL_SETS)
     assert got[EVAL_SETS[0]] == pytest.approx(1 / (len(fedavg_run.test_dataset()) * plateau))
     assert got[EVAL_SETS[1]] == pytest.approx(1 / (sum(sizes) * plateau))
