@@ -366,7 +366,7 @@ def test_the_fingerprint_tolerates_one_float32_rounding_per_value(generated):
 def test_a_generator_that_gives_other_data_is_refused(tmp_path, generated, monkeypatch):
     other_data = {k: v.copy() for k, v in generated.items()}
     other_data["x"][0, 0, 0] += 1.0
-    monkeypatch.setattr(mnist1d, "generate", lambda: other_data)
+    monkeypatch.setattr(mnist1d, "generate", lambda draw=None: other_data)
     with pytest.raises(DataError, match=r"generated data that differ from the recorded fingerprint"):
         load_dataset("mnist1d", root=tmp_path)
     assert list(tmp_path.iterdir()) == []  # nothing cached
