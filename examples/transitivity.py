@@ -28,7 +28,7 @@ import hashlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -63,6 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draws", type=int, default=5, help="random subsets per group size K")
 
 
+#: Learning-rate schedules of :class:`Trainer`.
+SCHEDULES = ("constant", "cosine")
+
+
 def key_seed(seed: int, *keys: str) -> int:
     """A 63-bit seed for ``(seed, *keys)`` (SHA-256; the same on every platform and run)."""
     digest = hashlib.sha256("/".join([str(seed), *keys]).encode()).digest()
@@ -73,7 +77,12 @@ def key_seed(seed: int, *keys: str) -> int:
 class Trainer:
     """Central mini-batch SGD (momentum 0.9) on a training set, optionally with FedGuCci's
     connectivity loss to a fixed anchor (Eq. 8: ``CE(w) + beta * CE(alpha w + (1 - alpha) w_anc)``,
-    one ``alpha ~ U[0, 1]`` per mini-batch)."""
+    one ``alpha ~ U[0, 1]`` per mini-batch).
+
+    ``schedule``: ``"constant"`` keeps ``lr``; ``"cosine"`` anneals it per step from ``lr`` to 0
+    over the whole run (``lr_t = lr (1 + cos(pi t / T)) / 2``, Loshchilov & Hutter 2017), so the
+    run ends at a point where training has stopped moving.
+    """
 
     x: torch.Tensor
     y: torch.Tensor
@@ -83,16 +92,24 @@ class Trainer:
     batch_size: int
     seed: int
     model: str = "mlp"
+    schedule: str = "constant"
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
 
     def init(self, key: str) -> torch.nn.Module:
         """The model initialised from ``key`` (its own random initialisation)."""
         return build_model(self.model, num_classes=10, input_shape=self.input_shape, seed=key_seed(self.seed, key))
 
     def train(self, key: str, *, anchor: Mapping[str, torch.Tensor] | None = None, beta: float = 0.0,
-              steps: int | None = None) -> dict[str, torch.Tensor]:
+              steps: int | None = None, on_epoch: Callable[[int, torch.nn.Module], None] | None = None
+              ) -> dict[str, torch.Tensor]:
         """Train the model initialised from ``key``; the data order also depends on ``key`` only,
         so the vanilla and the connectivity model of one key differ only by the loss.
-        ``steps``: one pass over ``steps * batch_size`` random samples instead of ``epochs``."""
+        ``steps``: one pass over ``steps * batch_size`` random samples instead of ``epochs``.
+        ``on_epoch(epoch, module)`` is called after every epoch (1-based), e.g. to record a
+        learning curve; it must not change the module."""
         module = self.init(key).train()
         data_gen = torch.Generator().manual_seed(key_seed(self.seed, key, "data"))
         alpha_gen = torch.Generator().manual_seed(key_seed(self.seed, key, "alpha"))
@@ -103,7 +120,10 @@ class Trainer:
         params = dict(module.named_parameters())
         buffers = {n: b for n, b in (anchor or {}).items() if n not in params}  # BN statistics of the anchor
         opt = torch.optim.SGD(module.parameters(), lr=self.lr, momentum=0.9)
-        for _ in range(1 if steps is not None else self.epochs):
+        epochs = 1 if steps is not None else self.epochs
+        total = epochs * -(-len(y) // self.batch_size)
+        sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, total) if self.schedule == "cosine" else None)
+        for epoch in range(epochs):
             order = torch.randperm(len(y), generator=data_gen)
             for start in range(0, len(y), self.batch_size):
                 idx = order[start:start + self.batch_size]
@@ -114,15 +134,23 @@ class Trainer:
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
+                if sched is not None:
+                    sched.step()
+            if on_epoch is not None:
+                on_epoch(epoch + 1, module)
         return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
-    def cached(self, folder: Path, key: str, tag: str = "vanilla", **kwargs: Any) -> dict[str, torch.Tensor]:
-        """``train(key, **kwargs)`` stored in ``folder`` and re-read by a later call. The file name
-        holds the model, epochs, learning rate, batch size, seed, data size, key and ``tag``
-        (``tag`` must name what ``kwargs`` change, e.g. the anchor and beta)."""
-        name = (f"{self.model}-n{len(self.y)}-e{self.epochs}-lr{self.lr}-b{self.batch_size}-seed{self.seed}-"
+    def file_name(self, key: str, tag: str = "vanilla") -> str:
+        """The stem under which :meth:`cached` stores ``key``'s model: the model, epochs, learning
+        rate and schedule, batch size, seed, data size, key and ``tag``."""
+        sched = "" if self.schedule == "constant" else f"-{self.schedule}"
+        return (f"{self.model}-n{len(self.y)}-e{self.epochs}-lr{self.lr}{sched}-b{self.batch_size}-seed{self.seed}-"
                 f"{key}-{tag}").replace(" ", "_")
-        path = Path(folder) / f"{name}.safetensors"
+
+    def cached(self, folder: Path, key: str, tag: str = "vanilla", **kwargs: Any) -> dict[str, torch.Tensor]:
+        """``train(key, **kwargs)`` stored in ``folder`` as :meth:`file_name` and re-read by a later
+        call (``tag`` must name what ``kwargs`` change, e.g. the anchor and beta)."""
+        path = Path(folder) / f"{self.file_name(key, tag)}.safetensors"
         if path.exists():
             return landscape.load_state_dict(path)
         state = self.train(key, **kwargs)
