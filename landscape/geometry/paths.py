@@ -17,7 +17,11 @@ from ..infra.host_memory import check_fits, points_bytes
 from ..space.params import ModelLike
 from ..space.points import PointSet
 from ..results import BarrierMatrix, PathResult
+from .adaptive import ADAPTIVE, adaptive_search, search_tolerance
 from .barriers import warn_nonfinite
+
+#: What a path function's ``alphas`` accepts: a count, the values, or ``"adaptive"``.
+AlphasLike = int | Sequence[float] | np.ndarray | str
 
 
 def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:
@@ -39,6 +43,8 @@ def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:
     ConfigError
         If a count is below 2, or the values are empty or not finite.
     """
+    if isinstance(alphas, str):
+        raise ConfigError(f"alphas={alphas!r} is not a grid: give a number of points (at least 2) or the alphas")
     if isinstance(alphas, (int, np.integer)):
         if alphas < 2:
             raise ConfigError("a path needs at least 2 alphas (the endpoints)")
@@ -51,8 +57,8 @@ def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:
     return grid
 
 
-def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *,
-                alphas: int | Sequence[float] | np.ndarray = 21, align: str | None = None) -> PathResult:
+def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *, alphas: AlphasLike = 21,
+                align: str | None = None, tol: float | None = None) -> PathResult:
     """Loss and accuracy along the straight line from ``a`` (alpha=0) to ``b`` (alpha=1).
 
     The model at alpha is ``(1 - alpha) a + alpha b``; the barriers of FedGuCci Eq. 3/4 are
@@ -67,47 +73,64 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *,
     evaluator
         Evaluates the loss and accuracy of each point.
     alphas
-        Number of evenly spaced points on [0, 1], or the coefficients themselves (see
-        :func:`alpha_grid`).
+        Number of evenly spaced points on [0, 1], the coefficients themselves (see
+        :func:`alpha_grid`), or ``"adaptive"``: a coarse grid, then batched bisection where the
+        barrier curves may still exceed their best value by more than ``tol``
+        (:func:`landscape.geometry.adaptive.adaptive_search`, ``docs/barriers.md``).
     align
         ``None``, ``"weight"`` or ``"activation"``: first permute ``b``'s hidden units to match
         ``a`` (:func:`landscape.connectivity.align`, Git Re-Basin), then interpolate: the barrier
         "modulo permutation". The barriers of the unaligned path are kept in
         ``spec["unaligned"]`` (before and after, from one call).
+    tol
+        Only with ``alphas="adaptive"`` (default 1e-3): tolerance on both barrier values, in
+        their units (loss; relative accuracy drop).
 
     Returns
     -------
     PathResult
         ``alphas``, ``loss`` and ``accuracy`` per point, with ``loss_barrier`` and
-        ``accuracy_barrier`` (FedGuCci Eq. 3/4).
+        ``accuracy_barrier`` (FedGuCci Eq. 3/4); with ``alphas="adaptive"`` the evaluated alphas,
+        sorted, and the search's record in ``search`` (evaluations, gaps, convergence).
 
     Raises
     ------
     ConfigError
-        If the grid is invalid.
+        If the grid is invalid, ``alphas`` is another string than ``"adaptive"``, or ``tol`` is
+        not above 0 or is given with a fixed grid.
     ArchitectureMismatchError
         If an endpoint does not fit the evaluator's model.
     """
+    tol = search_tolerance(alphas, tol)
+    grid = alpha_grid(alphas) if tol is None else None
     evaluator.warn_interpolated_batchnorm()
     va, vb = evaluator.vector(a), evaluator.vector(b)
-    grid = alpha_grid(alphas)
     spec: dict = {"kind": "path", "evaluator": evaluator.fingerprint()}
+    if tol is not None:
+        spec.update(alphas=ADAPTIVE, tol=tol)
     if align is not None:
         from ..connectivity.align import aligned_vector
 
-        before = interpolate(va, vb, evaluator, alphas=grid)
+        before = interpolate(va, vb, evaluator, alphas=ADAPTIVE if grid is None else grid, tol=tol)
         spec.update(align=align, unaligned={"loss_barrier": before.loss_barrier,
                                             "accuracy_barrier": before.accuracy_barrier})
         vb = aligned_vector(vb, to=va, evaluator=evaluator, method=align)
-    loss, acc = evaluator.evaluate_points(PointSet.line(va, vb, torch.from_numpy(grid)), reference=va,
-                                          label="path")
+
+    def evaluate(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return evaluator.evaluate_points(PointSet.line(va, vb, torch.from_numpy(points)), reference=va,
+                                         label="path")
+
+    search: dict = {}
+    if grid is None:
+        grid, loss, acc, search = adaptive_search(evaluate, tol)
+    else:
+        loss, acc = evaluate(grid)
     warn_nonfinite("path", loss, [f"alpha={a:g}" for a in grid])
-    return PathResult(alphas=grid, loss=loss, accuracy=acc, spec=spec)
+    return PathResult(alphas=grid, loss=loss, accuracy=acc, search=search, spec=spec)
 
 
-def barrier_matrix(models: Sequence[ModelLike], evaluator: Evaluator, *,
-                   alphas: int | Sequence[float] | np.ndarray = 11,
-                   labels: Sequence[str] | None = None) -> BarrierMatrix:
+def barrier_matrix(models: Sequence[ModelLike], evaluator: Evaluator, *, alphas: AlphasLike = 11,
+                   labels: Sequence[str] | None = None, tol: float | None = None) -> BarrierMatrix:
     """Loss and accuracy barriers (FedGuCci Eq. 3/4) of the path between every pair of models.
 
     Parameters
@@ -117,21 +140,28 @@ def barrier_matrix(models: Sequence[ModelLike], evaluator: Evaluator, *,
     evaluator
         Evaluates the loss and accuracy of each point.
     alphas
-        Grid of each path (see :func:`alpha_grid`); it must contain 0 and 1.
+        Grid of each path (see :func:`alpha_grid`; it must contain 0 and 1), or ``"adaptive"``
+        (see :func:`interpolate`).
     labels
         One name per model (default ``"model i"``).
+    tol
+        Only with ``alphas="adaptive"``: the tolerance of each path's search (default 1e-3).
 
     Returns
     -------
     BarrierMatrix
-        Symmetric ``(n, n)`` loss and accuracy barrier matrices (zero diagonal) and the labels.
+        Symmetric ``(n, n)`` loss and accuracy barrier matrices (zero diagonal) and the labels;
+        with ``alphas="adaptive"``, ``search`` holds the points evaluated in all and per pair,
+        the largest gaps over the pairs and whether every pair converged.
 
     Raises
     ------
     ConfigError
         If there are fewer than two models, the number of labels differs from the number of
-        models, or the grid is invalid.
+        models, the grid is invalid, or ``alphas``/``tol`` are invalid (see :func:`interpolate`).
     """
+    tol = search_tolerance(alphas, tol)
+    grid = alpha_grid(alphas) if tol is None else None
     vecs = [evaluator.vector(m) for m in models]
     n = len(vecs)
     if n < 2:
@@ -141,11 +171,26 @@ def barrier_matrix(models: Sequence[ModelLike], evaluator: Evaluator, *,
         raise ConfigError(f"{len(labels)} labels for {n} models")
     loss_b = np.zeros((n, n))
     acc_b = np.zeros((n, n))
+    records = []
     for i in range(n):
         for j in range(i + 1, n):
-            path = interpolate(vecs[i], vecs[j], evaluator, alphas=alphas)
+            path = interpolate(vecs[i], vecs[j], evaluator, alphas=ADAPTIVE if grid is None else grid, tol=tol)
             loss_b[i, j] = loss_b[j, i] = path.loss_barrier
             acc_b[i, j] = acc_b[j, i] = path.accuracy_barrier
+            records.append(path.search)
+    spec: dict = {"kind": "barrier_matrix", "alphas": ADAPTIVE if grid is None else grid.tolist(),
+                  "evaluator": evaluator.fingerprint()}
+    if tol is not None:
+        spec["tol"] = tol
     return BarrierMatrix(loss_barrier=loss_b, accuracy_barrier=acc_b, labels=labels,
-                         spec={"kind": "barrier_matrix", "alphas": alpha_grid(alphas).tolist(),
-                               "evaluator": evaluator.fingerprint()})
+                         search=_matrix_search(records) if records and records[0] else {}, spec=spec)
+
+
+def _matrix_search(records: list[dict]) -> dict:
+    """The record of a matrix's adaptive searches: evaluations in all and per pair, the worst gaps."""
+    return {"method": ADAPTIVE, "tol": records[0]["tol"],
+            "evaluations": sum(r["evaluations"] for r in records),
+            "pair_evaluations": [r["evaluations"] for r in records],
+            "loss_gap": float(np.max([r["loss_gap"] for r in records])),  # NaN if any pair overflowed
+            "accuracy_gap": float(np.max([r["accuracy_gap"] for r in records])),
+            "converged": all(r["converged"] for r in records)}

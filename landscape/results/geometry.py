@@ -15,7 +15,7 @@ import numpy as np
 
 from ..geometry.barriers import (accuracy_barrier_curve, barrier_from_curve, code_accuracy_barrier,
                                  group_accuracy_barrier, group_loss_barrier, loss_barrier_curve)
-from .base import Result, register
+from .base import Result, format_value, register
 
 
 class GridExtremes:
@@ -41,6 +41,31 @@ class GridExtremes:
         return float(np.nanmax(self.accuracy)) if np.isfinite(self.accuracy).any() else float("nan")
 
 
+class SearchRecord:
+    """The ``search`` record of an adaptive barrier search (``alphas="adaptive"``), shown in summaries.
+
+    Empty for a fixed grid (and left out of the summary then). Its keys are those of
+    :func:`landscape.geometry.adaptive.adaptive_search` (``docs/barriers.md``, "Adaptive search").
+    """
+
+    search: Mapping[str, Any]
+
+    def summary(self) -> dict[str, str]:
+        """The result's summary, with the search's evaluations and gaps instead of the whole record.
+
+        Returns
+        -------
+        dict
+            name -> formatted value.
+        """
+        out = super().summary()  # type: ignore[misc]
+        out.pop("search", None)
+        for key in ("evaluations", "loss_gap", "accuracy_gap", "converged"):
+            if key in self.search:
+                out[key] = format_value(self.search[key])
+        return out
+
+
 @register
 @dataclass(frozen=True, eq=False)
 class Metrics(Result):
@@ -59,7 +84,7 @@ class Metrics(Result):
 
 @register
 @dataclass(frozen=True, eq=False)
-class PathResult(GridExtremes, Result):
+class PathResult(GridExtremes, SearchRecord, Result):
     """Metrics along ``(1 - alpha) * a + alpha * b`` (FedGuCci Eq. 3/4).
 
     Barriers use the grid points with alpha in [0, 1]; 0 and 1 must be on the grid.
@@ -67,9 +92,13 @@ class PathResult(GridExtremes, Result):
     Attributes
     ----------
     alphas : np.ndarray
-        ``(n,)``: the interpolation coefficients, increasing (may extend beyond [0, 1]).
+        ``(n,)``: the interpolation coefficients, increasing (may extend beyond [0, 1]); with
+        ``alphas="adaptive"`` every point the search evaluated.
     loss, accuracy : np.ndarray
         ``(n,)``: ``L(alpha)`` and ``A(alpha)`` at each coefficient.
+    search : Mapping[str, Any]
+        The adaptive search's record (evaluations, ``loss_gap``, ``accuracy_gap``, ``converged``,
+        ...); empty for a fixed grid.
     """
 
     summary_fields: ClassVar[tuple[str, ...]] = ('loss_barrier', 'accuracy_barrier', 'nonfinite')
@@ -77,6 +106,7 @@ class PathResult(GridExtremes, Result):
     alphas: np.ndarray
     loss: np.ndarray
     accuracy: np.ndarray
+    search: Mapping[str, Any] = field(default_factory=dict)
     array_fields: ClassVar[tuple[str, ...]] = ("alphas", "loss", "accuracy")
 
     @property
@@ -161,7 +191,7 @@ class GroupResult(Result):
 
 @register
 @dataclass(frozen=True, eq=False)
-class BarrierMatrix(Result):
+class BarrierMatrix(SearchRecord, Result):
     """Pairwise path barriers among n models; entry (i, j) is the barrier of the i-j path.
 
     Attributes
@@ -170,6 +200,9 @@ class BarrierMatrix(Result):
         ``(n, n)``: FedGuCci Eq. 3 and Eq. 4 barriers of each pair's linear path.
     labels : list
         The models' names, in matrix order.
+    search : Mapping[str, Any]
+        With ``alphas="adaptive"``: the points evaluated in all and per pair, the largest gaps
+        over the pairs and whether every pair converged; empty for a fixed grid.
     """
 
     summary_fields: ClassVar[tuple[str, ...]] = ('max_accuracy_barrier', 'max_loss_barrier')
@@ -177,6 +210,7 @@ class BarrierMatrix(Result):
     loss_barrier: np.ndarray
     accuracy_barrier: np.ndarray
     labels: list = field(default_factory=list)
+    search: Mapping[str, Any] = field(default_factory=dict)
     array_fields: ClassVar[tuple[str, ...]] = ("loss_barrier", "accuracy_barrier")
 
     @property
