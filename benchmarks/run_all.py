@@ -5,7 +5,7 @@ CPU defaults, or with the GPU presets below (``--gpu``). Exits non-zero if any f
 
     .venv/bin/python benchmarks/run_all.py                  # all, CPU defaults
     .venv/bin/python benchmarks/run_all.py --only plane,fl  # a subset
-    .venv/bin/python benchmarks/run_all.py --gpu            # the GPU targets of issue 8
+    .venv/bin/python benchmarks/run_all.py --gpu            # the GPU targets (presets below)
 """
 from __future__ import annotations
 

@@ -115,14 +115,6 @@ def _validated(convert: Callable[[str], Any], name: str) -> Callable[[str], Any]
     return checked
 
 
-def _parser_choices(parse: Callable[[str], Any]) -> tuple[str, ...] | None:
-    """The names a dtype parser accepts (its table's keys), for the flag's metavar."""
-    for cell in parse.__closure__ or ():
-        if isinstance(cell.cell_contents, dict):
-            return tuple(cell.cell_contents)
-    return None
-
-
 def _key_or_index(text: str) -> str | int:
     """An integer for text made of digits (an index), the text itself otherwise (a key)."""
     return int(text) if text.lstrip("-").isdigit() else text

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-MODULES = ("landscape.claims.statistics", "fl.convergence")
+MODULES = ("landscape.claims.statistics", "fl.convergence", "fl.algorithms.proximal")
 
 
 @pytest.mark.parametrize("name", MODULES)

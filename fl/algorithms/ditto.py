@@ -39,59 +39,15 @@ uninterrupted one.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, TypeVar
+from typing import Any, Mapping
 
 import torch
 from torch import Tensor
 
 from landscape.infra.options import Options, option
-from .base import Algorithm, ClientUpdate, EvalContext, ExtraLoss, LocalContext, State, local_sgd
+from .base import Algorithm, ClientUpdate, EvalContext, LocalContext, State, local_sgd
+from .proximal import proximal_loss
 
-OptionsT = TypeVar("OptionsT", bound=Options)
-
-
-def proximal_loss(anchor: Mapping[str, Tensor], lam: float) -> ExtraLoss:
-    """The proximal term ``lam/2 sum_j ||v_j - anchor_j||^2`` (Ditto Eq. 2) as an ``extra_loss``
-    of :func:`~fl.algorithms.sgd.local_sgd`.
-
-    Parameters
-    ----------
-    anchor : Mapping[str, Tensor]
-        The model the personal model is pulled to (the received global model), by name.
-    lam : float
-        Ditto's ``lambda``.
-
-    Returns
-    -------
-    ExtraLoss
-        ``f(params, x, y, logits)`` summing over the trainable tensors ``params``.
-    """
-    def term(params: State, x: Tensor, y: Tensor, logits: Tensor) -> Tensor:
-        sq = sum(((p - anchor[n]) ** 2).sum() for n, p in params.items())
-        return 0.5 * lam * torch.as_tensor(sq)
-
-    return term
-
-
-def with_personal_epochs(options: OptionsT, config: Mapping[str, Any]) -> OptionsT:
-    """``options`` with ``personal_epochs`` set to the run's local epochs when it is None
-    (``E_Ditto = E``, FLOCO App. B).
-
-    Parameters
-    ----------
-    options : Options
-        Options with a ``personal_epochs`` field.
-    config : Mapping[str, Any]
-        The run configuration.
-
-    Returns
-    -------
-    Options
-        The same options, ``personal_epochs`` filled in.
-    """
-    if getattr(options, "personal_epochs") is not None:
-        return options
-    return dataclasses.replace(options, personal_epochs=int(config["local_epochs"]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +60,9 @@ class DittoOptions(Options):
                                          "(default: the run's local epochs)", source="Ditto: E_Ditto = E")
 
     def resolved(self, config: Mapping[str, Any]) -> "DittoOptions":
-        """``personal_epochs`` defaults to the run's local epochs.
+        """The other bases' derived defaults (a subclass may combine these options with another
+        algorithm's), then ``personal_epochs`` = the run's local epochs when it is None
+        (``E_Ditto = E``, FLOCO App. B).
 
         Parameters
         ----------
@@ -114,9 +72,12 @@ class DittoOptions(Options):
         Returns
         -------
         DittoOptions
-            The options with the derived default set.
+            The options with the derived defaults set.
         """
-        return with_personal_epochs(self, config)
+        options = super().resolved(config)
+        if options.personal_epochs is not None:
+            return options
+        return dataclasses.replace(options, personal_epochs=int(config["local_epochs"]))
 
 
 class Ditto(Algorithm):

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
 from torch import Tensor
 
 from landscape.infra.options import Options, option
 from .base import Algorithm, LocalContext, State
+from .proximal import proximal_term
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,5 +47,4 @@ class FedProx(Algorithm):
         Tensor
             The scalar term.
         """
-        sq = sum(((p - ctx.global_state[name]) ** 2).sum() for name, p in params.items())
-        return 0.5 * self.opts["mu"] * torch.as_tensor(sq)
+        return proximal_term(params, ctx.global_state, float(self.opts["mu"]))

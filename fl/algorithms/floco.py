@@ -77,7 +77,8 @@ from landscape import ConfigError
 from landscape.infra.options import Options, option
 from .base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext, State,
                    local_sgd, make_generator, sample_weighted_average)
-from .ditto import proximal_loss, with_personal_epochs
+from .ditto import DittoOptions
+from .proximal import proximal_loss
 from .simplex import (SUBREGION_SAMPLERS, assign_points, pca_scores, sample_subregion, sample_uniform_simplex,
                       simplex_centre)
 
@@ -170,28 +171,9 @@ class FlocoOptions(Options):
 
 
 @dataclasses.dataclass(frozen=True)
-class FlocoPlusOptions(FlocoOptions):
-    """Options of FLOCO+ (App. C): FLOCO's plus the Ditto-style personal models."""
-
-    lam: float = option(1.0, ge=0, le=1e4, help="proximal weight lambda of the personal models",
-                        source="official code (the paper gives none)")
-    personal_epochs: int | None = option(None, ge=1, le=10_000, help="epochs of the personal update "
-                                         "(default: the run's local epochs)", source="Ditto: E_Ditto = E")
-
-    def resolved(self, config: Mapping[str, Any]) -> "FlocoPlusOptions":
-        """FLOCO's defaults and ``personal_epochs`` = the run's local epochs.
-
-        Parameters
-        ----------
-        config : Mapping[str, Any]
-            The run configuration.
-
-        Returns
-        -------
-        FlocoPlusOptions
-            The options with the derived defaults set.
-        """
-        return with_personal_epochs(super().resolved(config), config)
+class FlocoPlusOptions(DittoOptions, FlocoOptions):
+    """Options of FLOCO+ (App. C): FLOCO's plus Ditto's personal-model options (``lam``: the
+    official code's 1.0, the paper gives none; ``personal_epochs``: the run's local epochs)."""
 
 
 class Floco(Algorithm):

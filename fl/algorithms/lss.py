@@ -108,6 +108,7 @@ from torch import Tensor
 from landscape.infra.options import Options, option
 from .base import (Algorithm, ClientUpdate, LocalContext, State, forward, make_generator, minibatches,
                    split_state, weighted_average)
+from .proximal import squared_distance
 from .simplex import sample_uniform_simplex
 
 PREFIX = "lss."
@@ -120,7 +121,7 @@ BUDGETS = ("per_member", "split")
 
 def distance(a: Mapping[str, Tensor], b: Mapping[str, Tensor], kind: str = "l2") -> Tensor:
     """L2 distance ``sqrt(sum |a - b|^2 + 1e-12)`` over the tensors of ``a`` (``"sq_l2"``: squared)."""
-    sq = sum(((t - b[n]) ** 2).sum() for n, t in a.items())
+    sq = squared_distance(a, b)
     return sq if kind == "sq_l2" else torch.sqrt(sq + 1e-12)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -169,21 +169,3 @@ def check_targets(outputs: torch.Tensor, targets: torch.Tensor, loss: str) -> No
             kind = " (integer class indices >= 0)" if lo < 0 else ""
             raise DataError(f"labels must lie in [0, {classes - 1}] for a model with {classes} outputs{kind}; "
                             f"found labels in [{lo}, {hi}]")
-
-
-def split_batches(batches: Sequence[tuple[torch.Tensor, torch.Tensor]], n: int):
-    """The first ``n`` batches (all if ``n`` is None).
-
-    Parameters
-    ----------
-    batches
-        ``(x, y)`` batches.
-    n
-        How many to keep, or None for all.
-
-    Returns
-    -------
-    tuple
-        The kept batches.
-    """
-    return tuple(batches if n is None else batches[:n])

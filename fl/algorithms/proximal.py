@@ -1,0 +1,83 @@
+"""The proximal term ``c/2 ||w - w_anchor||^2`` that FedProx, Ditto, FLOCO+ and LSS share.
+
+FedProx (Li et al., MLSys 2020, Eq. 2) adds ``mu/2 ||w - w^t||^2`` to every client's loss;
+Ditto (Li et al., ICML 2021, Eq. 2) and FLOCO+'s personal models add
+``lambda/2 ||v_k - w^t||^2``; LSS measures its affinity and diversity with the same squared
+distance between models. The norm runs over the tensors of the first argument (the trainable
+leaves), so buffers such as BatchNorm statistics never enter it.
+
+>>> import torch
+>>> w = {"a": torch.tensor([1.0, 2.0]), "b": torch.tensor([3.0])}
+>>> anchor = {"a": torch.zeros(2), "b": torch.ones(1)}
+>>> float(squared_distance(w, anchor))           # 1 + 4 + 4
+9.0
+>>> float(proximal_term(w, anchor, 0.5))         # 0.5 / 2 * 9
+2.25
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+from torch import Tensor
+
+from .base import ExtraLoss, State
+
+
+def squared_distance(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Tensor:
+    """``sum_j ||a_j - b_j||^2`` over the tensors ``j`` of ``a``.
+
+    Parameters
+    ----------
+    a : Mapping[str, Tensor]
+        The model whose tensors the sum runs over (by name).
+    b : Mapping[str, Tensor]
+        A model holding at least the names of ``a``.
+
+    Returns
+    -------
+    Tensor
+        The scalar squared distance (differentiable in both arguments).
+    """
+    return torch.as_tensor(sum(((t - b[n]) ** 2).sum() for n, t in a.items()))
+
+
+def proximal_term(params: Mapping[str, Tensor], anchor: Mapping[str, Tensor], coef: float) -> Tensor:
+    """The proximal term ``coef/2 sum_j ||w_j - anchor_j||^2`` (FedProx Eq. 2, Ditto Eq. 2).
+
+    Parameters
+    ----------
+    params : Mapping[str, Tensor]
+        The trainable tensors ``w`` by name.
+    anchor : Mapping[str, Tensor]
+        The model they are pulled to (the received global model).
+    coef : float
+        FedProx's ``mu``, Ditto's and FLOCO+'s ``lambda``.
+
+    Returns
+    -------
+    Tensor
+        The scalar term.
+    """
+    return 0.5 * coef * squared_distance(params, anchor)
+
+
+def proximal_loss(anchor: Mapping[str, Tensor], coef: float) -> ExtraLoss:
+    """:func:`proximal_term` to a fixed ``anchor`` as an ``extra_loss`` of
+    :func:`~fl.algorithms.sgd.local_sgd`.
+
+    Parameters
+    ----------
+    anchor : Mapping[str, Tensor]
+        The model the trained one is pulled to, by name.
+    coef : float
+        The term's coefficient.
+
+    Returns
+    -------
+    ExtraLoss
+        ``f(params, x, y, logits)``; the batch does not enter the term.
+    """
+    def term(params: State, x: Tensor, y: Tensor, logits: Tensor) -> Tensor:
+        return proximal_term(params, anchor, coef)
+    return term
