@@ -55,6 +55,7 @@ _EXPORTS: dict[str, str] = {
     "Verdict": "claims.verdict",
     "Metrics": "results.geometry", "PathResult": "results.geometry", "GroupResult": "results.geometry",
     "BarrierMatrix": "results.geometry", "PlaneResult": "results.geometry",
+    "PlaneDiagnostics": "results.plane_diagnostics",
     "HessianEigen": "results.curvature", "TraceEstimate": "results.curvature",
     "SpectralDensity": "results.curvature", "CurvatureProfile": "results.curvature",
     "CurvaturePlane": "results.curvature", "Eigenvalues": "results.curvature",

@@ -6,7 +6,7 @@
   coefficients (``bn="interpolate"``).
 * :func:`random_plane` around one model with Gaussian directions, filter-normalised as in
   Li et al. (2018), optionally with biases and norm-layer parameters zeroed and the second
-  direction orthogonalised.
+  direction orthogonalised; its span a number or ``"auto"`` (:mod:`landscape.geometry.span`).
 * :func:`pca_plane` spanned by the top two principal directions of a trajectory of
   checkpoints around its last point (Li et al. 2018, Sec. 7).
 """
@@ -25,6 +25,7 @@ from ..space.params import ModelLike, ParameterSpace
 from ..space.points import PointSet
 from ..infra.host_memory import check_fits, points_bytes
 from ..results import PlaneResult
+from .span import AUTO, auto_span, check_span
 
 NORMALIZATIONS = ("filter", "layer", "none")
 #: Largest grid margin of :func:`plane` and :func:`pca_plane`: the grid then spans 21 times the
@@ -204,7 +205,7 @@ def random_direction(space: ParameterSpace, center: torch.Tensor, generator: tor
     return direction
 
 
-def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 21, span: float = 1.0,
+def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 21, span: float | str = 1.0,
                  normalization: str = "filter", seed: int = 0, ignore_bias_and_norm: bool = True,
                  orthogonalize: bool = False, extra: Mapping[str, ModelLike] | None = None) -> PlaneResult:
     """Loss and accuracy on ``center + x d1 + y d2``, x and y in [-span, span] (Li et al. 2018).
@@ -222,7 +223,10 @@ def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 2
     resolution
         Number of grid points per axis (at least 2).
     span
-        Half-width of the square grid, in direction units.
+        Half-width of the square grid, in direction units, or ``"auto"``: chosen from the loss's
+        growth along ``+-d1`` and ``+-d2`` by the rule of :mod:`landscape.geometry.span` (the
+        distance where the loss along the steepest axis reaches ten times the centre's, at
+        least one loss unit above it; between 1/64 and 4).
     normalization
         ``"filter"``, ``"layer"`` or ``"none"`` (see :func:`random_direction`).
     seed
@@ -238,14 +242,18 @@ def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 2
     -------
     PlaneResult
         ``(resolution, resolution)`` loss and accuracy (row = y, column = x), the origin and the
-        two directions.
+        two directions; ``spec["span"]`` is the span used and, for ``"auto"``,
+        ``spec["span_rule"]`` the rule's probes.
 
     Raises
     ------
     ConfigError
         If the first direction is zero (a model with no multi-dimensional weights and
-        ``ignore_bias_and_norm=True``), ``normalization`` is unknown or ``resolution < 2``.
+        ``ignore_bias_and_norm=True``), ``normalization`` is unknown, ``resolution < 2``,
+        ``span`` is neither a positive number nor ``"auto"``, or the centre's loss is not finite
+        with ``span="auto"``.
     """
+    half_width = check_span(span)
     space = evaluator.space
     vc = evaluator.vector(center)
     gen = torch.Generator().manual_seed(seed)
@@ -258,12 +266,18 @@ def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 2
         norm2 = space.norm(d2)
         d2 = d2 - space.dot(d2, d1) / space.dot(d1, d1) * d1
         d2 = d2 * (norm2 / space.norm(d2))
-    xs = _grid(-span, span, resolution)
+    rule = {}
+    if half_width == AUTO:
+        _grid(-1.0, 1.0, resolution)  # refuse a bad resolution before evaluating the probes
+        half_width, found = auto_span(evaluator, vc, d1, d2)
+        rule = {"span_rule": found}
+    xs = _grid(-half_width, half_width, resolution)
     models = {"center": (0.0, 0.0)}
     result = _evaluate_grid(evaluator, vc, d1, d2, xs, xs.copy(), models,
-                            {"kind": "random_plane", "resolution": resolution, "span": span,
+                            {"kind": "random_plane", "resolution": resolution, "span": half_width,
                              "normalization": normalization, "seed": seed,
-                             "ignore_bias_and_norm": ignore_bias_and_norm, "orthogonalize": orthogonalize})
+                             "ignore_bias_and_norm": ignore_bias_and_norm, "orthogonalize": orthogonalize,
+                             **rule})
     return result.with_models(**dict(extra or {}))
 
 

@@ -8,7 +8,9 @@ of the members and is negative when the fused model is better than its members o
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 import numpy as np
@@ -16,6 +18,8 @@ import numpy as np
 from ..geometry.barriers import (accuracy_barrier_curve, barrier_from_curve, code_accuracy_barrier,
                                  group_accuracy_barrier, group_loss_barrier, loss_barrier_curve)
 from .base import Result, format_value, register
+from .plane_diagnostics import CENTRED_KINDS, PlaneDiagnostics, diagnose_plane
+from .vtk import write_plane_vtk
 
 
 class GridExtremes:
@@ -312,6 +316,40 @@ class PlaneResult(GridExtremes, Result):
         """
         x, y, _ = self.project(model)
         return x, y
+
+    @property
+    def diagnostics(self) -> PlaneDiagnostics:
+        """Flat, saturated, non-finite share, centre not the minimum: computed from the grid on demand.
+
+        See :mod:`landscape.results.plane_diagnostics` for the rules and thresholds; the centre
+        checks apply to planes centred on one model (``spec["kind"]`` a random or PCA plane).
+        """
+        return diagnose_plane(self.x, self.y, self.loss, self.accuracy,
+                              centred=dict(self.spec).get("kind") in CENTRED_KINDS)
+
+    def to_vtk(self, path: str | os.PathLike, *, flat: bool = False) -> Path:
+        """Write the loss surface as a VTK legacy structured grid (``.vtk``) for ParaView.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The ``.vtk`` file (written atomically, never through a symbolic link).
+        flat : bool
+            Put the points at height 0 (for Warp By Scalar) instead of at their loss.
+
+        Returns
+        -------
+        Path
+            ``path``.
+
+        Raises
+        ------
+        ConfigError
+            ``path`` does not end in ``.vtk``, or no loss is finite.
+        FileWriteError
+            ``path`` or its folder is a symbolic link, or the write failed.
+        """
+        return write_plane_vtk(self, path, flat=flat)
 
     def with_models(self, **labelled: Any) -> "PlaneResult":
         """A copy with more models placed in the plane (label -> model-like).
