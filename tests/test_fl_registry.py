@@ -45,7 +45,7 @@ THROWAWAY = textwrap.dedent('''
 
         def aggregate(self, global_state, updates, server_state, round):
             avg, state = super().aggregate(global_state, updates, server_state, round)
-            s = self.opts["step"]
+            s = self.opts.step
             return {k: global_state[k] + s * (avg[k] - global_state[k]) for k in avg}, state
 ''')
 

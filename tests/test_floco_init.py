@@ -33,7 +33,7 @@ def _pairwise(endpoints: torch.Tensor) -> torch.Tensor:
 
 def test_independent_endpoints_are_as_far_apart_as_independent_inits() -> None:
     endpoints, weight, alg, _ = _build(seed=3, init=None)
-    assert alg.opts["endpoint_init"] == "independent"  # the default is the official code's
+    assert alg.opts.endpoint_init == "independent"  # the default is the official code's
     # Xavier normal: every entry N(0, s^2), s^2 = 2 / (in + out). One init has E|W|^2 = D s^2, so
     # |W| ~ sqrt(D) s; two independent ones differ by N(0, 2 s^2) per entry: |W_i - W_j| ~ sqrt(2 D) s.
     # Both are chi-distributed with D = 2560 degrees of freedom: relative std 1/sqrt(2D) = 1.4%, so the

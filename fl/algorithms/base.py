@@ -84,7 +84,8 @@ class Algorithm:
     Parameters
     ----------
     options : Mapping[str, Any]
-        The resolved options (:meth:`resolve_options`), kept as the dict ``self.opts``.
+        The resolved options (:meth:`resolve_options`), kept typed as ``self.opts`` (an
+        instance of ``Options``: ``self.opts.mu``).
     config : Mapping[str, Any]
         The run configuration.
     """
@@ -108,7 +109,7 @@ class Algorithm:
             register(cls)
 
     def __init__(self, options: Mapping[str, Any], config: Mapping[str, Any]):
-        self.opts: dict[str, Any] = dict(options)
+        self.opts: Any = self.Options.from_mapping(options, owner=f"{self.name} option ")
         self.config = config
         self.seed = int(config["seed"])
 

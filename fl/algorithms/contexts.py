@@ -9,6 +9,8 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
+from landscape.infra.options import Options
+
 State = dict[str, Tensor]
 
 
@@ -39,8 +41,8 @@ class LocalContext:
         SGD settings of the run.
     module : nn.Module
         Training-architecture module on ``device``, for ``functional_call``.
-    options : Mapping[str, Any]
-        The algorithm's resolved options.
+    options : Options
+        The algorithm's resolved options (typed: ``options.mu``).
     config : Mapping[str, Any]
         The full run configuration.
     device : torch.device
@@ -63,7 +65,7 @@ class LocalContext:
     momentum: float
     weight_decay: float
     module: nn.Module
-    options: Mapping[str, Any]
+    options: Options
     config: Mapping[str, Any]
     device: torch.device
     num_classes: int

@@ -105,10 +105,10 @@ class Ditto(Algorithm):
         batches = torch.Generator()
         batches.set_state(ctx.generator.get_state())  # before FedAvg's update draws from it
         upload = super().client_update(ctx)
-        lam = float(self.opts["lam"])
+        lam = float(self.opts.lam)
         personal = local_sgd(dataclasses.replace(ctx, generator=batches), state=ctx.client_state or ctx.global_state,
                              extra_loss=proximal_loss(ctx.global_state, lam) if lam else None,
-                             epochs=int(self.opts["personal_epochs"]))
+                             epochs=int(self.opts.personal_epochs))
         return ClientUpdate(upload.state, upload.num_samples, personal.state,
                             {**upload.metrics, "personal_loss": personal.loss})
 

@@ -157,7 +157,7 @@ class FedGuCci(Algorithm):
         pool, rounds = anchor_pool(ctx.server_state)
         pool.append({n: t.detach().clone() for n, t in ctx.global_state.items()})
         rounds.append(ctx.round - 1)
-        keep = int(self.opts["anchors"])
+        keep = int(self.opts.anchors)
         pool, rounds = pool[-keep:], rounds[-keep:]
         state = {k: v for k, v in ctx.server_state.items() if not k.startswith(PREFIX)}
         for i, anchor in enumerate(pool):
@@ -167,15 +167,15 @@ class FedGuCci(Algorithm):
 
     # -- local training (Eq. 12) ----------------------------------------------------
     def _alphas(self, generator: torch.Generator) -> Tensor:
-        n = int(self.opts["alpha_samples"])
-        if self.opts["alpha_sampler"] == "fixed":
-            return torch.full((n,), self.opts["fixed_alpha"], dtype=torch.float64)
+        n = int(self.opts.alpha_samples)
+        if self.opts.alpha_sampler == "fixed":
+            return torch.full((n,), self.opts.fixed_alpha, dtype=torch.float64)
         return torch.rand(n, generator=generator, dtype=torch.float64)
 
     def client_update(self, ctx: LocalContext) -> ClientUpdate:
         """Local SGD on Eq. 12 (``train_loss``: the local, calibrated when tau > 0, CE)."""
-        beta, rho = self.opts["beta"], self.opts["sam_rho"]
-        loss_fn = calibrated_cross_entropy(ctx.y, ctx.num_classes, self.opts["calibration"])
+        beta, rho = self.opts.beta, self.opts.sam_rho
+        loss_fn = calibrated_cross_entropy(ctx.y, ctx.num_classes, self.opts.calibration)
         params, buffers = split_state(ctx.module, ctx.global_state, ctx.device)
         anchors = anchor_pool(ctx.server_state)[0][::-1] if beta > 0 else []  # newest first
         if beta > 0 and not anchors:
@@ -204,7 +204,7 @@ class FedGuCci(Algorithm):
                 return weight * connectivity_loss(ctx.module, params, anchors[j], anchor_buffers, x, y,
                                                   alphas[j], loss_fn)
 
-            if self.opts["update"] == "joint" and anchors:
+            if self.opts.update == "joint" and anchors:
                 sam_step(opt, params, lambda: ce() + sum(conn(j) for j in range(len(anchors))), rho)
             else:
                 sam_step(opt, params, ce, rho)

@@ -47,4 +47,4 @@ class FedProx(Algorithm):
         Tensor
             The scalar term.
         """
-        return proximal_term(params, ctx.global_state, float(self.opts["mu"]))
+        return proximal_term(params, ctx.global_state, float(self.opts.mu))

@@ -186,7 +186,7 @@ class Floco(Algorithm):
 
     def __init__(self, options: Mapping[str, Any], config: Mapping[str, Any]):
         super().__init__(options, config)
-        self.n = int(self.opts["vertices"])
+        self.n = int(self.opts.vertices)
         self.classifier = ""
         self.template_keys: list[str] = []
         self.buffer_keys: list[str] = []
@@ -230,7 +230,7 @@ class Floco(Algorithm):
             The endpoints, in ``weight``'s dtype.
         """
         out_features, in_features = weight.shape
-        if self.opts["endpoint_init"] == "independent":
+        if self.opts.endpoint_init == "independent":
             std = math.sqrt(2.0 / (in_features + out_features))
             draws = [torch.randn(weight.shape, generator=make_generator(self.seed, "floco-endpoint", m)) * std
                      for m in range(self.n)]
@@ -273,7 +273,7 @@ class Floco(Algorithm):
         subregions (Sec. 3.2)."""
         ctx = dataclasses.replace(ctx, server_state={
             **ctx.server_state, f"{PREFIX}total_samples": torch.tensor(sum(ctx.client_sizes), dtype=torch.float64)})
-        if ctx.round != int(self.opts["tau"]) or f"{PREFIX}points" in ctx.server_state:
+        if ctx.round != int(self.opts.tau) or f"{PREFIX}points" in ctx.server_state:
             return ctx.server_state
         key = f"{self.classifier}.endpoints"
         probes = ctx.train(list(range(ctx.num_clients)), "floco-probe")
@@ -296,8 +296,8 @@ class Floco(Algorithm):
         centre = self.client_point(ctx.server_state, ctx.client)
         if centre is None:
             return sample_uniform_simplex(self.n, count, generator).to(ctx.device)
-        return sample_subregion(centre, float(self.opts["rho"]), count, generator,
-                                self.opts["subregion_sampler"]).to(ctx.device)
+        return sample_subregion(centre, float(self.opts.rho), count, generator,
+                                self.opts.subregion_sampler).to(ctx.device)
 
     # -- local training ---------------------------------------------------------------
     def _simplex_sgd(self, ctx: LocalContext, generator: torch.Generator, **kwargs: Any):
@@ -312,11 +312,11 @@ class Floco(Algorithm):
         buffers under ``local_buffers`` (once it has some)."""
         own = {n: ctx.client_state[PREFIX + "buffer." + n] for n in self.buffer_keys
                if PREFIX + "buffer." + n in ctx.client_state}
-        return {**ctx.global_state, **own} if self.opts["local_buffers"] else ctx.global_state
+        return {**ctx.global_state, **own} if self.opts.local_buffers else ctx.global_state
 
     def kept_buffers(self, trained: State) -> State:
         """The client-state entries holding a client's buffers (none without ``local_buffers``)."""
-        if not self.opts["local_buffers"]:
+        if not self.opts.local_buffers:
             return {}
         return {PREFIX + "buffer." + n: trained[n].detach() for n in self.buffer_keys}
 
@@ -331,7 +331,7 @@ class Floco(Algorithm):
         """Eq. 11 (participant-normalised, or literal with the total N); the global point
         stays the centre."""
         new = sample_weighted_average(global_state, updates)
-        if self.opts["aggregation"] == "literal" and updates:
+        if self.opts.aggregation == "literal" and updates:
             total = float(server_state.get(f"{PREFIX}total_samples", 0.0))
             if total <= 0:
                 raise ConfigError("floco aggregation='literal' needs the clients' sample counts "
@@ -383,8 +383,8 @@ class FlocoPlus(Floco):
         result = self._simplex_sgd(ctx, alpha_gen, state=self.received(ctx))
         start = _personal(ctx.client_state) or self.received(ctx)
         personal = self._simplex_sgd(ctx, alpha_gen, state=start,
-                                     extra_loss=proximal_loss(ctx.global_state, float(self.opts["lam"])),
-                                     epochs=int(self.opts["personal_epochs"]))
+                                     extra_loss=proximal_loss(ctx.global_state, float(self.opts.lam)),
+                                     epochs=int(self.opts.personal_epochs))
         return ClientUpdate(result.state, len(ctx.y), {**personal.state, **self.kept_buffers(result.state)},
                             {"train_loss": result.loss, "personal_loss": personal.loss})
 

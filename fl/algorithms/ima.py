@@ -89,8 +89,8 @@ class IMA(Wrapper):
 
     def __init__(self, options: Mapping[str, Any], config: Mapping[str, Any], base: Algorithm | None = None):
         super().__init__(options, config, base)
-        self.window = int(self.opts["window"])
-        self.start = int(self.opts["start_round"])
+        self.window = int(self.opts.window)
+        self.start = int(self.opts.start_round)
 
     # -- schedules (Sec. 3.3) ---------------------------------------------------------
     def lr(self, round: int) -> float:
@@ -98,17 +98,17 @@ class IMA(Wrapper):
 
         Parameters and return value: see :meth:`Algorithm.lr`.
         """
-        s, sched = self.start, self.opts["schedule"]
+        s, sched = self.start, self.opts.schedule
         if round < s or sched in ("none", "epoch"):
             return self.base.lr(round)
         if sched == "exp":
-            return self.base.lr(s) * (1.0 - float(self.opts["decay"])) ** (round - s)
+            return self.base.lr(s) * (1.0 - float(self.opts.decay)) ** (round - s)
         if sched == "const":
-            return float(self.opts["const_lr"])
-        hi = self.base.lr(s) if self.opts["cycle_max"] is None else float(self.opts["cycle_max"])
-        cycle = self.opts["cycle"]
+            return float(self.opts.const_lr)
+        hi = self.base.lr(s) if self.opts.cycle_max is None else float(self.opts.cycle_max)
+        cycle = self.opts.cycle
         tau = (((round - s) % cycle) + 1) / cycle
-        return (1 - tau) * hi + tau * float(self.opts["const_lr"])
+        return (1 - tau) * hi + tau * float(self.opts.const_lr)
 
     def local_epochs(self, round: int) -> int:
         """The base's epochs; schedule ``"epoch"`` removes one every ``cycle`` rounds.
@@ -116,8 +116,8 @@ class IMA(Wrapper):
         Parameters and return value: see :meth:`Algorithm.local_epochs`.
         """
         epochs = self.base.local_epochs(round)
-        if self.opts["schedule"] == "epoch" and round >= self.start:
-            return max(1, epochs - (round - self.start) // self.opts["cycle"])
+        if self.opts.schedule == "epoch" and round >= self.start:
+            return max(1, epochs - (round - self.start) // self.opts.cycle)
         return epochs
 
     def init_server_state(self, global_state: State) -> State:

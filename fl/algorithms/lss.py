@@ -255,39 +255,39 @@ class LSS(Algorithm):
     _warned = False  # set on the instance after the first regulariser-dominance warning
 
     def _stores(self, client: int) -> bool:
-        stored = self.opts["store_pools"]
+        stored = self.opts.store_pools
         return stored if isinstance(stored, bool) else client in stored
 
     def _optimizer(self, ctx: LocalContext, params: list[Tensor]) -> torch.optim.Optimizer:
-        if self.opts["optimizer"] == "adam":
+        if self.opts.optimizer == "adam":
             return torch.optim.Adam(params, lr=ctx.lr, weight_decay=ctx.weight_decay)
         return torch.optim.SGD(params, lr=ctx.lr, momentum=ctx.momentum, weight_decay=ctx.weight_decay)
 
     def _diversity(self, active: State, pool: Sequence[State]) -> Tensor:
         """Eq. 4: mean distance to the other members, or the code's simplex volume term."""
-        if self.opts["diversity_measure"] == "volume":
+        if self.opts.diversity_measure == "volume":
             return simplex_volume_sq([*pool, active]).to(next(iter(active.values())).dtype)
-        return sum(distance(active, m, self.opts["distance"]) for m in pool) / len(pool)
+        return sum(distance(active, m, self.opts.distance) for m in pool) / len(pool)
 
     def _member_batches(self, ctx: LocalContext) -> list[list[Tensor]]:
         """Mini-batch index tensors of each member: ``epochs_per_member`` epochs each, or the
         run's ``local_epochs`` of batches split into ``members`` consecutive chunks."""
-        members = int(self.opts["members"])
-        if self.opts["budget"] == "split":
+        members = int(self.opts.members)
+        if self.opts.budget == "split":
             batches = list(minibatches(len(ctx.y), ctx.batch_size, ctx.local_epochs, ctx.generator))
             bounds = [round(i * len(batches) / members) for i in range(members + 1)]
             return [batches[a:b] for a, b in zip(bounds, bounds[1:])]
-        return [list(minibatches(len(ctx.y), ctx.batch_size, int(self.opts["epochs_per_member"]),
+        return [list(minibatches(len(ctx.y), ctx.batch_size, int(self.opts.epochs_per_member),
                                  ctx.generator)) for _ in range(members)]
 
     def _regulariser(self, active: State, anchor: State, pool: Sequence[State]) -> Tensor | None:
         """``lambda_a * dist(f_a, f_p) - lambda_d * div(f_a, pool)``; None when both are off."""
         o = self.opts
         terms = []
-        if o["affinity"] > 0:
-            terms.append(o["affinity"] * distance(active, anchor, o["distance"]))
-        if pool and o["diversity"] > 0:
-            terms.append(-o["diversity"] * self._diversity(active, pool))
+        if o.affinity > 0:
+            terms.append(o.affinity * distance(active, anchor, o.distance))
+        if pool and o.diversity > 0:
+            terms.append(-o.diversity * self._diversity(active, pool))
         return sum(terms) if terms else None
 
     def client_update(self, ctx: LocalContext) -> ClientUpdate:
@@ -300,7 +300,7 @@ class LSS(Algorithm):
         o = self.opts
         anchor, buffers = split_state(ctx.module, ctx.global_state, ctx.device)
         anchor = {n: t.detach() for n, t in anchor.items()}
-        pool: list[State] = [anchor] if o["pool_seed"] == "anchor_frozen" else []
+        pool: list[State] = [anchor] if o.pool_seed == "anchor_frozen" else []
         alpha_gen = make_generator(self.seed, "lss-alpha", ctx.round, ctx.client)
         ctx.module.train()
         total = torch.zeros((), dtype=torch.float64, device=ctx.device)
@@ -318,17 +318,17 @@ class LSS(Algorithm):
                 x, y = ctx.x[idx], ctx.y[idx]
                 members = pool + [active]
                 task = torch.zeros((), device=ctx.device)
-                for alpha in sample_uniform_simplex(len(members), int(o["interp_samples"]), alpha_gen,
-                                                    float(o["concentration"])).double():
+                for alpha in sample_uniform_simplex(len(members), int(o.interp_samples), alpha_gen,
+                                                    float(o.concentration)).double():
                     task = task + F.cross_entropy(forward(ctx.module, mix(members, alpha), buffers, x), y)
-                task = task / int(o["interp_samples"])
+                task = task / int(o.interp_samples)
                 grads = torch.autograd.grad(task, params)
                 reg = self._regulariser(active, anchor, pool)
                 if reg is not None:
                     reg_grads: tuple[Tensor, ...] | None = torch.autograd.grad(reg, params)
                     task_norm = _norm(grads)
-                    if o["regulariser_calibration"] is not None:
-                        reg_grads = calibrate(reg_grads, task_norm, float(o["regulariser_calibration"]))
+                    if o.regulariser_calibration is not None:
+                        reg_grads = calibrate(reg_grads, task_norm, float(o.regulariser_calibration))
                     if reg_grads is None:
                         skipped += 1
                     else:
@@ -345,10 +345,10 @@ class LSS(Algorithm):
                 warnings.warn(f"lss: the affinity/diversity regularisers dominate the task loss gradient for "
                               f"member {i} of client {ctx.client} in round {ctx.round} (sum over its steps of "
                               f"|grad reg| / of |grad CE| = {member[0] / max(member[1], 1e-12):.3g}, "
-                              f"distance={o['distance']!r}, "
-                              f"diversity_measure={o['diversity_measure']!r}, affinity={o['affinity']}, "
-                              f"diversity={o['diversity']}, "
-                              f"regulariser_calibration={o['regulariser_calibration']}); the model may not "
+                              f"distance={o.distance!r}, "
+                              f"diversity_measure={o.diversity_measure!r}, affinity={o.affinity}, "
+                              f"diversity={o.diversity}, "
+                              f"regulariser_calibration={o.regulariser_calibration}); the model may not "
                               "learn: lower the coefficients (or regulariser_calibration) "
                               "(warned once per run; the client metric regulariser_gradient_ratio has every "
                               "round's value)", RuntimeWarning, stacklevel=2)
@@ -361,7 +361,7 @@ class LSS(Algorithm):
         metrics = {"train_loss": float(total) / max(seen, 1)}
         if norms[1] > 0:
             metrics["regulariser_gradient_ratio"] = norms[0] / norms[1]
-        if o["regulariser_calibration"] is not None:
+        if o.regulariser_calibration is not None:
             metrics["regulariser_skipped_steps"] = float(skipped)
         spread = mean_pairwise_distance(pool)
         if spread is not None:
