@@ -14,7 +14,8 @@ from fault_counts import tally
 from landscape import (BarrierMatrix, ConfigError, Evaluator, NonFiniteLossWarning, PathResult, barrier_matrix,
                        interpolate)
 from landscape.cache.store import Cache, make_key
-from landscape.geometry.adaptive import COARSE, adaptive_search, interval_bounds
+from landscape.geometry.adaptive import COARSE, adaptive_search, interval_bounds, roughness, stencil
+from landscape.geometry.barriers import accuracy_barrier_curve
 
 #: The cubic excess a + a^2 - 2 a^3 (zero at both ends) peaks at (2 + sqrt 28) / 12, between k/8 and (k+1)/8.
 CUBIC_PEAK = (2 + np.sqrt(28)) / 12
@@ -70,7 +71,7 @@ def test_alphas_are_sorted_deterministic_and_dyadic():
     second = interpolate(a, b, ev, alphas="adaptive", tol=1e-4)
     assert np.array_equal(first.alphas, second.alphas) and np.array_equal(first.loss, second.loss)
     assert (np.diff(first.alphas) > 0).all() and first.alphas[0] == 0.0 and first.alphas[-1] == 1.0
-    assert np.array_equal(first.alphas * 1024, np.round(first.alphas * 1024))  # k / 2^m, exact in floating point
+    assert np.array_equal(first.alphas * 2 ** 20, np.round(first.alphas * 2 ** 20))  # k / 2^m: exact in floating point
     assert np.diff(first.alphas).min() >= first.search["min_width"]
 
 
@@ -110,6 +111,46 @@ def test_interval_bound_is_exact_for_a_concave_parabola():
     x = np.array([0.0, 0.5, 1.0])
     bounds = interval_bounds(x, 1 - 3 * (x - 0.3) ** 2, safety=1.0)
     np.testing.assert_allclose(bounds, [1.0, 1 - 3 * 0.2 ** 2], rtol=0, atol=1e-12)
+
+
+def _noisy_accuracy(seed: int, sigma: float = 0.05, fine: int = 2 ** 14):
+    """Accuracy = a smooth dip peaking (as a barrier) at alpha = 0.4 plus a seeded random-walk bridge of scale sigma,
+    defined on a 2^14-point grid (each alpha reads its nearest point): a step function like a real accuracy."""
+    rng = np.random.default_rng(seed)
+    walk = np.r_[0.0, np.cumsum(rng.normal(0.0, sigma / np.sqrt(fine), fine))]
+    walk -= np.linspace(0.0, 1.0, fine + 1) * walk[-1]
+
+    def evaluate(alphas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        trend = 0.9 - 0.4 * np.exp(-0.5 * ((alphas - 0.4) / 0.15) ** 2)
+        return 1.9 - trend, trend + walk[np.rint(alphas * fine).astype(int)]
+
+    return evaluate
+
+
+@pytest.mark.parametrize("tol", [1e-2, 5e-3])
+def test_random_walk_accuracy_agrees_with_a_201_point_grid(tol):
+    """The 201-point grid's maximum picks up the walk's excursions; the roughness allowance makes the search
+    sample densely enough near the top to come within tol of it."""
+    grid = np.linspace(0.0, 1.0, 201)
+    for seed in range(8):
+        evaluate = _noisy_accuracy(seed)
+        alphas, _, accuracy, record = adaptive_search(evaluate, tol)
+        on_grid = accuracy_barrier_curve(grid, evaluate(grid)[1]).max()
+        assert abs(accuracy_barrier_curve(alphas, accuracy).max() - on_grid) <= tol
+        assert record["evaluations"] <= 60
+        assert 0.5 < record["accuracy_roughness"] / (0.05 / 0.9) < 2  # the curve is 1 - A / 0.9
+
+
+def test_roughness_is_zero_for_a_quadratic_and_scales_with_a_walk():
+    alphas = np.linspace(0.0, 1.0, 9)
+    curve = 1 - 3 * (alphas - 0.3) ** 2
+    points = stencil(alphas, curve)
+    assert points.shape == (3, 4) and np.isin(alphas[[1, 2, 3]], points).all()  # at the three highest points
+    merged = np.union1d(alphas, points.ravel())
+    assert roughness(merged, 1 - 3 * (merged - 0.3) ** 2, points) == pytest.approx(0.0, abs=1e-6)
+    quiet = roughness(merged, np.zeros_like(merged) + np.isin(merged, points[:, 1]) * 1e-3, points)
+    loud = roughness(merged, np.zeros_like(merged) + np.isin(merged, points[:, 1]) * 2e-3, points)
+    assert loud == pytest.approx(2 * quiet) and quiet == pytest.approx(3e-3 / np.sqrt(6 * 2 ** -8))
 
 
 def test_agrees_with_a_201_point_grid_on_trained_models(digits, trained_mlps):
