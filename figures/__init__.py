@@ -5,8 +5,8 @@ Every figure has a ``*_figure`` function returning a :class:`matplotlib.figure.F
 result object; :func:`save` writes PNG/PDF/SVG or standalone offline HTML, and
 :class:`Report` assembles an HTML page. Global matplotlib state is never changed.
 """
-from .curvature import (curvature_path_figure, curvature_path_plotly, spectral_density_figure,
-                        spectral_density_plotly)
+from .curvature import (curvature_path_figure, curvature_path_plotly, eigen_line_figure, eigen_line_plotly,
+                        spectral_density_figure, spectral_density_plotly)
 from .decomposition import averaging_figure, averaging_plotly, decomposition_figure, decomposition_plotly
 from .fl_curves import fl_curves_figure, fl_curves_plotly
 from .groups import barrier_matrix_figure, barrier_matrix_plotly, group_size_figure, group_size_plotly
@@ -19,7 +19,7 @@ from .style import OKABE_ITO, ROLES, role_of, style_context
 
 __all__ = [
     "OKABE_ITO", "ROLES", "Report", "averaging_figure", "averaging_plotly", "barrier_matrix_figure", "barrier_matrix_plotly", "curvature_path_figure",
-    "curvature_path_plotly", "decomposition_figure", "decomposition_plotly", "fl_curves_figure", "fl_curves_plotly",
+    "curvature_path_plotly", "decomposition_figure", "decomposition_plotly", "eigen_line_figure", "eigen_line_plotly", "fl_curves_figure", "fl_curves_plotly",
     "group_size_figure", "group_size_plotly", "path_figure", "path_plotly", "plane_figure", "plane_plotly",
     "plotly_bundle", "plotly_div", "role_of", "save", "simplex_figure", "simplex_plotly", "simplex_projection",
     "spectral_density_figure", "spectral_density_plotly", "style_context", "to_standalone_html",

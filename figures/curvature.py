@@ -1,9 +1,11 @@
-"""Curvature figures: Hessian eigenvalue density and top eigenvalues along an interpolation path.
+"""Curvature figures: Hessian eigenvalue density, top eigenvalues along an interpolation path, and
+the loss along the top Hessian eigenvector beside its quadratic model.
 
 Duck-typed on the result classes of :mod:`landscape.curvature_results`: a spectral density
 has ``.grid`` and ``.density`` (stochastic Lanczos quadrature, Ghorbani et al. 2019 /
 PyHessian's ``density()``); a curvature profile has ``.alphas`` and ``.eigenvalues`` of
-shape ``(len(alphas), k)``, descending along the second axis.
+shape ``(len(alphas), k)``, descending along the second axis; an eigen line has ``.t``,
+``.loss``, ``.predicted`` (its quadratic model), ``.eigenvalue`` and ``.curvature``.
 """
 from __future__ import annotations
 
@@ -122,3 +124,55 @@ def curvature_path_plotly(profiles: Any, *, title: str | None = None) -> go.Figu
                                      text=text, hovertemplate="%{text}<extra></extra>"))
     return style_plotly(fig, (title or "Top Hessian eigenvalues along the path") + masked_note(masked, "eigenvalues"),
                         xaxis_title="α", yaxis_title="Hessian eigenvalue")
+
+
+def _eigen_label(name: str, line: Any) -> str:
+    prefix = f"{name}: " if name else ""
+    if abs(line.curvature - line.eigenvalue) <= 1e-6 * max(abs(line.eigenvalue), 1e-12):
+        return f"{prefix}quadratic model, λ={fmt(line.eigenvalue)}"
+    return f"{prefix}quadratic model, dᵀHd={fmt(line.curvature)} (λ={fmt(line.eigenvalue)})"
+
+
+def eigen_line_figure(lines: Any, *, title: str | None = None, width: float = 4.8, height: float = 3.2) -> Figure:
+    """Matplotlib: loss along the top Hessian eigenvector (solid) and its quadratic model (dashed).
+
+    ``lines`` is an :class:`~landscape.results.curvature_views.EigenLine` (``.t``, ``.loss``,
+    ``.predicted``, ``.eigenvalue``, ``.curvature``) or a mapping name -> line; the quadratic model
+    is ``L(w) + t g.d + t^2 d^T H d / 2``, so the two curves touch to second order at ``t = 0``.
+    """
+    named = _named(lines, ("t", "loss", "predicted", "eigenvalue", "curvature"))
+    masked = 0
+    with style_context():
+        fig = new_figure(width, height)
+        ax = fig.add_subplot()
+        for i, (name, line) in enumerate(named):
+            loss = finite(line.loss)
+            masked += int(np.isnan(loss).sum())
+            ax.plot(line.t, loss, color=color(i), marker="o", markersize=3, label=f"{name}: loss" if name else "loss")
+            ax.plot(line.t, line.predicted, color=color(i), linestyle="--", linewidth=1.2,
+                    label=_eigen_label(name, line))
+        ax.axvline(0.0, color="0.6", linewidth=0.6)
+        ax.set_xlabel("t (along the top Hessian eigenvector)")
+        ax.set_ylabel("loss")
+        ax.legend()
+        fig.suptitle((title or "Loss along the top Hessian eigenvector") + masked_note(masked, "losses"))
+    return fig
+
+
+def eigen_line_plotly(lines: Any, *, title: str | None = None) -> go.Figure:
+    """Plotly: the same; hover shows t, the loss and the quadratic model's value."""
+    named = _named(lines, ("t", "loss", "predicted", "eigenvalue", "curvature"))
+    fig = go.Figure()
+    masked = 0
+    for i, (name, line) in enumerate(named):
+        loss = finite(line.loss)
+        masked += int(np.isnan(loss).sum())
+        text = [f"{name + '<br>' if name else ''}t={fmt(t)}<br>loss={fmt(v, 6)}<br>quadratic={fmt(p, 6)}"
+                for t, v, p in zip(line.t, loss, line.predicted)]
+        fig.add_trace(go.Scatter(x=line.t, y=loss, mode="lines+markers", name=f"{name}: loss" if name else "loss",
+                                 line={"color": color(i)}, text=text, hovertemplate="%{text}<extra></extra>"))
+        fig.add_trace(go.Scatter(x=line.t, y=line.predicted, mode="lines", name=_eigen_label(name, line),
+                                 line={"color": color(i), "dash": "dash"}, text=text,
+                                 hovertemplate="%{text}<extra></extra>"))
+    return style_plotly(fig, (title or "Loss along the top Hessian eigenvector") + masked_note(masked, "losses"),
+                        xaxis_title="t (along the top Hessian eigenvector)", yaxis_title="loss")

@@ -47,6 +47,8 @@ _EXPORTS: dict[str, str] = {
     "hessian_eigen": "curvature.functions", "hessian_eigenvalues": "curvature.functions",
     "hessian_trace": "curvature.functions", "hessian_density": "curvature.functions",
     "curvature_along_path": "curvature.along", "curvature_plane": "curvature.along",
+    "eigen_line": "curvature.views", "eigen_plane": "curvature.views", "curvature_by_block": "curvature.blocks",
+    "EigenLine": "results.curvature_views", "BlockCurvature": "results.curvature_views",
     # decomposition
     "decompose": "decomposition.ima", "decompose_run": "decomposition.ima",
     "averaging_curve": "decomposition.similarity", "cka_matrix": "decomposition.similarity",

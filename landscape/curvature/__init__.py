@@ -6,9 +6,12 @@ estimators and spectral densities.
   here, decorated with ``@eigen_solver`` / ``@trace_estimator``);
 * ``lanczos``, ``power`` -- eigen-solvers; ``trace`` -- trace estimators; ``density`` -- SLQ;
 * ``functions`` -- the public functions at one point; ``along`` -- along paths and on planes.
+* ``views`` -- the loss along the top eigenvectors; ``blocks`` -- curvature per block of parameters.
 """
 from .along import curvature_along_path, curvature_plane
+from .blocks import curvature_by_block
 from .functions import hessian_density, hessian_eigen, hessian_eigenvalues, hessian_trace
+from .views import eigen_line, eigen_plane
 
-__all__ = ["curvature_along_path", "curvature_plane", "hessian_density", "hessian_eigen",
-           "hessian_eigenvalues", "hessian_trace"]
+__all__ = ["curvature_along_path", "curvature_by_block", "curvature_plane", "eigen_line", "eigen_plane",
+           "hessian_density", "hessian_eigen", "hessian_eigenvalues", "hessian_trace"]

@@ -57,7 +57,27 @@ def check_margin(margin: float) -> None:
     raise ConfigError(f"margin must be a finite number in [0, {MAX_MARGIN:g}] ({what}), got {margin!r}")
 
 
-def _grid(lo: float, hi: float, resolution: int) -> np.ndarray:
+def grid_axis(lo: float, hi: float, resolution: int) -> np.ndarray:
+    """``resolution`` evenly spaced coordinates on ``[lo, hi]``, refused if the grid will not fit.
+
+    Parameters
+    ----------
+    lo, hi
+        The ends of the axis.
+    resolution
+        Number of coordinates (at least 2); the square grid of ``resolution ** 2`` points must
+        fit in host memory.
+
+    Returns
+    -------
+    numpy.ndarray
+        The coordinates, float64.
+
+    Raises
+    ------
+    ConfigError
+        ``resolution < 2``, or a grid larger than host memory allows.
+    """
     if resolution < 2:
         raise ConfigError("resolution must be at least 2")
     check_fits(points_bytes(int(resolution) ** 2), f"a plane of resolution={int(resolution):,} "
@@ -65,9 +85,30 @@ def _grid(lo: float, hi: float, resolution: int) -> np.ndarray:
     return np.linspace(lo, hi, int(resolution))
 
 
-def _evaluate_grid(evaluator: Evaluator, origin: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
-                   xs: np.ndarray, ys: np.ndarray, models: Mapping[str, Sequence[float]],
-                   spec: dict) -> PlaneResult:
+def evaluate_grid(evaluator: Evaluator, origin: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
+                  xs: np.ndarray, ys: np.ndarray, models: Mapping[str, Sequence[float]],
+                  spec: dict) -> PlaneResult:
+    """Loss and accuracy at ``origin + x u + y v`` for every ``x`` in ``xs`` and ``y`` in ``ys``.
+
+    Parameters
+    ----------
+    evaluator
+        Evaluates each grid point (``origin`` is the BatchNorm reference).
+    origin, u, v
+        Flat float64 vectors of the evaluator's space.
+    xs, ys
+        The grid's coordinates along ``u`` and ``v``.
+    models
+        Label -> ``(x, y)`` of the models placed in the plane.
+    spec
+        What defines the plane (``kind`` and options); the evaluator's fingerprint and strategy
+        are added.
+
+    Returns
+    -------
+    PlaneResult
+        ``(len(ys), len(xs))`` loss and accuracy (row = y, column = x).
+    """
     evaluator.warn_interpolated_batchnorm()
     gx, gy = np.meshgrid(xs, ys)  # row = y, column = x
     coeffs = torch.from_numpy(np.stack([gx.ravel(), gy.ravel()], axis=1))
@@ -142,23 +183,17 @@ def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: Evaluator, *, res
         coords[label] = (float(space.dot(d, u)), float(space.dot(d, v)))
     xs_, ys_ = np.array([p[0] for p in coords.values()]), np.array([p[1] for p in coords.values()])
     wx, wy = xs_.max() - xs_.min(), ys_.max() - ys_.min()
-    xs = _grid(xs_.min() - margin * wx, xs_.max() + margin * wx, resolution)
-    ys = _grid(ys_.min() - margin * wy, ys_.max() + margin * wy, resolution)
-    return _evaluate_grid(evaluator, va, u, v, xs, ys, coords,
-                          {"kind": "plane", "resolution": resolution, "margin": margin})
+    xs = grid_axis(xs_.min() - margin * wx, xs_.max() + margin * wx, resolution)
+    ys = grid_axis(ys_.min() - margin * wy, ys_.max() + margin * wy, resolution)
+    return evaluate_grid(evaluator, va, u, v, xs, ys, coords,
+                         {"kind": "plane", "resolution": resolution, "margin": margin})
 
 
 def random_direction(space: ParameterSpace, center: torch.Tensor, generator: torch.Generator, *,
                      normalization: str = "filter", ignore_bias_and_norm: bool = True) -> torch.Tensor:
     """Gaussian direction scaled per filter (or per tensor) to the norm of ``center``'s weights.
 
-    Filter normalisation (Li et al. 2018, Eq. 1): each output filter ``d_j`` of a weight with
-    two or more dimensions becomes ``d_j / |d_j| * |w_j|``. One-dimensional tensors
-    (biases, norm-layer scales) are zeroed when ``ignore_bias_and_norm``, otherwise scaled as
-    a whole. A 0-d parameter (a scalar gain or temperature) is its own filter: its direction is
-    ``sign(d) |w|`` (``"filter"`` and ``"layer"``), and it is not zeroed by
-    ``ignore_bias_and_norm``, being neither a bias nor a norm layer's vector. Buffers get no
-    direction (they stay at ``center``).
+    A standard normal draw for every parameter entry, scaled by :func:`normalize_direction`.
 
     Parameters
     ----------
@@ -189,20 +224,55 @@ def random_direction(space: ParameterSpace, center: torch.Tensor, generator: tor
         raise ConfigError(f"normalization must be one of {NORMALIZATIONS}")
     direction = torch.zeros(space.size, dtype=torch.float64)
     for e in space.entries:
-        if e.kind != "parameter":
+        if e.kind == "parameter":
+            direction[e.offset:e.offset + e.numel] = torch.randn(e.numel, generator=generator, dtype=torch.float64)
+    return normalize_direction(space, direction, center, normalization=normalization,
+                               ignore_bias_and_norm=ignore_bias_and_norm)
+
+
+def normalize_direction(space: ParameterSpace, direction: torch.Tensor, center: torch.Tensor, *,
+                        normalization: str = "filter", ignore_bias_and_norm: bool = True) -> torch.Tensor:
+    """``direction`` scaled per filter (or per tensor) to the norm of ``center``'s weights.
+
+    Filter normalisation (Li et al. 2018, Eq. 1): each output filter ``d_j`` of a weight with
+    two or more dimensions becomes ``d_j / |d_j| * |w_j|``. One-dimensional tensors
+    (biases, norm-layer scales) are zeroed when ``ignore_bias_and_norm``, otherwise scaled as
+    a whole. A 0-d parameter (a scalar gain or temperature) is its own filter: its direction is
+    ``sign(d) |w|`` (``"filter"`` and ``"layer"``), and it is not zeroed by
+    ``ignore_bias_and_norm``, being neither a bias nor a norm layer's vector. Buffers get no
+    direction (they stay at ``center``).
+
+    Parameters
+    ----------
+    space
+        Layout of the flat vectors.
+    direction
+        Flat vector to scale (not modified).
+    center
+        Flat vector whose weight norms scale the direction.
+    normalization
+        ``"filter"``, ``"layer"`` or ``"none"`` (unchanged on parameters).
+    ignore_bias_and_norm
+        Give one-dimensional tensors a zero direction.
+
+    Returns
+    -------
+    torch.Tensor
+        The scaled direction, float64 of length ``space.size`` (zero on buffers).
+    """
+    out = torch.zeros(space.size, dtype=torch.float64)
+    for e in space.entries:
+        if e.kind != "parameter" or (len(e.shape) == 1 and ignore_bias_and_norm):
             continue
         sl = slice(e.offset, e.offset + e.numel)
-        d = torch.randn(e.numel, generator=generator, dtype=torch.float64)
-        w = center[sl]
-        if len(e.shape) == 1 and ignore_bias_and_norm:
-            continue
+        d, w = direction[sl].double(), center[sl].double()
         if normalization == "filter" and len(e.shape) >= 2:
             d2, w2 = d.reshape(e.shape[0], -1), w.reshape(e.shape[0], -1)
             d = (d2 / d2.norm(dim=1, keepdim=True).clamp_min(1e-12) * w2.norm(dim=1, keepdim=True)).reshape(-1)
         elif normalization != "none":  # a whole tensor: a layer, a vector, or a 0-d parameter (its own filter)
             d = d / d.norm().clamp_min(1e-12) * w.norm()
-        direction[sl] = d
-    return direction
+        out[sl] = d
+    return out
 
 
 def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 21, span: float | str = 1.0,
@@ -268,16 +338,16 @@ def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 2
         d2 = d2 * (norm2 / space.norm(d2))
     rule = {}
     if half_width == AUTO:
-        _grid(-1.0, 1.0, resolution)  # refuse a bad resolution before evaluating the probes
+        grid_axis(-1.0, 1.0, resolution)  # refuse a bad resolution before evaluating the probes
         half_width, found = auto_span(evaluator, vc, d1, d2)
         rule = {"span_rule": found}
-    xs = _grid(-half_width, half_width, resolution)
+    xs = grid_axis(-half_width, half_width, resolution)
     models = {"center": (0.0, 0.0)}
-    result = _evaluate_grid(evaluator, vc, d1, d2, xs, xs.copy(), models,
-                            {"kind": "random_plane", "resolution": resolution, "span": half_width,
-                             "normalization": normalization, "seed": seed,
-                             "ignore_bias_and_norm": ignore_bias_and_norm, "orthogonalize": orthogonalize,
-                             **rule})
+    result = evaluate_grid(evaluator, vc, d1, d2, xs, xs.copy(), models,
+                           {"kind": "random_plane", "resolution": resolution, "span": half_width,
+                            "normalization": normalization, "seed": seed,
+                            "ignore_bias_and_norm": ignore_bias_and_norm, "orthogonalize": orthogonalize,
+                            **rule})
     return result.with_models(**dict(extra or {}))
 
 
@@ -333,9 +403,9 @@ def pca_plane(trajectory: Sequence[ModelLike], evaluator: Evaluator, *, resoluti
               for i in range(len(vecs))}
     xs_, ys_ = np.array([p[0] for p in coords.values()]), np.array([p[1] for p in coords.values()])
     wx, wy = xs_.max() - xs_.min(), ys_.max() - ys_.min()
-    xs = _grid(xs_.min() - margin * wx, xs_.max() + margin * wx, resolution)
-    ys = _grid(ys_.min() - margin * wy, ys_.max() + margin * wy, resolution)
+    xs = grid_axis(xs_.min() - margin * wx, xs_.max() + margin * wx, resolution)
+    ys = grid_axis(ys_.min() - margin * wy, ys_.max() + margin * wy, resolution)
     explained = (evals[order] / evals.clamp_min(0).sum()).tolist()
-    return _evaluate_grid(evaluator, center, dirs[0], dirs[1], xs, ys, coords,
-                          {"kind": "pca_plane", "resolution": resolution, "margin": margin,
-                           "explained_variance": explained})
+    return evaluate_grid(evaluator, center, dirs[0], dirs[1], xs, ys, coords,
+                         {"kind": "pca_plane", "resolution": resolution, "margin": margin,
+                          "explained_variance": explained})
