@@ -256,3 +256,13 @@ def test_barrier_matrix_result_type_is_unchanged_for_grids(digits, trained_mlps)
     assert matrix.spec["alphas"] == [0.0, 0.25, 0.5, 0.75, 1.0]
     path = interpolate(trained_mlps[0], trained_mlps[1], ev, alphas=5)
     assert matrix.loss_barrier[0, 1] == path.loss_barrier
+
+
+def test_aligned_path_searches_both_paths_adaptively(digits, trained_mlps):
+    x, y = digits
+    ev = Evaluator(make_mlp(0), (x, y), batch_size=128)
+    a, b = trained_mlps[:2]
+    aligned = interpolate(a, b, ev, alphas="adaptive", tol=1e-2, align="weight")
+    before = interpolate(a, b, ev, alphas="adaptive", tol=1e-2)
+    assert aligned.spec["unaligned"] == {"loss_barrier": before.loss_barrier, "accuracy_barrier": before.accuracy_barrier}
+    assert aligned.search["converged"] and aligned.loss_barrier < before.loss_barrier / 2  # permutation symmetry
