@@ -264,5 +264,6 @@ def test_aligned_path_searches_both_paths_adaptively(digits, trained_mlps):
     a, b = trained_mlps[:2]
     aligned = interpolate(a, b, ev, alphas="adaptive", tol=1e-2, align="weight")
     before = interpolate(a, b, ev, alphas="adaptive", tol=1e-2)
-    assert aligned.spec["unaligned"] == {"loss_barrier": before.loss_barrier, "accuracy_barrier": before.accuracy_barrier}
+    assert aligned.spec["unaligned"] == {"loss_barrier": before.loss_barrier,
+                                         "accuracy_barrier": before.accuracy_barrier}
     assert aligned.search["converged"] and aligned.loss_barrier < before.loss_barrier / 2  # permutation symmetry
