@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from landscape import Evaluator, group_barrier, interpolate
+from landscape import Evaluator, group_barrier, interpolate, random_plane
 from landscape_cli.main import build_parser, main
 from landscape.claims import transitivity
 
@@ -304,3 +304,21 @@ def test_bn_recompute_on_a_run_uses_its_training_data_and_says_so(tmp_path, caps
     api = interpolate(states[0], states[1], Evaluator(run.module(), run.test_dataset().tensors, bn="recompute",
                                                       bn_data=run_data(run, "train")), alphas=3)
     assert json.loads(out)["numbers"]["loss_barrier"] == pytest.approx(api.loss_barrier, rel=1e-9)
+
+
+def test_random_plane_auto_span_equals_the_api(ckpts, capsys, tmp_path):
+    _, paths, data, template = ckpts
+    code, out, err = run_cli(["plane", "--module", "mlp", "--checkpoints", paths[0], "--data", "digits",
+                              "--kind", "random", "--span", "auto", "--resolution", 3, "--out", tmp_path, "--json",
+                              "--no-figures"], capsys)
+    assert code == 0, err
+    api = random_plane(paths[0], Evaluator(template, data), resolution=3, span="auto")
+    nums = json.loads((tmp_path / "plane.json").read_text())["numbers"]
+    assert 0 < api.spec["span"] != 1.0  # the rule chose a span, not the default
+    assert nums["span"] == pytest.approx(api.spec["span"], rel=1e-12)
+    assert nums["x_range"] == pytest.approx([-api.spec["span"], api.spec["span"]], rel=1e-12)
+    assert nums["min_loss"] == pytest.approx(float(np.nanmin(api.loss)), rel=1e-12)
+    assert nums["diagnostics"] == api.diagnostics.notes
+    code, _, err = run_cli(["plane", "--module", "mlp", "--checkpoints", paths[0], "--data", "digits",
+                            "--kind", "random", "--span", "autox"], capsys)
+    assert code == 2 and "span must be a positive number or 'auto', got 'autox'" in err

@@ -12,10 +12,18 @@ from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
 from landscape_cli.output import emit
-from landscape_cli.parsing import (api_default, count_at_least_2, finite_float, plane_margin, positive_float,
-                                   seed_int)
+from landscape.geometry.span import AUTO, check_span
+from landscape_cli.parsing import api_default, checked, count_at_least_2, finite_float, plane_margin, seed_int
 
 KINDS = ("through", "random", "pca")
+
+
+def _span_text(text: str) -> float | str:
+    """The text as a number, or as it is when it is none (``check_span`` then names the choices)."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def register(sub: Any) -> None:
@@ -40,8 +48,9 @@ def register(sub: Any) -> None:
     p.add_argument("--margin", type=plane_margin, default=api_default(plane, "margin"),
                    help="grid margin (through / pca): the fraction of the models' bounding box added on each side, "
                         f"in [0, {MAX_MARGIN:g}]")
-    p.add_argument("--span", type=positive_float, default=api_default(random_plane, "span"),
-                   help="grid half-width (random)")
+    p.add_argument("--span", type=checked(check_span, parse=_span_text), default=api_default(random_plane, "span"),
+                   help=f"grid half-width (random): a positive number, or {AUTO!r} to choose it from the loss's growth "
+                        "along the directions")
     p.add_argument("--normalization", default=api_default(random_plane, "normalization"), choices=NORMALIZATIONS,
                    help="random")
     p.add_argument("--seed", type=seed_int, default=api_default(random_plane, "seed"), help="random directions")
@@ -88,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
                "x_range": [float(grid.x[0]), float(grid.x[-1])], "y_range": [float(grid.y[0]), float(grid.y[-1])],
                "min_loss": float(np.nanmin(grid.loss)), "max_accuracy": float(np.nanmax(grid.accuracy)),
                "models": {k: [float(c) for c in v] for k, v in grid.models.items()},
+               **({"span": float(grid.spec["span"])} if args.kind == "random" else {}),
+               "diagnostics": grid.diagnostics.notes,
                "basin": {"level": found.level, "common": found.common, "components": found.num_components,
                          "bottom": found.refined_bottom, "bottom_loss": found.refined_loss,
                          "distance_to_bottom": dict(zip(found.names, found.distance))}}
