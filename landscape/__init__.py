@@ -49,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "curvature_along_path": "curvature.along", "curvature_plane": "curvature.along",
     "eigen_line": "curvature.views", "eigen_plane": "curvature.views", "curvature_by_block": "curvature.blocks",
     "EigenLine": "results.curvature_views", "BlockCurvature": "results.curvature_views",
+    "sharpness": "curvature.sharpness", "SharpnessResult": "results.sharpness",
     # decomposition
     "decompose": "decomposition.ima", "decompose_run": "decomposition.ima",
     "averaging_curve": "decomposition.similarity", "cka_matrix": "decomposition.similarity",

@@ -7,6 +7,7 @@ estimators and spectral densities.
 * ``lanczos``, ``power`` -- eigen-solvers; ``trace`` -- trace estimators; ``density`` -- SLQ;
 * ``functions`` -- the public functions at one point; ``along`` -- along paths and on planes.
 * ``views`` -- the loss along the top eigenvectors; ``blocks`` -- curvature per block of parameters.
+* ``sharpness`` -- worst-case sharpness in a ball around the weights (``landscape.sharpness``).
 """
 from .along import curvature_along_path, curvature_plane
 from .blocks import curvature_by_block

@@ -102,7 +102,7 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1
                             converged=res.converged, method=method, dim=op.dim, vectors=vectors,
                             restarts=res.restarts)
 
-    result = _computed("hessian_eigen", model, evaluator, options, compute, point_ready=point_ready)
+    result = computed_at_point("hessian_eigen", model, evaluator, options, compute, point_ready=point_ready)
     if not result.converged:
         warnings.warn(f"hessian_eigen: {method} did not reach tol={tol} within max_iter={max_iter} products "
                       f"(residuals {result.residuals.tolist()}); raise max_iter or tol", stacklevel=2)
@@ -179,7 +179,7 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float
     def compute(op: HessianOperator) -> TraceEstimate:
         return estimator(op, tol=tol, max_iter=max_iter, generator=_generator(seed), min_samples=min_samples)
 
-    result = _computed("hessian_trace", model, evaluator, options, compute)
+    result = computed_at_point("hessian_trace", model, evaluator, options, compute)
     if not result.converged:
         warnings.warn(f"hessian_trace: relative standard error {result.relative_stderr:.2g} did not reach "
                       f"tol={tol} within max_iter={max_iter} products; raise max_iter or tol", stacklevel=2)
@@ -232,7 +232,7 @@ def hessian_density(model: ModelLike | torch.Tensor, evaluator: Any, *, iteratio
         return SpectralDensity(grid=grid, density=density, nodes=nodes, weights=weights, sigma=width,
                                dim=op.dim, matvecs=op.matvecs)
 
-    return _computed("hessian_density", model, evaluator, options, compute)
+    return computed_at_point("hessian_density", model, evaluator, options, compute)
 
 
 # ------------------------------------------------------------------- plumbing
@@ -301,14 +301,36 @@ def spec_of(evaluator: Any, **options: Any) -> dict[str, Any]:
     return {"evaluator": evaluator.fingerprint(), "version": ALGORITHM_VERSION, **options}
 
 
-def _computed(kind: str, model: ModelLike | torch.Tensor, evaluator: Any, options: dict[str, Any],
-              compute: Callable[[HessianOperator], Result], *, point_ready: bool = False) -> Any:
+def computed_at_point(kind: str, model: ModelLike | torch.Tensor, evaluator: Any, options: dict[str, Any],
+                      compute: Callable[[HessianOperator], Result], *, point_ready: bool = False) -> Any:
     """The result for (kind, point, options): from the evaluator's cache, or computed on the
     Hessian operator at the point (BatchNorm mode applied) and stored, its spec naming the
     attention kernel the products ran with (``attention_kernel``, a fixed choice left out of the key).
 
     The key is the given point's digest: the evaluator's fingerprint in it already fixes what the
-    BatchNorm mode does to the point, so a cache hit never re-estimates BatchNorm statistics."""
+    BatchNorm mode does to the point, so a cache hit never re-estimates BatchNorm statistics.
+
+    Parameters
+    ----------
+    kind : str
+        The function's name (``"hessian_eigen"``, ``"sharpness"``, ...), recorded as ``spec["kind"]``.
+    model : model-like or torch.Tensor
+        The point: a model-like or a flat vector of the evaluator's space.
+    evaluator : Evaluator
+        Whose loss is differentiated, and whose cache (if any) stores the result.
+    options : dict[str, Any]
+        Every option of the computation (entering the key); ``params``, ``hvp`` and
+        ``include_frozen`` also configure the :class:`HessianOperator`.
+    compute : callable
+        ``HessianOperator -> Result``, called on a cache miss.
+    point_ready : bool
+        The flat vector already carries the buffers of the evaluator's BatchNorm mode.
+
+    Returns
+    -------
+    Result
+        The cached or computed result, its spec set.
+    """
     point = flat_point(model, evaluator)
     spec = {"kind": kind, "point": vector_digest(point), **spec_of(evaluator, **options)}
     cache = getattr(evaluator, "cache", None)

@@ -4,7 +4,8 @@
 * ``geometry`` -- metrics, paths, groups, barrier matrices, planes;
 * ``curvature`` -- Hessian eigenvalues, traces, densities, curvature along paths and planes;
 * ``curvature_views`` -- the loss along a Hessian eigenvector, curvature per parameter block;
-* ``decomposition`` -- the IMA decomposition, averaging curves, CKA matrices.
+* ``decomposition`` -- the IMA decomposition, averaging curves, CKA matrices;
+* ``sharpness`` -- worst-case sharpness in a ball around the weights.
 """
 from .base import RESULT_TYPES, Result, register
 from .curvature import (CurvaturePlane, CurvatureProfile, Eigenvalues, HessianEigen, SpectralDensity,
@@ -12,7 +13,9 @@ from .curvature import (CurvaturePlane, CurvatureProfile, Eigenvalues, HessianEi
 from .curvature_views import BlockCurvature, EigenLine
 from .decomposition import AveragingCurve, CKAMatrix, Decomposition
 from .geometry import BarrierMatrix, GroupResult, Metrics, PathResult, PlaneResult
+from .sharpness import SharpnessResult
 
 __all__ = ["RESULT_TYPES", "AveragingCurve", "BarrierMatrix", "BlockCurvature", "CKAMatrix", "CurvaturePlane", "CurvatureProfile",
            "Decomposition", "EigenLine", "Eigenvalues", "GroupResult", "HessianEigen", "Metrics", "PathResult", "PlaneResult",
-           "Result", "SpectralDensity", "TraceEstimate", "register"]
+           "Result", "SharpnessResult", "SpectralDensity", "TraceEstimate",
+           "register"]
