@@ -14,6 +14,7 @@ from .html import plotly_bundle, plotly_div, save, to_standalone_html
 from .paths import path_figure, path_plotly
 from .planes import plane_figure, plane_plotly
 from .report import Report
+from .sharpness import sharpness_figure, sharpness_plotly
 from .simplex import simplex_figure, simplex_plotly, simplex_projection
 from .style import OKABE_ITO, ROLES, role_of, style_context
 
@@ -23,4 +24,5 @@ __all__ = [
     "group_size_figure", "group_size_plotly", "path_figure", "path_plotly", "plane_figure", "plane_plotly",
     "plotly_bundle", "plotly_div", "role_of", "save", "simplex_figure", "simplex_plotly", "simplex_projection",
     "spectral_density_figure", "spectral_density_plotly", "style_context", "to_standalone_html",
+    "sharpness_figure", "sharpness_plotly",
 ]
