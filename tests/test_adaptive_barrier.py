@@ -88,6 +88,7 @@ def test_refinement_rounds_are_batched():
     path = interpolate(a, b, ev, alphas="adaptive", tol=1e-4)
     assert len(calls) == path.search["rounds"] and calls[0] == COARSE
     assert sum(calls) == path.search["evaluations"] and max(calls[1:]) > 1  # several points per round
+    assert path.evaluations == sum(calls)  # the API contract's name for the count
 
 
 def test_budget_and_alpha_floor_stop_the_search_and_say_so():

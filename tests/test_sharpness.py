@@ -80,6 +80,7 @@ def test_l2_sharpness_at_a_minimum_is_half_rho_squared_lambda_max():
     exact = rho ** 2 * 5.0 / 2
     # the ascent converges geometrically to the top eigenvector (40 steps: far below 1e-8 in the value)
     assert res.value == pytest.approx(exact, rel=1e-8) and res.value <= exact * (1 + 1e-12)
+    assert res.sharpness == res.value  # the API contract's name
     assert res.second_order == pytest.approx(exact, rel=1e-10)  # a full Krylov space: Lanczos is exact
     assert res.lambda_converged and res.lambda_max == pytest.approx(5.0, rel=1e-10)
     assert res.perturbation_norm == pytest.approx(rho, rel=1e-12) and res.perturbation_l2 == pytest.approx(rho)
@@ -345,3 +346,5 @@ def test_example_writes_its_table_and_figure_inside_its_folder(tmp_path):
     assert all(float(r[2]) > 0 for r in body)
     assert (out / "sharpness.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "Plotly" in (out / "sharpness.html").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing written outside --out
+
+

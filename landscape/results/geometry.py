@@ -114,6 +114,11 @@ class PathResult(GridExtremes, SearchRecord, Result):
     array_fields: ClassVar[tuple[str, ...]] = ("alphas", "loss", "accuracy")
 
     @property
+    def evaluations(self) -> int:
+        """Points evaluated: the adaptive search's count, or the grid's size."""
+        return int(self.search.get("evaluations", len(self.alphas)))
+
+    @property
     def loss_curve(self) -> np.ndarray:
         """L(alpha) - [(1 - alpha) L(0) + alpha L(1)] on the [0, 1] part of the grid."""
         return loss_barrier_curve(self.alphas, self.loss)

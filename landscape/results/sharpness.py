@@ -93,6 +93,11 @@ class SharpnessResult(Result):
         return f"adaptive {self.norm}" if self.adaptive else self.norm
 
     @property
+    def sharpness(self) -> float:
+        """The sharpness, :attr:`value` (the name the API contract gives it)."""
+        return self.value
+
+    @property
     def restarts(self) -> int:
         """Number of restarts."""
         return int(np.shape(self.trajectory)[0])
