@@ -25,7 +25,7 @@ from torch import nn
 import landscape
 from fl.datasets import load_dataset
 from fl.models import build_model
-from landscape.connectivity.align import match
+from landscape.alignment.align import match
 from landscape.connectivity.curves import curve
 from landscape.connectivity.repair import repaired_interpolate
 

@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from matplotlib.figure import Figure
 
-from landscape.claims import DEFAULT_THRESHOLD
+from landscape.results.barriers import DEFAULT_THRESHOLD
 from landscape.infra.errors import ConfigError
 from landscape.results import BarrierMatrix, GroupResult
 

@@ -9,14 +9,20 @@ Layout (one subpackage per concept):
 
 * ``infra`` -- errors, atomic and link-safe file writes, parallel back ends, digests, devices.
 * ``space`` -- parameter spaces (models as flat vectors), point sets, checkpoint loading.
+* ``results`` -- frozen result classes, grouped by domain, and the barrier formulas.
+* ``cache`` -- the HDF5 result cache.
 * ``evaluation`` -- the :class:`Evaluator`: options, losses, BatchNorm modes, loop/vmap strategies,
   exact CPU shortcuts, sharded evaluation.
-* ``geometry`` -- barriers, linear paths, planes, groups of models, basins.
-* ``curvature`` -- Hessian operators, eigen-solvers, trace estimators, spectral densities.
+* ``alignment`` -- permutation alignment (Git Re-Basin) of models and groups.
+* ``geometry`` -- linear paths, planes, groups of models, basins.
+* ``curvature`` -- Hessian operators, eigen-solvers, trace estimators, spectral densities, sharpness.
 * ``decomposition`` -- the IMA bias-variance-covariance decomposition and representation similarity.
+* ``connectivity`` -- REPAIR, learned curves and simplexes.
 * ``claims`` -- verdicts on the papers' claims.
-* ``results`` -- frozen result classes, grouped by domain.
-* ``cache`` -- the HDF5 result cache.
+
+The list is the order of the layers: a subpackage imports only itself and those above it in the
+list (an import through this facade counts as one of the module defining the name);
+``tests/test_layering.py`` checks it.
 """
 from __future__ import annotations
 
@@ -67,14 +73,16 @@ _EXPORTS: dict[str, str] = {
     # cache
     "Cache": "cache.store",
     # connectivity: permutation alignment, REPAIR, learned curves and simplexes (docs/connectivity.md)
-    "align": "connectivity.align", "align_group": "connectivity.align", "curve": "connectivity.curves",
+    "align": "alignment.align", "align_group": "alignment.align", "curve": "connectivity.curves",
     "simplex": "connectivity.simplex", "repaired_interpolate": "connectivity.repair",
     "CurveResult": "connectivity.results", "SimplexResult": "connectivity.results",
-    "PermutationError": "connectivity.graph",
+    "PermutationError": "alignment.graph",
+    "connected_modulo_permutation": "claims.connectivity", "connected_by_curve": "claims.connectivity",
+    "group_connected_modulo_permutation": "claims.connectivity",
 }
 
 #: subpackages reachable as attributes (``landscape.claims.transitivity``)
-_SUBPACKAGES = ("infra", "space", "evaluation", "geometry", "curvature", "decomposition", "claims",
+_SUBPACKAGES = ("infra", "space", "evaluation", "alignment", "geometry", "curvature", "decomposition", "claims",
                 "results", "cache", "connectivity")
 
 __all__ = sorted(_EXPORTS) + ["claims"]

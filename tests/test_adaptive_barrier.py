@@ -15,7 +15,7 @@ from landscape import (BarrierMatrix, ConfigError, Evaluator, NonFiniteLossWarni
                        interpolate)
 from landscape.cache.store import Cache, make_key
 from landscape.geometry.adaptive import COARSE, adaptive_search, interval_bounds, roughness, stencil
-from landscape.geometry.barriers import accuracy_barrier_curve
+from landscape.results.barriers import accuracy_barrier_curve
 
 #: The cubic excess a + a^2 - 2 a^3 (zero at both ends) peaks at (2 + sqrt 28) / 12, between k/8 and (k+1)/8.
 CUBIC_PEAK = (2 + np.sqrt(28)) / 12

@@ -13,9 +13,9 @@ import landscape
 from conftest import float32_tolerance, forward_terms, train_digits_mlp
 from fl.datasets import load_dataset
 from fl.models import build_model
-from landscape.connectivity.align import align, align_group, match
-from landscape.connectivity.graph import PermutationError, discover
-from landscape.connectivity.permute import apply_permutation, invert, permute_state, random_permutations
+from landscape.alignment.align import align, align_group, match
+from landscape.alignment.graph import PermutationError, discover
+from landscape.alignment.permute import apply_permutation, invert, permute_state, random_permutations
 from landscape.connectivity.repair import channel_stats, repair_model, repair_points, repaired_interpolate
 
 ZOO = ["mlp", "fedgucci_cnn", "floco_cnn", "ima_cnn", "ima_digit_cnn", "resnet20_bn", "resnet20_gn", "resnet18_gn"]
@@ -249,7 +249,7 @@ def test_batchnorm_reset_sets_running_statistics_to_the_batch_moments() -> None:
 
 
 def test_connected_modulo_permutation_verdict(trained_pair) -> None:
-    from landscape.connectivity.verdicts import connected_modulo_permutation
+    from landscape.claims.connectivity import connected_modulo_permutation
 
     data, a, b = trained_pair
     ev = landscape.Evaluator(a, (data.test_x, data.test_y), device="cpu")
@@ -284,7 +284,7 @@ def test_weight_matching_converges_when_a_group_sits_on_both_axes_of_a_weight() 
 
 
 def test_group_connected_modulo_permutation_verdict(trained_pair) -> None:
-    from landscape.connectivity.verdicts import group_connected_modulo_permutation
+    from landscape.claims.connectivity import group_connected_modulo_permutation
 
     data, a, b = trained_pair
     ev = landscape.Evaluator(a, (data.test_x, data.test_y), device="cpu")

@@ -266,7 +266,7 @@ def test_align_recovers_a_permuted_copy_exactly(tmp_path, capsys):
 
 
 def test_curve_equals_the_api(tmp_path, capsys):
-    from landscape.connectivity import curve_summary
+    from landscape_cli.connectivity_commands import curve_summary
 
     _, data = _mlp_states(tmp_path)
     args = ["curve", "--module", f"{tmp_path / 'nets.py'}:make", "--checkpoints", tmp_path / "a.pt",

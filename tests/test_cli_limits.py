@@ -266,7 +266,7 @@ def test_curve_training_labels_must_fit_the_outputs(digits):
 
 # ------------------------------------------------------------------ checkpoint suffixes
 def test_align_refuses_a_save_path_without_a_checkpoint_suffix(files, capsys, monkeypatch):
-    import landscape.connectivity.commands as commands
+    import landscape_cli.connectivity_commands as commands
 
     monkeypatch.setattr(commands, "match", lambda *a, **k: pytest.fail("aligned before refusing the suffix"))
     target = Path(files["folder"]) / "x.txt"

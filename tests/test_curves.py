@@ -116,7 +116,7 @@ def test_simplex_connects_two_models(pair) -> None:
 
 
 def test_connected_by_curve_verdict(pair) -> None:
-    from landscape.connectivity.verdicts import connected_by_curve
+    from landscape.claims.connectivity import connected_by_curve
 
     data, a, b, ev = pair
     verdict = connected_by_curve(a, b, ev, train_data=(data.train_x, data.train_y), threshold=0.05, metric="accuracy",
@@ -132,7 +132,7 @@ def test_connectivity_figures_render_from_real_results(pair, tmp_path) -> None:
     import figures
     from figures.connectivity import (alignment_figure, alignment_plotly, curve_figure, curve_plane_figure,
                                       curve_plane_plotly, curve_plotly, curve_trace)
-    from landscape.connectivity.verdicts import connected_modulo_permutation
+    from landscape.claims.connectivity import connected_modulo_permutation
 
     data, a, b, ev = pair
     verdict = connected_modulo_permutation(a, b, ev, data=(data.train_x, data.train_y), alphas=11)
@@ -161,7 +161,7 @@ def test_connectivity_figures_render_from_real_results(pair, tmp_path) -> None:
 
 
 def test_command_entry_points_write_and_summarise(pair, tmp_path) -> None:
-    from landscape.connectivity.commands import align_file, curve_summary
+    from landscape_cli.connectivity_commands import align_file, curve_summary
 
     data, a, b, ev = pair
     info = align_file(b, a, tmp_path / "b_aligned.safetensors", template=a)
@@ -201,7 +201,7 @@ def test_curves_and_simplexes_train_on_zoo_models(name: str) -> None:
 
 
 def test_bad_arguments_give_specific_errors(pair) -> None:
-    from landscape.connectivity.align import align
+    from landscape.alignment.align import align
 
     data, a, b, ev = pair
     train = (data.train_x, data.train_y)
@@ -244,7 +244,7 @@ def test_a_cached_curve_reads_back_in_a_fresh_process(tmp_path):
         torch.manual_seed(0)
         x = torch.randn(64, 4); y = (x[:, 0] > 0).long()
         a, b = (nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)) for _ in range(2))
-        from landscape.connectivity import curve_summary
+        from landscape_cli.connectivity_commands import curve_summary
         s = curve_summary(a, b, landscape.Evaluator(a, (x, y), device="cpu"), train_data=(x, y), epochs=1,
                           cache={str(tmp_path / "c")!r}, key="k1")
         print(s["key"])

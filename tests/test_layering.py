@@ -5,13 +5,20 @@
 * ``fl`` uses only the core's infrastructure layer and parameter utilities (``landscape.infra``,
   ``landscape.space``), so ``import fl`` does not load the analysis core;
 * ``figures`` uses the core's results, claims and infrastructure, never the engine;
-* the project's modules form no import cycle (imports only needed for type checking excluded);
+* the core's subpackages are layers, ``LAYERS`` from the bottom up: a subpackage imports only
+  its own layer and those below it, counting imports inside functions and imports through the
+  package facade (``from landscape import interpolate`` is an import of ``landscape.geometry.paths``);
+* ``import figures`` does not load the evaluator;
+* the project's modules form no import cycle (facade imports resolved; imports only needed for
+  type checking excluded);
 * no module imports another module's private (underscore) name;
 * no module is much longer than one sitting's reading (420 lines).
 """
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,13 +73,42 @@ def _imports(module: str, path: Path) -> list[tuple[str, list[str], int]]:
 
 MODULES = _modules()
 GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+_FACADE = (ROOT / "landscape" / "__init__.py").read_text()
+#: The core's public names: name -> defining module relative to ``landscape``.
+EXPORTS: dict[str, str] = ast.literal_eval(
+    _FACADE.split("_EXPORTS: dict[str, str] = ", 1)[1].split("\n}\n", 1)[0] + "\n}")
+#: The core's subpackages from the bottom layer up.
+LAYERS = ("infra", "space", "results", "cache", "evaluation", "alignment", "geometry", "curvature",
+          "decomposition", "connectivity", "claims")
 
 
 def _project_targets(target: str, names: list[str]) -> list[str]:
-    """Project modules an import statement reaches (``from pkg import sub`` reaches ``pkg.sub``)."""
+    """Project modules an import statement reaches (``from pkg import sub`` reaches ``pkg.sub``;
+    ``from landscape import name`` reaches the module the facade loads ``name`` from)."""
+    if target == "landscape":
+        return [f"landscape.{EXPORTS[n]}" if n in EXPORTS else f"landscape.{n}" for n in names
+                if n in EXPORTS or f"landscape.{n}" in MODULES]
     out = [target] if target in MODULES else []
     out += [f"{target}.{n}" for n in names if f"{target}.{n}" in MODULES]
     return out
+
+
+def layer_violations(graph: dict[str, list[tuple[str, list[str], int]]]) -> list[str]:
+    """Imports of the core that reach a higher layer than their own (see ``LAYERS``)."""
+    def layer(module: str) -> int | None:
+        parts = module.split(".")
+        return LAYERS.index(parts[1]) if parts[0] == "landscape" and len(parts) > 1 and parts[1] in LAYERS else None
+
+    bad = []
+    for m, imports in graph.items():
+        own = layer(m)
+        if own is None:
+            continue
+        for target, names, line in imports:
+            for t in _project_targets(target, names):
+                if (to := layer(t)) is not None and to > own:
+                    bad.append(f"{m}:{line} imports {t} ({LAYERS[own]} < {LAYERS[to]})")
+    return bad
 
 
 def test_the_core_never_imports_the_engine_figures_or_cli():
@@ -82,8 +118,7 @@ def test_the_core_never_imports_the_engine_figures_or_cli():
 
 
 def test_fl_uses_only_the_infrastructure_layer_of_the_core():
-    exports_src = (ROOT / "landscape" / "__init__.py").read_text()
-    exports = ast.literal_eval(exports_src.split("_EXPORTS: dict[str, str] = ", 1)[1].split("\n}\n", 1)[0] + "\n}")
+    exports = EXPORTS
     allowed = ("landscape.infra", "landscape.space")
     bad = []
     for m, imports in GRAPH.items():
@@ -104,6 +139,25 @@ def test_figures_use_results_claims_and_infrastructure_only():
            for t, _, line in imports
            if (t.startswith("landscape.") and not t.startswith(allowed)) or t.split(".")[0] in ("fl", "landscape_cli")]
     assert not bad, bad
+
+
+def test_the_cores_subpackages_are_layers():
+    assert set(LAYERS) == {m.split(".")[1] for m in MODULES if m.count(".") >= 1 and m.startswith("landscape.")
+                           and (ROOT / "landscape" / m.split(".")[1]).is_dir()}
+    bad = layer_violations(GRAPH)
+    assert not bad, bad
+
+
+def test_a_planted_facade_import_of_a_higher_layer_is_caught():
+    planted = {**GRAPH, "landscape.results.base": [*GRAPH["landscape.results.base"], ("landscape", ["interpolate"], 1)]}
+    assert layer_violations(planted) == ["landscape.results.base:1 imports landscape.geometry.paths "
+                                         "(results < geometry)"]
+
+
+def test_importing_figures_does_not_load_the_evaluator():
+    code = "import sys, figures; print(sorted(m for m in sys.modules if m.startswith('landscape.evaluation')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.strip() == "[]", out
 
 
 def test_no_import_cycles():

@@ -10,7 +10,7 @@ from hypothesis.extra.numpy import arrays
 
 from conftest import MLP_FAN_INS, float32_tolerance, make_linear, make_mlp
 from landscape import ConfigError, Evaluator, PathResult, barrier_matrix, interpolate
-from landscape.geometry.barriers import accuracy_barrier_curve, code_accuracy_barrier, loss_barrier_curve
+from landscape.results.barriers import accuracy_barrier_curve, code_accuracy_barrier, loss_barrier_curve
 
 
 def _regression(seed: int = 0, n: int = 37):

@@ -15,7 +15,7 @@ from torch import nn
 
 from fl.partition import METHODS, PartitionError, partition, partition_report, train_val_split
 from landscape import Cache, ParameterSpace
-from landscape.geometry.barriers import (accuracy_barrier_curve, barrier_from_curve, group_accuracy_barrier,
+from landscape.results.barriers import (accuracy_barrier_curve, barrier_from_curve, group_accuracy_barrier,
                                 group_loss_barrier, loss_barrier_curve, normalise_weights)
 from landscape.cache.store import make_key
 from landscape.space.checkpoints import save_state_dict

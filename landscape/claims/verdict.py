@@ -16,12 +16,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..infra.errors import ConfigError
+from ..results.barriers import DEFAULT_THRESHOLD, METRICS
 from ..results.base import jsonable
 from .statistics import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval, decide
 
-#: Default barrier threshold: a relative accuracy drop of 5% (Eq. 4/10), or 0.05 nats of loss.
-DEFAULT_THRESHOLD = 0.05
-METRICS = ("accuracy", "loss")
 STATUSES = ("holds", "fails", "not applicable", "inconclusive")
 
 

@@ -24,7 +24,7 @@ from torch import nn
 
 from landscape import ConfigError, Evaluator, PathResult
 
-from .batches import first_inputs
+from ..evaluation.batches import first_inputs
 
 METHODS = ("repair", "reset")
 _EPS = 1e-5

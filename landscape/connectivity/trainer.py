@@ -22,7 +22,7 @@ from torch.func import functional_call
 from landscape import ConfigError, Evaluator, TrainingDivergedError
 from landscape.evaluation.data import check_targets
 
-from .batches import all_pairs, minibatches
+from ..evaluation.batches import all_pairs, minibatches
 
 Sampler = Callable[[torch.Generator], torch.Tensor]
 

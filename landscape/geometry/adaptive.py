@@ -31,7 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..infra.errors import ConfigError
-from .barriers import accuracy_barrier_curve, loss_barrier_curve
+from ..results.barriers import accuracy_barrier_curve, loss_barrier_curve
 
 #: The value of ``alphas`` that asks for the adaptive search.
 ADAPTIVE = "adaptive"

@@ -7,7 +7,7 @@ from typing import ClassVar, Sequence
 import numpy as np
 import torch
 
-from .barriers import group_accuracy_barrier, group_loss_barrier, normalise_weights, warn_nonfinite
+from ..results.barriers import group_accuracy_barrier, group_loss_barrier, normalise_weights, warn_nonfinite
 from ..infra.errors import ConfigError
 from ..evaluation.evaluator import Evaluator
 from ..space.params import ModelLike
@@ -34,7 +34,7 @@ def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
         Non-negative mixing weights mu_i, one per model (default uniform).
     align
         ``None``, ``"weight"`` or ``"activation"``: first permute every member's hidden units to
-        match the first member (:func:`landscape.connectivity.align`), then fuse: the group
+        match the first member (:func:`landscape.alignment.align`), then fuse: the group
         barrier "modulo permutation". The unaligned barriers are kept in ``spec["unaligned"]``.
 
     Returns
@@ -57,7 +57,7 @@ def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
     mu = normalise_weights(weights, len(vecs))
     spec: dict = {"kind": "group", "evaluator": evaluator.fingerprint()}
     if align is not None:
-        from ..connectivity.align import aligned_vector
+        from ..alignment.align import aligned_vector
 
         before = group_barrier(vecs, evaluator, weights=mu)
         spec.update(align=align, unaligned={"loss_barrier": before.loss_barrier,

@@ -18,7 +18,7 @@ from ..space.params import ModelLike
 from ..space.points import PointSet
 from ..results import BarrierMatrix, PathResult
 from .adaptive import ADAPTIVE, adaptive_search, search_tolerance
-from .barriers import warn_nonfinite
+from ..results.barriers import warn_nonfinite
 
 #: What a path function's ``alphas`` accepts: a count, the values, or ``"adaptive"``.
 AlphasLike = int | Sequence[float] | np.ndarray | str
@@ -79,7 +79,7 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *, alphas: Alp
         (:func:`landscape.geometry.adaptive.adaptive_search`, ``docs/barriers.md``).
     align
         ``None``, ``"weight"`` or ``"activation"``: first permute ``b``'s hidden units to match
-        ``a`` (:func:`landscape.connectivity.align`, Git Re-Basin), then interpolate: the barrier
+        ``a`` (:func:`landscape.alignment.align`, Git Re-Basin), then interpolate: the barrier
         "modulo permutation". The barriers of the unaligned path are kept in
         ``spec["unaligned"]`` (before and after, from one call).
     tol
@@ -109,7 +109,7 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *, alphas: Alp
     if tol is not None:
         spec.update(alphas=ADAPTIVE, tol=tol)
     if align is not None:
-        from ..connectivity.align import aligned_vector
+        from ..alignment.align import aligned_vector
 
         before = interpolate(va, vb, evaluator, alphas=ADAPTIVE if grid is None else grid, tol=tol)
         spec.update(align=align, unaligned={"loss_barrier": before.loss_barrier,

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from ..geometry.barriers import (accuracy_barrier_curve, barrier_from_curve, code_accuracy_barrier,
+from .barriers import (accuracy_barrier_curve, barrier_from_curve, code_accuracy_barrier,
                                  group_accuracy_barrier, group_loss_barrier, loss_barrier_curve)
 from .base import Result, format_value, register
 from .plane_diagnostics import CENTRED_KINDS, PlaneDiagnostics, diagnose_plane

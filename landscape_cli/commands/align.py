@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
         The subcommands of ``landscape``.
     """
     from landscape.connectivity import match
-    from landscape.connectivity.align import METHODS
+    from landscape.alignment.align import METHODS
 
     p = add_analysis_command(sub, "align", func=run, default_models=None, nmodels=(2, 2),
                              help="permute the hidden units of MODEL to match REFERENCE (Git Re-Basin); "
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         0.
     """
     from landscape import interpolate
-    from landscape.connectivity import align_file
+    from landscape_cli.connectivity_commands import align_file
 
     ctx = Context(args)
     (label, model), (ref_label, reference) = ctx.models.items()

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         0.
     """
     from landscape.cache.store import make_key
-    from landscape.connectivity import curve_summary
+    from landscape_cli.connectivity_commands import curve_summary
 
     ctx = Context(args)
     (la, a), (lb, b) = ctx.models.items()

@@ -15,6 +15,12 @@ import numpy as np
 
 from ..infra.errors import NonFiniteLossWarning
 
+#: Barrier that counts as a wall by default: a relative accuracy drop of 5% (Eq. 4/10), or 0.05
+#: nats of loss (Eq. 3/9). The claim checks and the barrier-matrix figures share it.
+DEFAULT_THRESHOLD = 0.05
+#: The metrics a barrier is measured in.
+METRICS = ("accuracy", "loss")
+
 
 def warn_nonfinite(what: str, loss: np.ndarray, labels: Sequence[str]) -> None:
     """Warn when some points have a non-finite loss (the loss barrier is then NaN or inf, kept as such).

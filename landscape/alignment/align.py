@@ -18,7 +18,7 @@ from torch import nn
 from landscape import ConfigError, ParameterSpace
 
 from .activation_matching import activation_matching
-from .batches import first_inputs
+from ..evaluation.batches import first_inputs
 from .graph import PermutationSpec, discover
 from .permute import apply_permutation, permute_state
 from .weight_matching import weight_matching

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from landscape import ConfigError, Evaluator, PathResult, Verdict, group_barrier, interpolate
+from ..alignment.align import align_group, as_module, match
+from ..connectivity.curves import curve
+from ..connectivity.repair import repaired_interpolate
+from ..evaluation.evaluator import Evaluator
+from ..geometry.groups import group_barrier
+from ..geometry.paths import interpolate
+from ..infra.errors import ConfigError
+from ..results.barriers import DEFAULT_THRESHOLD, METRICS
+from ..results.geometry import PathResult
+from .verdict import Verdict
 
-from .align import align_group, as_module, match
-from .curves import curve
-from .repair import repaired_interpolate
-
-METRICS = ("accuracy", "loss")
-DEFAULT_THRESHOLD = 0.05
 
 
 def _barrier(path: Any, metric: str) -> float:

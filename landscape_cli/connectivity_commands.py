@@ -10,8 +10,8 @@ from torch import nn
 from landscape import Cache, Evaluator, save_state_dict
 from landscape.space.checkpoints import check_save_path
 
-from .align import as_module, match
-from .curves import curve
+from landscape.alignment.align import as_module, match
+from landscape.connectivity.curves import curve
 
 
 def align_file(model: Any, to: Any, out: str | os.PathLike, *, template: nn.Module, data: Any = None,
