@@ -48,7 +48,7 @@ _EXPORTS: dict[str, str] = {
     "interpolate": "geometry.paths", "barrier_matrix": "geometry.paths",
     "plane": "geometry.planes", "random_plane": "geometry.planes", "pca_plane": "geometry.planes",
     "group_barrier": "geometry.groups", "group_barrier_by_size": "geometry.groups",
-    "GroupSizeResult": "geometry.groups", "basin": "geometry.basin", "BasinResult": "geometry.basin",
+    "GroupSizeResult": "results.group_size", "basin": "geometry.basin", "BasinResult": "results.basin",
     # curvature
     "hessian_eigen": "curvature.functions", "hessian_eigenvalues": "curvature.functions",
     "hessian_trace": "curvature.functions", "hessian_density": "curvature.functions",
@@ -75,7 +75,7 @@ _EXPORTS: dict[str, str] = {
     # connectivity: permutation alignment, REPAIR, learned curves and simplexes (docs/connectivity.md)
     "align": "alignment.align", "align_group": "alignment.align", "curve": "connectivity.curves",
     "simplex": "connectivity.simplex", "repaired_interpolate": "connectivity.repair",
-    "CurveResult": "connectivity.results", "SimplexResult": "connectivity.results",
+    "CurveResult": "results.connectivity", "SimplexResult": "results.connectivity",
     "PermutationError": "alignment.graph",
     "connected_modulo_permutation": "claims.connectivity", "connected_by_curve": "claims.connectivity",
     "group_connected_modulo_permutation": "claims.connectivity",

@@ -10,8 +10,8 @@ from conftest import FLOAT64_UNIT_ROUNDOFF, float32_tolerance, train_digits_mlp
 from fl.datasets import load_dataset
 from fl.models import MLP
 from landscape.connectivity.curves import curve, curve_plane
-from landscape.connectivity.results import CurveResult, SimplexResult
-from landscape.connectivity.shapes import coefficients
+from landscape.results.connectivity import CurveResult, SimplexResult
+from landscape.results.curve_shapes import coefficients
 from landscape.connectivity.simplex import simplex
 
 

@@ -14,7 +14,7 @@ from ..alignment.graph import PermutationError, PermutationSpec, discover
 from ..alignment.permute import apply_permutation, random_permutations
 from .curves import curve, curve_plane
 from .repair import repaired_interpolate
-from .results import CurveResult, SimplexResult
+from ..results.connectivity import CurveResult, SimplexResult
 from .simplex import simplex
 
 __all__ = ["Alignment", "CurveResult", "PermutationError", "PermutationSpec", "SimplexResult", "align",

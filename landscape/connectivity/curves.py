@@ -18,8 +18,8 @@ import torch
 import landscape
 from landscape import ConfigError, Evaluator, PlaneResult, TrainingDivergedError
 
-from .results import CurveResult
-from .shapes import KINDS, coefficients
+from ..results.connectivity import CurveResult
+from ..results.curve_shapes import KINDS, coefficients
 from .trainer import train_knots
 
 

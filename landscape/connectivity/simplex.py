@@ -19,7 +19,7 @@ import torch
 
 from landscape import ConfigError, Evaluator
 
-from .results import SimplexResult
+from ..results.connectivity import SimplexResult
 from .trainer import train_knots
 
 

@@ -1,19 +1,18 @@
 """Group barriers of K models around their fused model (FedGuCci Definition 3.6, Eq. 9/10)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
-from ..results.barriers import group_accuracy_barrier, group_loss_barrier, normalise_weights, warn_nonfinite
-from ..infra.errors import ConfigError
 from ..evaluation.evaluator import Evaluator
+from ..infra.errors import ConfigError
+from ..results import GroupResult
+from ..results.barriers import group_accuracy_barrier, group_loss_barrier, normalise_weights, warn_nonfinite
+from ..results.group_size import GroupSizeResult
 from ..space.params import ModelLike
 from ..space.points import PointSet
-from ..results import GroupResult
-from ..results.base import Result, register
 
 
 def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
@@ -70,27 +69,6 @@ def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
     warn_nonfinite("group barrier", loss, [f"member {i}" for i in range(len(vecs))] + ["the fused model"])
     return GroupResult(weights=mu, member_loss=loss[:-1], member_accuracy=acc[:-1],
                        fused_loss=float(loss[-1]), fused_accuracy=float(acc[-1]), spec=spec)
-
-
-@register
-@dataclass(frozen=True, eq=False)
-class GroupSizeResult(Result):
-    """Group barriers of random subsets of size K (FedGuCci Figure 4): (len(sizes), draws).
-
-    Attributes
-    ----------
-    sizes
-        The group sizes K, ``(len(sizes),)``.
-    loss_barrier
-        Uniform group loss barrier (FedGuCci Eq. 9) of each draw, ``(len(sizes), draws)``.
-    accuracy_barrier
-        Uniform group accuracy barrier (FedGuCci Eq. 10) of each draw, ``(len(sizes), draws)``.
-    """
-
-    sizes: np.ndarray
-    loss_barrier: np.ndarray
-    accuracy_barrier: np.ndarray
-    array_fields: ClassVar[tuple[str, ...]] = ("sizes", "loss_barrier", "accuracy_barrier")
 
 
 def group_barrier_by_size(models: Sequence[ModelLike], evaluator: Evaluator, *,

@@ -19,16 +19,16 @@ import numpy as np
 
 #: class name -> result class, for reading results back from the cache
 RESULT_TYPES: dict[str, type] = {}
-#: modules that define registered result types (imported on demand by :func:`result_type`)
-RESULT_MODULES = ("landscape.results", "landscape.geometry.groups", "landscape.geometry.basin",
-                  "landscape.connectivity.results")
+#: the package whose modules define every registered result type (imported on demand by :func:`result_type`)
+RESULT_PACKAGE = "landscape.results"
 
 
 def result_type(name: str) -> type | None:
     """The registered result class called ``name``, importing the modules that define results if needed.
 
     A cache can hold results of modules this process has not imported yet (a learned curve read
-    back in a fresh process), so an unknown name triggers the import of :data:`RESULT_MODULES`.
+    back in a fresh process), so an unknown name triggers the import of :data:`RESULT_PACKAGE`,
+    which imports every module of result classes.
 
     Parameters
     ----------
@@ -41,8 +41,7 @@ def result_type(name: str) -> type | None:
         The class, or None when no module defines it.
     """
     if name not in RESULT_TYPES:
-        for module in RESULT_MODULES:
-            importlib.import_module(module)
+        importlib.import_module(RESULT_PACKAGE)
     return RESULT_TYPES.get(name)
 
 

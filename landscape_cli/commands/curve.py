@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
         The subcommands of ``landscape``.
     """
     from landscape.connectivity import curve
-    from landscape.connectivity.shapes import KINDS
+    from landscape.results.curve_shapes import KINDS
 
     p = add_analysis_command(sub, "curve", func=run, default_models=["clients"], keep_clients=2, nmodels=(2, 2),
                              help="train a Bezier curve / polygonal chain between two models and compare its "

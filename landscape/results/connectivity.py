@@ -7,10 +7,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from landscape import PathResult
-from landscape.results.base import Result, register
+from .geometry import PathResult
+from .base import Result, register
 
-from .shapes import coefficients
+from .curve_shapes import coefficients
 
 
 @register

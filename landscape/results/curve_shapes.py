@@ -13,7 +13,7 @@ from math import comb
 
 import numpy as np
 
-from landscape import ConfigError
+from ..infra.errors import ConfigError
 
 KINDS = ("bezier", "polychain")
 
