@@ -15,7 +15,8 @@ Layout (one subpackage per concept):
   exact CPU shortcuts, sharded evaluation.
 * ``alignment`` -- permutation alignment (Git Re-Basin) of models and groups.
 * ``geometry`` -- linear paths, planes, groups of models, basins.
-* ``curvature`` -- Hessian operators, eigen-solvers, trace estimators, spectral densities, sharpness.
+* ``curvature`` -- curvature operators (Hessian, GGN, Fisher), eigen-solvers, trace estimators, spectral
+  densities, sharpness.
 * ``decomposition`` -- the IMA bias-variance-covariance decomposition and representation similarity.
 * ``connectivity`` -- REPAIR, learned curves and simplexes.
 * ``claims`` -- verdicts on the papers' claims.
@@ -52,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     # curvature
     "hessian_eigen": "curvature.functions", "hessian_eigenvalues": "curvature.functions",
     "hessian_trace": "curvature.functions", "hessian_density": "curvature.functions",
+    "curvature_operator": "curvature.at_point",
     "curvature_along_path": "curvature.along", "curvature_plane": "curvature.along",
     "eigen_line": "curvature.views", "eigen_plane": "curvature.views", "curvature_by_block": "curvature.blocks",
     "EigenLine": "results.curvature_views", "BlockCurvature": "results.curvature_views",

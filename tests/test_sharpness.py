@@ -22,13 +22,13 @@ from scipy.optimize import brentq
 from torch import nn
 
 import landscape
-import landscape.curvature.functions as curvature
 import landscape.curvature.sharpness as sharpness_module
 from conftest import make_bn_cnn, make_mlp, seeded_init_, train
 from fault_counts import tally
 from landscape import ConfigError, Evaluator, SharpnessResult, sharpness
 from figures import sharpness_figure, sharpness_plotly
 from landscape.cache.store import Cache
+from landscape.curvature.operators import CurvatureOperator
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -281,7 +281,7 @@ def test_result_is_cached_and_round_trips(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("recomputed although cached")
 
-    monkeypatch.setattr(curvature, "HessianOperator", boom)
+    monkeypatch.setattr(CurvatureOperator, "__init__", boom)
     second = [sharpness(model, ev, rho=0.1, kind=k, steps=5, return_perturbation=True) for k in ("l2", "linf")]
     assert first == second and isinstance(second[1], SharpnessResult) and np.isnan(second[1].lambda_max)
     assert len(Cache(tmp_path / "c.h5").keys()["results"]) == 2

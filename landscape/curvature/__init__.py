@@ -1,18 +1,29 @@
-"""Curvature: symmetric operators (the Hessian of an evaluator's loss), eigen-solvers, trace
+"""Curvature: operators (the Hessian, GGN and Fisher of an evaluator's loss), eigen-solvers, trace
 estimators and spectral densities.
 
-* ``operators`` -- the operator interface and the Hessian-vector products;
-* ``registry`` -- eigen-solvers and trace estimators by name (a new method goes in a module
-  here, decorated with ``@eigen_solver`` / ``@trace_estimator``);
-* ``lanczos``, ``power`` -- eigen-solvers; ``trace`` -- trace estimators; ``density`` -- SLQ;
+* ``linear`` -- the operator interface every solver sees, and explicit matrices;
+* ``operators`` -- the curvature operator base class and the Hessian-vector products;
+  ``gauss_newton`` -- the GGN and the Monte-Carlo Fisher; ``empirical_fisher``;
+  ``at_point`` -- :func:`curvature_operator`, an operator of any kind at a model;
+* ``registry`` -- eigen-solvers, trace estimators and operator kinds by name (a new method goes in
+  a module here, decorated with ``@eigen_solver`` / ``@trace_estimator`` / ``@operator_kind``);
+* ``lanczos``, ``power`` -- eigen-solvers; ``trace`` -- trace estimators; ``density`` -- SLQ; each
+  takes any operator (``lanczos_top(op, k, generator=...)``, ``hutchpp(op, generator=...)``,
+  ``slq(op, steps, runs, generator=...)``);
 * ``functions`` -- the public functions at one point; ``along`` -- along paths and on planes.
 * ``views`` -- the loss along the top eigenvectors; ``blocks`` -- curvature per block of parameters.
 * ``sharpness`` -- worst-case sharpness in a ball around the weights (``landscape.sharpness``).
 """
 from .along import curvature_along_path, curvature_plane
+from .at_point import curvature_operator
 from .blocks import curvature_by_block
+from .density import slq
 from .functions import hessian_density, hessian_eigen, hessian_eigenvalues, hessian_trace
+from .lanczos import lanczos_top
+from .power import power_iteration
+from .trace import hutchinson, hutchpp
 from .views import eigen_line, eigen_plane
 
-__all__ = ["curvature_along_path", "curvature_by_block", "curvature_plane", "eigen_line", "eigen_plane",
-           "hessian_density", "hessian_eigen", "hessian_eigenvalues", "hessian_trace"]
+__all__ = ["curvature_along_path", "curvature_by_block", "curvature_operator", "curvature_plane", "eigen_line",
+           "eigen_plane", "hessian_density", "hessian_eigen", "hessian_eigenvalues", "hessian_trace", "hutchinson",
+           "hutchpp", "lanczos_top", "power_iteration", "slq"]

@@ -14,7 +14,8 @@ from ..infra.errors import ConfigError
 from ..results import PlaneResult
 from ..results.curvature import CurvaturePlane, CurvatureProfile
 from ..space.params import ModelLike
-from .functions import Params, hessian_eigen, spec_of, with_bn_mode
+from .at_point import with_bn_mode
+from .functions import Params, hessian_eigen, spec_of
 
 
 def curvature_along_path(a: ModelLike, b: ModelLike, evaluator: Any, *, alphas: int | np.ndarray = 21,

@@ -18,7 +18,8 @@ import torch
 from ..infra.errors import ConfigError
 from ..results.curvature_views import BlockCurvature
 from ..space.params import ModelLike, ParameterSpace, vector_digest
-from .functions import flat_point, hessian_eigen, hessian_trace, spec_of
+from .at_point import flat_point
+from .functions import hessian_eigen, hessian_trace, spec_of
 
 Blocks = str | Sequence[str] | Mapping[str, str | Sequence[str]]
 #: the label of parameters owned by the root module itself (a scalar gain, say)

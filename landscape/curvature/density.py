@@ -16,7 +16,7 @@ import torch
 from ..infra.errors import ConfigError
 from .budget import MAX_ITERATIONS, MAX_RUNS, check_count, check_solver_memory, lanczos_bytes
 from .lanczos import KrylovBasis, rademacher_vector
-from .operators import SymmetricOperator
+from .linear import SymmetricOperator
 
 
 def slq(op: SymmetricOperator, steps: int, runs: int, *, generator: torch.Generator

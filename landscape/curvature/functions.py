@@ -1,4 +1,4 @@
-"""Hessian spectra of an evaluator's loss at a point: top eigenvalues, trace and density.
+"""Curvature spectra of an evaluator's loss at a point: top eigenvalues, trace and density.
 
 The Hessian is that of the loss averaged over *all* of the evaluator's data (sum of per-sample
 losses divided by the sample count) with respect to the trainable parameters (those with
@@ -13,6 +13,12 @@ quantities): top-k by thick-restart Lanczos (``"lanczos"``, default) or deflated
 iteration (``"power"``); trace by Hutch++ (``"hutch++"``, default) or Hutchinson
 (``"hutchinson"``); density by stochastic Lanczos quadrature with Gaussian broadening.
 ``hvp`` picks how products are computed (:data:`.operators.HVP_MODES`).
+
+``kind`` picks the curvature matrix (:func:`.at_point.curvature_operator`): the Hessian (default),
+the generalised Gauss-Newton matrix ``"ggn"``, the Monte-Carlo ``"fisher"`` (``mc_samples``
+labels per input, drawn with ``seed``) or the ``"empirical_fisher"``. The kind is recorded in the
+result's spec as ``spec["operator"]`` and enters the cache key, so a result of one kind is never
+read back as another's.
 """
 from __future__ import annotations
 
@@ -28,9 +34,10 @@ from ..results.base import Result
 from ..results.curvature import Eigenvalues, HessianEigen, SpectralDensity, TraceEstimate
 from ..space.params import ModelLike, vector_digest
 from . import lanczos, power, trace  # noqa: F401  (register the built-in methods)
+from .at_point import curvature_operator, flat_point, operator_class
 from .budget import MAX_ITERATIONS, MAX_RUNS, check_count
 from .density import broadened_density, slq
-from .operators import HessianOperator
+from .operators import CurvatureOperator
 from .registry import EIGEN_SOLVERS, TRACE_ESTIMATORS, lookup
 from .second_order import ATTENTION_KERNEL
 
@@ -44,8 +51,8 @@ Params = Sequence[str] | str | None
 def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1, tol: float = 1e-3,
                   max_iter: int = 100, seed: int = 0, method: str = "lanczos", params: Params = None,
                   return_eigenvectors: bool = False, hvp: str = "auto", include_frozen: bool = False,
-                  point_ready: bool = False) -> HessianEigen:
-    """The ``k`` largest Hessian eigenvalues with residuals and the number of products used.
+                  point_ready: bool = False, kind: str = "hessian", mc_samples: int = 1) -> HessianEigen:
+    """The ``k`` largest Hessian (or GGN, Fisher) eigenvalues with residuals and the number of products used.
 
     Parameters
     ----------
@@ -61,7 +68,7 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1
         Budget of Hessian-vector products (Lanczos: restarts included; power: per eigenvalue), at
         most :data:`~.budget.MAX_ITERATIONS`.
     seed
-        Seed of the start vectors.
+        Seed of the start vectors (and of the Fisher's labels).
     method
         ``"lanczos"`` (k largest *algebraic*) or ``"power"`` (largest *magnitude*, as PyHessian),
         or any registered solver.
@@ -77,24 +84,31 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1
     point_ready
         The flat vector already carries the buffers of the evaluator's BatchNorm mode (used by
         paths and planes, which apply the mode with their own reference).
+    kind
+        The curvature matrix: ``"hessian"``, ``"ggn"``, ``"empirical_fisher"`` or ``"fisher"``
+        (see :func:`~landscape.curvature.at_point.curvature_operator`).
+    mc_samples
+        Labels drawn per input for ``kind="fisher"``.
 
     Returns
     -------
     HessianEigen
-        A warning is issued when the solver did not converge (``converged`` is False).
+        A warning is issued when the solver did not converge (``converged`` is False);
+        ``spec["operator"]`` is the kind.
 
     Raises
     ------
     ConfigError
-        ``max_iter`` outside ``[1, MAX_ITERATIONS]``, or a Lanczos basis (which grows with ``k``)
-        larger than the memory available on the evaluator's device.
+        ``max_iter`` outside ``[1, MAX_ITERATIONS]``, a Lanczos basis (which grows with ``k``)
+        larger than the memory available on the evaluator's device, an unknown ``kind`` or an
+        option that does not apply to it.
     """
     check_count(max_iter, "max_iter", MAX_ITERATIONS)
     solver = lookup(EIGEN_SOLVERS, method, "eigen-solver")
     options = dict(k=k, tol=tol, max_iter=max_iter, seed=seed, method=method, params=params,
-                   vectors=return_eigenvectors, hvp=hvp, include_frozen=include_frozen)
+                   vectors=return_eigenvectors, **operator_options(kind, hvp, include_frozen, mc_samples))
 
-    def compute(op: HessianOperator) -> HessianEigen:
+    def compute(op: CurvatureOperator) -> HessianEigen:
         res = solver(op, k, tol=tol, max_iter=max_iter, generator=_generator(seed),
                      return_vectors=return_eigenvectors)
         vectors = res.vectors.double().cpu().numpy() if res.vectors is not None else None
@@ -111,8 +125,8 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1
 
 def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1, tol: float = 1e-3,
                         max_iter: int = 100, seed: int = 0, method: str = "lanczos", params: Params = None,
-                        return_eigenvectors: bool = False, hvp: str = "auto",
-                        include_frozen: bool = False) -> Eigenvalues | tuple[Eigenvalues, Any]:
+                        return_eigenvectors: bool = False, hvp: str = "auto", include_frozen: bool = False,
+                        kind: str = "hessian", mc_samples: int = 1) -> Eigenvalues | tuple[Eigenvalues, Any]:
     """The ``k`` largest Hessian eigenvalues, descending, as an array.
 
     Same computation and parameters as :func:`hessian_eigen`; the returned
@@ -123,6 +137,8 @@ def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: Any, *, k: i
     ----------
     model, evaluator, k, tol, max_iter, seed, method, params, return_eigenvectors, hvp, include_frozen
         As for :func:`hessian_eigen`.
+    kind, mc_samples
+        As for :func:`hessian_eigen`.
 
     Returns
     -------
@@ -131,18 +147,19 @@ def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: Any, *, k: i
     """
     res = hessian_eigen(model, evaluator, k=k, tol=tol, max_iter=max_iter, seed=seed, method=method,
                         params=params, return_eigenvectors=return_eigenvectors, hvp=hvp,
-                        include_frozen=include_frozen)
+                        include_frozen=include_frozen, kind=kind, mc_samples=mc_samples)
     return (Eigenvalues(res), res.vectors) if return_eigenvectors else Eigenvalues(res)
 
 
 def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float = 5e-2, max_iter: int = 100,
                   seed: int = 0, method: str = "hutch++", params: Params = None, min_samples: int = 10,
-                  hvp: str = "auto", include_frozen: bool = False) -> TraceEstimate:
+                  hvp: str = "auto", include_frozen: bool = False, kind: str = "hessian",
+                  mc_samples: int = 1) -> TraceEstimate:
     """``tr H`` by a stochastic estimator, stopping at ``stderr <= tol |value|`` or ``max_iter`` products.
 
     Parameters
     ----------
-    model, evaluator, params, hvp, include_frozen
+    model, evaluator, params, hvp, include_frozen, kind, mc_samples
         As for :func:`hessian_eigen`.
     tol
         Relative standard error to reach (default 5%). Measured with the default 100 Hutch++
@@ -174,9 +191,9 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float
     check_count(max_iter, "max_iter", MAX_ITERATIONS)
     estimator = lookup(TRACE_ESTIMATORS, method, "trace estimator")
     options = dict(tol=tol, max_iter=max_iter, seed=seed, method=method, params=params,
-                   min_samples=min_samples, hvp=hvp, include_frozen=include_frozen)
+                   min_samples=min_samples, **operator_options(kind, hvp, include_frozen, mc_samples))
 
-    def compute(op: HessianOperator) -> TraceEstimate:
+    def compute(op: CurvatureOperator) -> TraceEstimate:
         return estimator(op, tol=tol, max_iter=max_iter, generator=_generator(seed), min_samples=min_samples)
 
     result = computed_at_point("hessian_trace", model, evaluator, options, compute)
@@ -188,12 +205,13 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float
 
 def hessian_density(model: ModelLike | torch.Tensor, evaluator: Any, *, iterations: int = 100, runs: int = 1,
                     seed: int = 0, sigma: float | None = None, grid_size: int = 2001,
-                    params: Params = None, hvp: str = "auto", include_frozen: bool = False) -> SpectralDensity:
+                    params: Params = None, hvp: str = "auto", include_frozen: bool = False, kind: str = "hessian",
+                    mc_samples: int = 1) -> SpectralDensity:
     """Eigenvalue density of the Hessian by stochastic Lanczos quadrature (Ghorbani et al. 2019).
 
     Parameters
     ----------
-    model, evaluator, params, hvp, include_frozen
+    model, evaluator, params, hvp, include_frozen, kind, mc_samples
         As for :func:`hessian_eigen`.
     iterations
         Lanczos steps per probe (capped at the number of parameters), at most
@@ -224,9 +242,9 @@ def hessian_density(model: ModelLike | torch.Tensor, evaluator: Any, *, iteratio
     if sigma is not None and not sigma > 0:
         raise ConfigError(f"sigma must be positive, got {sigma}")
     options = dict(iterations=iterations, runs=runs, seed=seed, sigma=sigma, grid_size=grid_size,
-                   params=params, hvp=hvp, include_frozen=include_frozen)
+                   params=params, **operator_options(kind, hvp, include_frozen, mc_samples))
 
-    def compute(op: HessianOperator) -> SpectralDensity:
+    def compute(op: CurvatureOperator) -> SpectralDensity:
         nodes, weights = slq(op, iterations, runs, generator=_generator(seed))
         grid, density, width = broadened_density(nodes, weights, sigma=sigma, grid_size=grid_size)
         return SpectralDensity(grid=grid, density=density, nodes=nodes, weights=weights, sigma=width,
@@ -236,51 +254,33 @@ def hessian_density(model: ModelLike | torch.Tensor, evaluator: Any, *, iteratio
 
 
 # ------------------------------------------------------------------- plumbing
-def flat_point(model: ModelLike | torch.Tensor, evaluator: Any) -> torch.Tensor:
-    """Flat float64 CPU vector of a model-like (a flat tensor is checked and used as is).
-
-    Parameters
-    ----------
-    model
-        Model-like or flat vector.
-    evaluator
-        Gives the parameter space.
-
-    Returns
-    -------
-    torch.Tensor
-    """
-    if isinstance(model, torch.Tensor):
-        if model.shape != (evaluator.space.size,):
-            raise ConfigError(f"a flat vector must have shape ({evaluator.space.size},), got {tuple(model.shape)}")
-        return model.detach().to("cpu", torch.float64)
-    return evaluator.vector(model)
-
-
-def with_bn_mode(point: torch.Tensor, reference: torch.Tensor, evaluator: Any) -> torch.Tensor:
-    """``point`` with the buffers the evaluator's BatchNorm mode gives it (``reference`` for ``keep``).
-
-    Parameters
-    ----------
-    point, reference
-        Flat float64 CPU vectors.
-    evaluator
-        The evaluator.
-
-    Returns
-    -------
-    torch.Tensor
-        Flat float64 CPU vector.
-    """
-    if evaluator.bn == "interpolate" or not evaluator.space.has_buffers:
-        return point
-    ref = reference.to(evaluator.device, evaluator.dtype)
-    fixed = evaluator.apply_bn_mode(point.to(evaluator.device, evaluator.dtype).unsqueeze(0), ref)
-    return fixed[0].detach().to("cpu", torch.float64)
-
-
 def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(seed))
+
+
+def operator_options(kind: str, hvp: str, include_frozen: bool, mc_samples: int) -> dict[str, Any]:
+    """The operator's options as they enter a curvature result's spec and key, checked first.
+
+    Parameters
+    ----------
+    kind : str
+        The operator kind (recorded as ``"operator"``).
+    hvp, include_frozen, mc_samples
+        As for :func:`hessian_eigen`.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``{"operator": kind, "hvp": ..., "include_frozen": ..., "mc_samples": ...}``.
+
+    Raises
+    ------
+    ConfigError
+        An unknown kind or an option that does not apply to it (see
+        :func:`~landscape.curvature.at_point.operator_class`).
+    """
+    operator_class(kind, hvp=hvp, mc_samples=mc_samples)
+    return {"operator": kind, "hvp": hvp, "include_frozen": include_frozen, "mc_samples": mc_samples}
 
 
 def spec_of(evaluator: Any, **options: Any) -> dict[str, Any]:
@@ -302,9 +302,9 @@ def spec_of(evaluator: Any, **options: Any) -> dict[str, Any]:
 
 
 def computed_at_point(kind: str, model: ModelLike | torch.Tensor, evaluator: Any, options: dict[str, Any],
-                      compute: Callable[[HessianOperator], Result], *, point_ready: bool = False) -> Any:
+                      compute: Callable[[CurvatureOperator], Result], *, point_ready: bool = False) -> Any:
     """The result for (kind, point, options): from the evaluator's cache, or computed on the
-    Hessian operator at the point (BatchNorm mode applied) and stored, its spec naming the
+    curvature operator at the point (BatchNorm mode applied) and stored, its spec naming the
     attention kernel the products ran with (``attention_kernel``, a fixed choice left out of the key).
 
     The key is the given point's digest: the evaluator's fingerprint in it already fixes what the
@@ -319,10 +319,12 @@ def computed_at_point(kind: str, model: ModelLike | torch.Tensor, evaluator: Any
     evaluator : Evaluator
         Whose loss is differentiated, and whose cache (if any) stores the result.
     options : dict[str, Any]
-        Every option of the computation (entering the key); ``params``, ``hvp`` and
-        ``include_frozen`` also configure the :class:`HessianOperator`.
+        Every option of the computation (entering the key); ``params``, ``hvp``,
+        ``include_frozen`` and, when present, ``operator`` (the kind; default ``"hessian"``),
+        ``mc_samples`` and ``seed`` also configure the operator
+        (:func:`~landscape.curvature.at_point.curvature_operator`).
     compute : callable
-        ``HessianOperator -> Result``, called on a cache miss.
+        ``CurvatureOperator -> Result``, called on a cache miss.
     point_ready : bool
         The flat vector already carries the buffers of the evaluator's BatchNorm mode.
 
@@ -339,10 +341,10 @@ def computed_at_point(kind: str, model: ModelLike | torch.Tensor, evaluator: Any
         found = cache.load_result(key)
         if found is not None:
             return found
-    if not point_ready:
-        point = with_bn_mode(point, point, evaluator)
-    op = HessianOperator(evaluator, point, params=options["params"], mode=options["hvp"],
-                         include_frozen=options["include_frozen"])
+    op = curvature_operator(point, evaluator, kind=options.get("operator", "hessian"), params=options["params"],
+                            include_frozen=options["include_frozen"], hvp=options["hvp"],
+                            mc_samples=options.get("mc_samples", 1), seed=options.get("seed", 0),
+                            point_ready=point_ready)
     result = dataclasses.replace(compute(op), spec={**spec, "attention_kernel": ATTENTION_KERNEL})
     if cache is not None:
         cache.save_result(key, result)

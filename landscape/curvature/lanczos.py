@@ -1,6 +1,6 @@
 """Lanczos for the largest eigenpairs of a symmetric operator, with thick restarts.
 
-The solver sees only a :class:`~landscape.curvature.operators.SymmetricOperator`, so it is tested
+The solver sees only a :class:`~landscape.curvature.linear.SymmetricOperator`, so it is tested
 on explicit matrices and used on Hessians alike.
 
 * :class:`KrylovBasis` -- an orthonormal basis ``V`` (rows) and the projected matrix
@@ -25,7 +25,7 @@ import torch
 
 from ..infra.errors import ConfigError
 from .budget import check_solver_memory, lanczos_bytes
-from .operators import SymmetricOperator
+from .linear import SymmetricOperator
 from .registry import eigen_solver
 
 _BREAKDOWN = 1e-10  # relative size of a residual treated as an exact invariant subspace

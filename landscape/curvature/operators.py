@@ -1,15 +1,17 @@
-"""Symmetric linear operators for the curvature solvers, and the exact Hessian of an evaluator's loss.
+"""Curvature operators of an evaluator's loss: the base class every kind shares, and the Hessian.
 
-Every solver in this package sees only the :class:`SymmetricOperator` interface (``size``,
-``dtype``, ``device``, ``matvec``, ``to_scipy``): :class:`MatrixOperator` wraps an explicit
-matrix (tests, small problems), :class:`HessianOperator` the Hessian of an evaluator's loss
-computed with ``torch.func``.
+The loss is ``L(theta) = (1/N) sum_n l(f(x_n; theta), y_n)`` over *all* of the evaluator's data
+(sums of per-sample losses divided by the sample count, so a short last batch gets its proper
+weight). ``theta`` is the vector of the selected trainable parameters; everything else (other
+parameters, BatchNorm running statistics) is held fixed and the model runs in eval mode.
 
-The loss is ``L(theta) = (1/N) sum_i l(f(x_i; theta), y_i)`` over *all* of the evaluator's
-data (sums of per-sample losses divided by the sample count, so a short last batch gets its
-proper weight). ``theta`` is the vector of the selected trainable parameters; everything
-else (other parameters, BatchNorm running statistics) is held fixed and the model runs in
-eval mode.
+:class:`CurvatureOperator` owns what every kind shares: the parameter selection (``params``
+patterns, ``include_frozen``), the loop over the evaluator's batches (a product is the sum of
+each batch's share), the SciPy view, :meth:`~CurvatureOperator.dense` and the determinism
+probe. A kind is a subclass giving one batch's share of ``C v`` (:meth:`~CurvatureOperator.batch_product`),
+registered by name (:func:`~.registry.operator_kind`); solvers see only the
+:class:`~.linear.SymmetricOperator` interface. The kinds: ``"hessian"`` here, ``"ggn"``,
+``"empirical_fisher"`` and ``"fisher"`` in :mod:`.gauss_newton`.
 
 ``H v`` is computed batch by batch as forward-over-reverse, ``jvp(grad(L_b), theta, v)``
 (or reverse-over-reverse, ``grad(<grad L_b, v>)``), summed over batches. No graph survives
@@ -29,149 +31,41 @@ twice-differentiable math kernel, and a clear error for an operation without a s
 from __future__ import annotations
 
 import warnings
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, ClassVar, Sequence
 
-import numpy as np
 import torch
 from torch.func import grad, jvp, vjp
 
 from ..infra.errors import ConfigError
 from ..space.params import ModelLike
+from .linear import MatrixOperator, SymmetricOperator, scipy_view
+from .registry import operator_kind
 from .second_order import second_order
+
+__all__ = ["HVP_MODES", "RETAINED_BUDGET", "CurvatureOperator", "HessianOperator", "MatrixOperator",
+           "SymmetricOperator", "jvp_quietly", "scipy_view"]
 
 HVP_MODES = ("auto", "forward-over-reverse", "reverse-over-reverse", "retained")
 RETAINED_BUDGET = 512 << 20  # bytes of autograd graphs "auto" may keep alive
 
 
-@runtime_checkable
-class SymmetricOperator(Protocol):
-    """What a curvature solver needs of a symmetric operator ``A``.
+class CurvatureOperator:
+    """A curvature matrix ``C`` of an evaluator's mean loss at one point, as a symmetric linear operator.
 
-    Attributes
-    ----------
-    size
-        The dimension ``n`` (``A`` is ``n x n``).
-    dtype, device
-        Of the vectors ``matvec`` takes and returns.
-    matvecs
-        Products computed so far.
-    """
-
-    size: int
-    dtype: torch.dtype
-    device: torch.device
-    matvecs: int
-
-    def matvec(self, v: torch.Tensor) -> torch.Tensor:
-        """``A v`` for a vector of length ``size``.
-
-        Parameters
-        ----------
-        v : torch.Tensor
-            A vector of length ``size`` (moved to the operator's device and dtype).
-
-        Returns
-        -------
-        torch.Tensor
-            ``A v``, on the operator's device.
-        """
-
-    def to_scipy(self) -> Any:
-        """A ``scipy.sparse.linalg.LinearOperator`` view (float64).
-
-        Returns
-        -------
-        scipy.sparse.linalg.LinearOperator
-        """
-
-
-def scipy_view(op: SymmetricOperator) -> Any:
-    """A ``scipy.sparse.linalg.LinearOperator`` (float64 in and out) of a symmetric operator.
-
-    Parameters
-    ----------
-    op
-        The operator.
-
-    Returns
-    -------
-    scipy.sparse.linalg.LinearOperator
-    """
-    from scipy.sparse.linalg import LinearOperator
-
-    def mv(x: np.ndarray) -> np.ndarray:
-        v = torch.as_tensor(np.asarray(x, dtype=np.float64).reshape(-1))
-        return op.matvec(v.to(op.device, op.dtype)).double().cpu().numpy()
-
-    return LinearOperator((op.size, op.size), matvec=mv, rmatvec=mv, dtype=np.float64)
-
-
-class MatrixOperator:
-    """An explicit symmetric matrix as a :class:`SymmetricOperator`.
-
-    Parameters
-    ----------
-    matrix
-        A symmetric ``(n, n)`` tensor (not checked for symmetry).
-
-    Raises
-    ------
-    ConfigError
-        ``matrix`` is not square.
-    """
-
-    def __init__(self, matrix: torch.Tensor):
-        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
-            raise ConfigError(f"a matrix operator needs a square matrix, got shape {tuple(matrix.shape)}")
-        self.matrix = matrix
-        self.size = int(matrix.shape[0])
-        self.dtype = matrix.dtype
-        self.device = matrix.device
-        self.matvecs = 0
-
-    def matvec(self, v: torch.Tensor) -> torch.Tensor:
-        """``A v`` (one product, counted in ``matvecs``).
-
-        Parameters
-        ----------
-        v : torch.Tensor
-            A vector of length ``size`` (moved to the operator's device and dtype).
-
-        Returns
-        -------
-        torch.Tensor
-            ``A v``, on the operator's device.
-        """
-        self.matvecs += 1
-        return self.matrix @ v.to(self.device, self.dtype)
-
-    __call__ = matvec
-
-    def to_scipy(self) -> Any:
-        """A ``scipy.sparse.linalg.LinearOperator`` view (float64).
-
-        Returns
-        -------
-        scipy.sparse.linalg.LinearOperator
-            See :func:`scipy_view`.
-        """
-        return scipy_view(self)
-
-
-class HessianOperator:
-    """The Hessian of an evaluator's loss at one point, as a symmetric linear operator.
+    ``C v`` is the sum over the evaluator's batches of :meth:`batch_product`, computed in the
+    evaluator's dtype and on its device; ``to_scipy()`` views it as a float64
+    ``scipy.sparse.linalg.LinearOperator``. Subclasses set :attr:`kind` and :attr:`mode` and
+    implement :meth:`batch_product`.
 
     Parameters
     ----------
     evaluator
-        The evaluator whose loss (over all of its data) is differentiated.
+        The evaluator whose loss (over all of its data) gives the curvature.
     point
         A model-like or a flat vector of the evaluator's space (its buffers used as they are).
     params
         ``fnmatch`` name patterns of the parameters to differentiate (``None``: every
         trainable parameter).
-    mode
-        How products are computed (:data:`HVP_MODES`).
     include_frozen
         Also differentiate parameters with ``requires_grad=False``.
     check_determinism
@@ -179,27 +73,33 @@ class HessianOperator:
 
     Attributes
     ----------
-    size, dim
+    kind : str
+        The registered name of the operator's kind (``"hessian"``, ``"ggn"``, ...).
+    mode : str
+        How its products are computed (for the Hessian one of :data:`HVP_MODES`).
+    size, dim : int
         The number of differentiated parameters (equal).
-    theta
+    names : list of str
+        Their tensors' names, in the order of ``theta``.
+    theta : torch.Tensor
         Their values at the point (flat, on the evaluator's device).
-    matvecs
-        Hessian-vector products computed so far.
+    matvecs : int
+        Products computed so far.
 
     Raises
     ------
     ConfigError
-        Unknown ``mode``, a flat vector of the wrong length, or a model whose outputs are not
+        A flat vector of the wrong length, no parameter selected, or a model whose outputs are not
         deterministic in eval mode.
     """
 
+    kind: ClassVar[str] = ""
+    mode: str = ""
+
     def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
-                 params: Sequence[str] | str | None = None, mode: str = "auto",
-                 include_frozen: bool = False, check_determinism: bool = True):
-        if mode not in HVP_MODES:
-            raise ConfigError(f"mode must be one of {HVP_MODES}, got {mode!r}")
+                 params: Sequence[str] | str | None = None, include_frozen: bool = False,
+                 check_determinism: bool = True):
         self.evaluator = evaluator
-        self.mode = _resolve_mode(mode, evaluator)
         space = evaluator.space
         vec = point if isinstance(point, torch.Tensor) else evaluator.vector(point)
         if vec.shape != (space.size,):
@@ -219,7 +119,6 @@ class HessianOperator:
         self.device = evaluator.device
         self.dtype = evaluator.dtype
         self.matvecs = 0
-        self._retained: list | None = None
         if check_determinism:
             self._check_determinism()
 
@@ -243,6 +142,23 @@ class HessianOperator:
         out.update({n: p.reshape(s) for n, p, s in zip(self.names, parts, self.shapes)})
         return out
 
+    def outputs(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The model's outputs ``f(x; theta)`` for one batch (eval mode, buffers fixed).
+
+        Parameters
+        ----------
+        theta : torch.Tensor
+            The selected parameters (flat, differentiable through).
+        x : torch.Tensor
+            A batch of inputs.
+
+        Returns
+        -------
+        torch.Tensor
+            The outputs the evaluator's loss takes.
+        """
+        return self.evaluator.forward(self.params_dict(theta), x)
+
     def batch_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """This batch's share of the loss: ``sum_{i in batch} l_i / N``.
 
@@ -259,7 +175,7 @@ class HessianOperator:
             A scalar; its sum over the evaluator's batches is ``L(theta)``.
         """
         ev = self.evaluator
-        return ev.per_sample_loss(ev.forward(self.params_dict(theta), x), y).sum() / ev.num_samples
+        return ev.per_sample_loss(self.outputs(theta, x), y).sum() / ev.num_samples
 
     def loss(self) -> float:
         """``L(theta)`` at the operator's point.
@@ -281,67 +197,67 @@ class HessianOperator:
             Length ``dim``.
         """
         g = torch.zeros_like(self.theta)
-        with second_order(self.mode):
+        with second_order(self.mode, self.kind):
             for x, y in self.evaluator.batches:
                 g += grad(self.batch_loss)(self.theta, x, y)
         return g
 
     # ---------------------------------------------------------- linear operator
-    def matvec(self, v: torch.Tensor) -> torch.Tensor:
-        """``H v`` for a flat vector ``v`` of length ``dim`` (one Hessian-vector product).
+    def batch_product(self, index: int, x: torch.Tensor, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """One batch's share of ``C v`` (the sum over batches is the product); set by each kind.
 
         Parameters
         ----------
+        index : int
+            The batch's position in the evaluator's batches.
+        x, y : torch.Tensor
+            The batch's inputs and targets.
         v : torch.Tensor
-            Length ``dim``.
+            The vector (length ``dim``, on the device, in the evaluator's dtype).
 
         Returns
         -------
         torch.Tensor
-            ``H v`` summed over the evaluator's batches.
+            Length ``dim``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not define batch_product")
+
+    def matvec(self, v: torch.Tensor) -> torch.Tensor:
+        """``C v`` for a flat vector ``v`` of length ``dim`` (one product, counted in ``matvecs``).
+
+        Parameters
+        ----------
+        v : torch.Tensor
+            Length ``dim`` (moved to the operator's device and dtype).
+
+        Returns
+        -------
+        torch.Tensor
+            ``C v`` summed over the evaluator's batches.
 
         Raises
         ------
         ConfigError
             ``v`` does not have length ``dim``.
         CurvatureError
-            An operation of the model or loss has no second derivative (attention runs with the
-            twice-differentiable math kernel, see :mod:`.second_order`).
+            An operation of the model or loss lacks a derivative the product needs (attention runs
+            with the twice-differentiable math kernel, see :mod:`.second_order`).
         """
         if v.shape != (self.dim,):
-            raise ConfigError(f"H v needs a vector of length {self.dim}, got shape {tuple(v.shape)}")
+            raise ConfigError(f"the {self.kind} product needs a vector of length {self.dim}, "
+                              f"got shape {tuple(v.shape)}")
         v = v.to(self.device, self.dtype)
         out = torch.zeros_like(self.theta)
-        with second_order(self.mode):
-            if self.mode == "retained":
-                for backward in self._retained_graphs():
-                    out += backward(v)[0].detach()
-            else:
-                for x, y in self.evaluator.batches:
-                    out += self._batch_hvp(x, y, v)
+        with second_order(self.mode, self.kind):
+            for index, (x, y) in enumerate(self.evaluator.batches):
+                out += self.batch_product(index, x, y, v).detach()
         self.matvecs += 1
         return out
 
     __call__ = matvec
 
-    def _batch_hvp(self, x: torch.Tensor, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        def g(theta: torch.Tensor) -> torch.Tensor:
-            return grad(self.batch_loss)(theta, x, y)
-
-        if self.mode == "forward-over-reverse":
-            with warnings.catch_warnings():  # torch's first jvp jit-scripts its decompositions and warns
-                warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
-                return jvp(g, (self.theta,), (v,))[1].detach()
-        return grad(lambda theta: torch.dot(g(theta), v))(self.theta).detach()
-
-    def _retained_graphs(self) -> list:
-        if self._retained is None:
-            self._retained = [vjp(lambda theta, x=x, y=y: grad(self.batch_loss)(theta, x, y), self.theta)[1]
-                              for x, y in self.evaluator.batches]
-        return self._retained
-
     def dense(self, max_dim: int = 5000) -> torch.Tensor:
-        """The full Hessian (``dim`` products; only for small problems and tests).
+        """The full matrix (``dim`` products; only for small problems and tests).
 
         Parameters
         ----------
@@ -351,7 +267,7 @@ class HessianOperator:
         Returns
         -------
         torch.Tensor
-            ``(dim, dim)``, row ``i`` being ``H e_i``.
+            ``(dim, dim)``, row ``i`` being ``C e_i``.
 
         Raises
         ------
@@ -359,18 +275,18 @@ class HessianOperator:
             ``dim > max_dim``.
         """
         if self.dim > max_dim:
-            raise ConfigError(f"the Hessian has {self.dim} rows; dense() is limited to {max_dim}. "
+            raise ConfigError(f"the {self.kind} matrix has {self.dim} rows; dense() is limited to {max_dim}. "
                               "Use the iterative estimators (hessian_eigenvalues, hessian_trace) instead.")
         eye = torch.eye(self.dim, device=self.device, dtype=self.dtype)
         return torch.stack([self.matvec(e) for e in eye])
 
     def to_scipy(self) -> Any:
-        """A ``scipy.sparse.linalg.LinearOperator`` (float64 in and out) of this Hessian.
+        """A ``scipy.sparse.linalg.LinearOperator`` (float64 in and out) of this operator.
 
         Returns
         -------
         scipy.sparse.linalg.LinearOperator
-            See :func:`scipy_view`.
+            See :func:`~.linear.scipy_view`.
         """
         return scipy_view(self)
 
@@ -379,12 +295,97 @@ class HessianOperator:
         x, _ = self.evaluator.batches[0]
         x = x[:8]
         with torch.no_grad():
-            first = self.evaluator.forward(self.params_dict(self.theta), x)
-            second = self.evaluator.forward(self.params_dict(self.theta), x)
+            first = self.outputs(self.theta, x)
+            second = self.outputs(self.theta, x)
         if not torch.equal(first, second):
             raise ConfigError("the model gives different outputs for the same input and weights (dropout "
-                              "or other randomness active in eval mode?), so its Hessian is not defined. "
+                              "or other randomness active in eval mode?), so its curvature is not defined. "
                               "Disable the randomness in the module's forward before computing curvature.")
+
+
+def jvp_quietly(fn: Callable[[torch.Tensor], Any], primal: torch.Tensor, tangent: torch.Tensor) -> tuple[Any, Any]:
+    """``torch.func.jvp(fn, (primal,), (tangent,))`` without the warning torch's first jvp issues
+    when it jit-scripts its decompositions.
+
+    Parameters
+    ----------
+    fn : callable
+        The function of one tensor.
+    primal, tangent : torch.Tensor
+        Where, and in which direction, to differentiate.
+
+    Returns
+    -------
+    tuple
+        ``(fn(primal), J tangent)``.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
+        return jvp(fn, (primal,), (tangent,))
+
+
+@operator_kind("hessian")
+class HessianOperator(CurvatureOperator):
+    """The Hessian ``H = d^2 L / d theta^2`` of an evaluator's loss at one point.
+
+    Parameters
+    ----------
+    evaluator, point, params, include_frozen, check_determinism
+        As for :class:`CurvatureOperator`.
+    mode
+        How products are computed (:data:`HVP_MODES`; ``"auto"`` keeps per-batch graphs on CPU
+        when they fit in :data:`RETAINED_BUDGET`, else forward-over-reverse).
+
+    Raises
+    ------
+    ConfigError
+        Unknown ``mode``, or as for :class:`CurvatureOperator`.
+    """
+
+    kind: ClassVar[str] = "hessian"
+
+    def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
+                 params: Sequence[str] | str | None = None, mode: str = "auto",
+                 include_frozen: bool = False, check_determinism: bool = True):
+        if mode not in HVP_MODES:
+            raise ConfigError(f"mode must be one of {HVP_MODES}, got {mode!r}")
+        self.mode = _resolve_mode(mode, evaluator)
+        self._retained: list | None = None
+        super().__init__(evaluator, point, params=params, include_frozen=include_frozen,
+                         check_determinism=check_determinism)
+
+    def batch_product(self, index: int, x: torch.Tensor, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """One batch's share of ``H v``: ``d/dt grad L_b(theta + t v)`` at ``t = 0``.
+
+        Parameters
+        ----------
+        index : int
+            The batch's position (selects its retained graph in ``"retained"`` mode).
+        x, y : torch.Tensor
+            The batch.
+        v : torch.Tensor
+            The vector.
+
+        Returns
+        -------
+        torch.Tensor
+            Length ``dim``.
+        """
+        if self.mode == "retained":
+            return self._retained_graphs()[index](v)[0]
+
+        def g(theta: torch.Tensor) -> torch.Tensor:
+            return grad(self.batch_loss)(theta, x, y)
+
+        if self.mode == "forward-over-reverse":
+            return jvp_quietly(g, self.theta, v)[1]
+        return grad(lambda theta: torch.dot(g(theta), v))(self.theta)
+
+    def _retained_graphs(self) -> list:
+        if self._retained is None:
+            self._retained = [vjp(lambda theta, x=x, y=y: grad(self.batch_loss)(theta, x, y), self.theta)[1]
+                              for x, y in self.evaluator.batches]
+        return self._retained
 
 
 def _resolve_mode(mode: str, evaluator: Any) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .lanczos import Eigenpairs, check_k, gaussian_vector
-from .operators import SymmetricOperator
+from .linear import SymmetricOperator
 from .registry import eigen_solver
 
 

@@ -1,20 +1,24 @@
-"""Registries of the curvature methods: eigen-solvers and trace estimators, by name.
+"""Registries of the curvature methods: eigen-solvers, trace estimators and operator kinds, by name.
 
 A new method is one function in a module of this package, decorated with
-:func:`eigen_solver` or :func:`trace_estimator`; the public functions
+:func:`eigen_solver` or :func:`trace_estimator`; a new kind of curvature operator is one subclass
+of :class:`~landscape.curvature.operators.CurvatureOperator`, decorated with
+:func:`operator_kind` (the ``kind=`` values and the CLI's ``--kind`` choices). The public functions
 (:func:`~landscape.curvature.functions.hessian_eigen`, ``hessian_trace``) and the CLI's
 ``--method`` choices find it here. Every solver sees only the operator interface
-(:class:`~landscape.curvature.operators.SymmetricOperator`), so it works on a Hessian and on an
+(:class:`~landscape.curvature.linear.SymmetricOperator`), so it works on a Hessian and on an
 explicit matrix alike.
 
 Solver signature: ``solver(op, k, *, tol, max_iter, generator, return_vectors) -> Eigenpairs``.
 Estimator signature: ``estimator(op, *, tol, max_iter, generator, min_samples) -> TraceEstimate``.
+Operator kind: ``cls(evaluator, point, *, params, include_frozen, check_determinism, **options)``.
 """
 from __future__ import annotations
 
 from typing import Callable, TypeVar
 
 from ..infra.errors import ConfigError
+from ..infra.options import did_you_mean
 
 F = TypeVar("F", bound=Callable)
 
@@ -22,6 +26,8 @@ F = TypeVar("F", bound=Callable)
 EIGEN_SOLVERS: dict[str, Callable] = {}
 #: name -> trace estimator
 TRACE_ESTIMATORS: dict[str, Callable] = {}
+#: name -> curvature operator class (Hessian, GGN, Fisher, ...)
+OPERATOR_KINDS: dict[str, Callable] = {}
 
 
 def _registrar(table: dict[str, Callable], what: str) -> Callable[[str], Callable[[F], F]]:
@@ -49,6 +55,8 @@ def _registrar(table: dict[str, Callable], what: str) -> Callable[[str], Callabl
 eigen_solver = _registrar(EIGEN_SOLVERS, "an eigen-solver")
 #: ``@trace_estimator("name")`` registers a trace estimator
 trace_estimator = _registrar(TRACE_ESTIMATORS, "a trace estimator")
+#: ``@operator_kind("name")`` registers a curvature operator class
+operator_kind = _registrar(OPERATOR_KINDS, "a curvature operator class")
 
 
 def lookup(table: dict[str, Callable], name: str, what: str) -> Callable:
@@ -57,7 +65,7 @@ def lookup(table: dict[str, Callable], name: str, what: str) -> Callable:
     Parameters
     ----------
     table
-        :data:`EIGEN_SOLVERS` or :data:`TRACE_ESTIMATORS`.
+        :data:`EIGEN_SOLVERS`, :data:`TRACE_ESTIMATORS` or :data:`OPERATOR_KINDS`.
     name
         The method name.
     what
@@ -66,7 +74,13 @@ def lookup(table: dict[str, Callable], name: str, what: str) -> Callable:
     Returns
     -------
     callable
+
+    Raises
+    ------
+    ConfigError
+        ``name`` is not registered (one line, with the closest registered name if any).
     """
     if name not in table:
-        raise ConfigError(f"unknown {what} {name!r}: use one of {', '.join(sorted(table))}")
+        raise ConfigError(f"unknown {what} {name!r}{did_you_mean(name, table)}: use one of "
+                          f"{', '.join(sorted(table))}")
     return table[name]

@@ -1,11 +1,12 @@
-"""The context every Hessian-vector product runs in: operations that have second derivatives.
+"""The context every curvature product runs in: operations that have second derivatives.
 
 ``torch.nn.functional.scaled_dot_product_attention`` (and ``nn.MultiheadAttention``, which calls
 it) picks a fused kernel by default; on CPU the flash kernel has neither a double backward nor
-forward-mode AD, so a Hessian-vector product through it fails. The math kernel computes the same
+forward-mode AD, so a Hessian-vector product (or the forward-mode Jacobian-vector product of the
+Gauss-Newton and Fisher operators) through it fails. The math kernel computes the same
 attention from matrix products and a softmax, which are twice differentiable: curvature runs
 with it (:data:`ATTENTION_KERNEL`, recorded in each curvature result's spec). Any other operation
-without a second derivative is reported as a :class:`~landscape.infra.errors.CurvatureError`
+without a second (or forward-mode) derivative is reported as a :class:`~landscape.infra.errors.CurvatureError`
 naming it, instead of PyTorch's internal message.
 """
 from __future__ import annotations
@@ -29,14 +30,18 @@ _NO_SECOND_DERIVATIVE = re.compile(r"derivative for (\S+) is not implemented"
 
 
 @contextlib.contextmanager
-def second_order(mode: str) -> Iterator[None]:
-    """Context of a Hessian-vector product: the twice-differentiable attention kernel, and a
-    :class:`~landscape.infra.errors.CurvatureError` naming an operation that has no second derivative.
+def second_order(mode: str, kind: str = "hessian") -> Iterator[None]:
+    """Context of a curvature product: the twice-differentiable attention kernel, and a
+    :class:`~landscape.infra.errors.CurvatureError` naming an operation that lacks a derivative the
+    product needs (a double backward, or forward-mode AD).
 
     Parameters
     ----------
     mode : str
-        The product's mode (one of ``HVP_MODES`` of :mod:`.operators`), for the message.
+        How the product is computed (for the Hessian one of ``HVP_MODES`` of :mod:`.operators`), for
+        the message.
+    kind : str
+        The operator's kind (``"hessian"``, ``"ggn"``, ...), for the message.
 
     Yields
     ------
@@ -60,6 +65,9 @@ def second_order(mode: str) -> Iterator[None]:
                                 "replace it with a twice-differentiable formulation")
             else:
                 problem, fix = (f"{found.group(2) or found.group(4)} has no forward-mode derivative",
-                                "hvp='reverse-over-reverse' avoids forward-mode AD")
-            raise CurvatureError(f"the Hessian needs second derivatives, but {problem} in PyTorch "
-                                 f"{torch.__version__} (hvp mode {mode!r}); {fix}") from None
+                                "hvp='reverse-over-reverse' avoids forward-mode AD" if kind == "hessian"
+                                else "kind='hessian' with hvp='reverse-over-reverse' avoids forward-mode AD")
+            need = "the Hessian needs second derivatives" if kind == "hessian" else \
+                f"the {kind} operator cannot be computed"
+            raise CurvatureError(f"{need}, but {problem} in PyTorch {torch.__version__} ({kind} products by "
+                                 f"{mode!r}); {fix}") from None

@@ -62,7 +62,8 @@ from ..results.sharpness import SharpnessResult
 from ..space.params import ModelLike
 from .budget import MAX_ITERATIONS, MAX_RUNS, check_count
 from .functions import Params, computed_at_point
-from .operators import HessianOperator, scipy_view
+from .linear import scipy_view
+from .operators import HessianOperator
 from .registry import EIGEN_SOLVERS, lookup
 
 #: Names accepted by ``kind``: ``"adaptive"`` is adaptive L2, as in ASAM.

@@ -24,7 +24,7 @@ from ..infra.errors import ConfigError
 from ..results.curvature import TraceEstimate
 from .budget import check_solver_memory, sketch_bytes
 from .lanczos import rademacher_vector
-from .operators import SymmetricOperator
+from .linear import SymmetricOperator
 from .registry import trace_estimator
 
 

@@ -32,7 +32,8 @@ from ..results.curvature import HessianEigen
 from ..results.curvature_views import EigenLine
 from ..space.params import ModelLike, vector_digest
 from ..space.points import PointSet
-from .functions import Params, flat_point, hessian_eigen, with_bn_mode
+from .at_point import flat_point, with_bn_mode
+from .functions import Params, hessian_eigen
 from .operators import HessianOperator
 
 
@@ -177,6 +178,9 @@ def _check_eigen(eigen: HessianEigen, point: torch.Tensor, evaluator: Any, count
                  options: dict[str, Any]) -> None:
     if eigen.vectors is None:
         raise ConfigError("eigen has no eigenvectors: compute it with return_eigenvectors=True")
+    if eigen.spec.get("operator", "hessian") != "hessian":
+        raise ConfigError(f"eigen holds eigenvectors of the {eigen.spec['operator']!r} operator; the views follow "
+                          "the Hessian's: compute it with kind='hessian'")
     if len(eigen.values) < count:
         raise ConfigError(f"eigen holds {len(eigen.values)} eigenpair(s) but {count} are needed: compute it with "
                           f"k={count}")
