@@ -6,7 +6,8 @@ import importlib
 
 import pytest
 
-MODULES = ("landscape.claims.statistics", "fl.convergence", "fl.algorithms.proximal")
+MODULES = ("landscape.claims.statistics", "fl.convergence", "fl.algorithms.proximal",
+           "landscape.curvature.at_point")
 
 
 @pytest.mark.parametrize("name", MODULES)
