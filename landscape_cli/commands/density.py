@@ -1,11 +1,12 @@
-"""``landscape density``: the Hessian eigenvalue density by stochastic Lanczos quadrature."""
+"""``landscape density``: the eigenvalue density of the Hessian (or GGN, Fisher) by stochastic Lanczos
+quadrature."""
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
 from landscape_cli.commands.base import add_analysis_command
-from landscape_cli.commands.hessian import curvature_parent, density_figures
+from landscape_cli.commands.hessian import curvature_parent, density_figures, operator_options
 from landscape_cli.inputs import Context
 from landscape_cli.limits import MAX_ITERATIONS, MAX_RUNS, iteration_count, probe_count
 from landscape_cli.output import emit
@@ -23,7 +24,8 @@ def register(sub: Any) -> None:
     from landscape import hessian_density
 
     p = add_analysis_command(sub, "density", func=run, parents=(curvature_parent(),), default_models=["global"],
-                             nmodels=(1, None), help="Hessian eigenvalue density (stochastic Lanczos quadrature)")
+                             nmodels=(1, None),
+                             help="Hessian (or GGN, Fisher) eigenvalue density (stochastic Lanczos quadrature)")
     p.add_argument("--iterations", type=iteration_count, default=api_default(hessian_density, "iterations"),
                    help=f"Lanczos steps per probe, at most {MAX_ITERATIONS:,} (the basis holds them all: larger "
                         "bases than the available memory are refused)")
@@ -37,7 +39,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Spectral density of each model's Hessian (SLQ, Ghorbani et al. 2019).
+    """Spectral density of each model's curvature (``--kind``; SLQ, Ghorbani et al. 2019).
 
     Parameters
     ----------
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     ctx = Context(args)
     densities = {label: hessian_density(model, ctx.evaluator, iterations=args.iterations, runs=args.runs,
                                         seed=args.seed, sigma=args.sigma, grid_size=args.grid_size,
-                                        params=args.params, hvp=args.hvp, include_frozen=args.include_frozen)
+                                        **operator_options(args))
                  for label, model in ctx.models.items()}
     numbers = {label: {"grid_range": [float(d.grid[0]), float(d.grid[-1])], "sigma": d.sigma,
                        "smallest_node": float(d.nodes.min()), "largest_node": float(d.nodes.max()),

@@ -1,4 +1,5 @@
-"""``landscape hessian``: top Hessian eigenvalues (Lanczos or power iteration), optionally trace and density.
+"""``landscape hessian``: top Hessian (or GGN, Fisher) eigenvalues (Lanczos or power iteration), optionally
+trace and density.
 
 Also the flag groups shared by the curvature commands (``trace``, ``density``) and by
 ``check flatter``: :func:`lanczos_parent` and :func:`curvature_parent`.
@@ -12,7 +13,7 @@ from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.limits import MAX_ITERATIONS, iteration_count
 from landscape_cli.output import emit
-from landscape_cli.parsing import api_default, positive_float, positive_int, seed_int
+from landscape_cli.parsing import api_default, number, positive_float, positive_int, seed_int
 
 
 def lanczos_parent(function: Callable[..., Any]) -> argparse.ArgumentParser:
@@ -41,7 +42,8 @@ def lanczos_parent(function: Callable[..., Any]) -> argparse.ArgumentParser:
 
 
 def curvature_parent() -> argparse.ArgumentParser:
-    """The flags of the Hessian operator: ``--hvp``, ``--params`` and ``--include-frozen``.
+    """The flags of the curvature operator: ``--kind``, ``--mc-samples``, ``--hvp``, ``--params`` and
+    ``--include-frozen``.
 
     Returns
     -------
@@ -49,15 +51,24 @@ def curvature_parent() -> argparse.ArgumentParser:
         A parent parser without help of its own.
     """
     from landscape import hessian_eigen
+    from landscape.curvature.at_point import KINDS
+    from landscape.curvature.gauss_newton import MAX_MC_SAMPLES
     from landscape.curvature.operators import HVP_MODES
 
     parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group("Hessian operator")
+    group = parent.add_argument_group("curvature operator")
+    group.add_argument("--kind", default=api_default(hessian_eigen, "kind"), choices=KINDS,
+                       help="the curvature matrix: hessian, ggn (generalised Gauss-Newton), fisher (Monte-Carlo "
+                            "Fisher, labels drawn from the model) or empirical_fisher (per-sample gradients at "
+                            "the data's labels); ggn and fisher need the cross_entropy or mse loss")
+    group.add_argument("--mc-samples", type=number(int, ge=1, le=MAX_MC_SAMPLES),
+                       default=api_default(hessian_eigen, "mc_samples"),
+                       help="labels drawn per input for --kind fisher (seeded by --seed)")
     group.add_argument("--hvp", default=api_default(hessian_eigen, "hvp"), choices=HVP_MODES,
-                       help="Hessian-vector products: forward-over-reverse, reverse-over-reverse, retained "
-                            "(one autograd graph reused; faster on CPU, more memory) or auto")
+                       help="Hessian-vector products (--kind hessian): forward-over-reverse, reverse-over-reverse, "
+                            "retained (one autograd graph reused; faster on CPU, more memory) or auto")
     group.add_argument("--params", nargs="+", metavar="PATTERN",
-                       help="restrict the Hessian to parameters whose names match these patterns")
+                       help="restrict the curvature to parameters whose names match these patterns")
     group.add_argument("--include-frozen", action="store_true",
                        help="include parameters with requires_grad=False (left out by default)")
     return parent
@@ -76,7 +87,7 @@ def register(sub: Any) -> None:
 
     p = add_analysis_command(sub, "hessian", func=run, parents=(lanczos_parent(hessian_eigen), curvature_parent()),
                              default_models=["global"], nmodels=(1, None),
-                             help="top Hessian eigenvalues (Lanczos), optional trace and spectral density")
+                             help="top Hessian (or GGN, Fisher) eigenvalues, optional trace and spectral density")
     p.add_argument("--method", default=api_default(hessian_eigen, "method"), choices=EIGEN_METHODS,
                    help="eigen-solver: lanczos (k largest algebraic) or power (deflated power iteration, "
                         "largest magnitude)")
@@ -87,7 +98,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Top-k Hessian eigenvalues of each model, with trace and density on request.
+    """Top-k eigenvalues of each model's curvature (``--kind``), with trace and density on request.
 
     Parameters
     ----------
@@ -105,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     numbers: dict[str, Any] = {}
     results: dict[str, Any] = {}
     densities = {}
-    operator = {"params": args.params, "hvp": args.hvp, "include_frozen": args.include_frozen}
+    operator = operator_options(args)
     for label, model in ctx.models.items():
         eig = hessian_eigen(model, ctx.evaluator, k=args.k, tol=args.tol, max_iter=args.max_iter, seed=args.seed,
                             method=args.method, **operator)
@@ -122,6 +133,24 @@ def run(args: argparse.Namespace) -> int:
         numbers[label] = entry
     emit(ctx, numbers, results, (lambda: density_figures(densities)) if densities else None)
     return 0
+
+
+def operator_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The curvature operator's keyword arguments of the API functions, from the flags of
+    :func:`curvature_parent`.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed arguments of a curvature command.
+
+    Returns
+    -------
+    dict[str, Any]
+        ``kind``, ``mc_samples``, ``params``, ``hvp`` and ``include_frozen``.
+    """
+    return {"kind": args.kind, "mc_samples": args.mc_samples, "params": args.params, "hvp": args.hvp,
+            "include_frozen": args.include_frozen}
 
 
 def density_figures(densities: dict[str, Any]) -> dict[str, Any]:

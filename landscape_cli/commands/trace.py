@@ -1,11 +1,12 @@
-"""``landscape trace``: the Hessian trace by Hutchinson or Hutch++ with its standard error."""
+"""``landscape trace``: the trace of the Hessian (or GGN, Fisher) by Hutchinson or Hutch++, with its
+standard error."""
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
 from landscape_cli.commands.base import add_analysis_command
-from landscape_cli.commands.hessian import curvature_parent
+from landscape_cli.commands.hessian import curvature_parent, operator_options
 from landscape_cli.inputs import Context
 from landscape_cli.limits import MAX_ITERATIONS, iteration_count
 from landscape_cli.output import emit
@@ -24,13 +25,14 @@ def register(sub: Any) -> None:
     from landscape.curvature.functions import TRACE_METHODS
 
     p = add_analysis_command(sub, "trace", func=run, parents=(curvature_parent(),), default_models=["global"],
-                             nmodels=(1, None), help="Hessian trace (Hutchinson or Hutch++) with its standard error")
+                             nmodels=(1, None),
+                             help="Hessian (or GGN, Fisher) trace (Hutchinson or Hutch++) with its standard error")
     p.add_argument("--method", default=api_default(hessian_trace, "method"), choices=TRACE_METHODS,
                    help="hutchinson (Rademacher probes) or hutch++ (low-rank part plus Hutchinson on the rest)")
     p.add_argument("--tol", type=positive_float, default=api_default(hessian_trace, "tol"),
                    help="stop at stderr <= tol |trace|")
     p.add_argument("--max-iter", type=iteration_count, default=api_default(hessian_trace, "max_iter"),
-                   help=f"Hessian-vector products at most per model (up to {MAX_ITERATIONS:,}; Hutch++ holds "
+                   help=f"operator products at most per model (up to {MAX_ITERATIONS:,}; Hutch++ holds "
                         "max-iter / 3 vectors at once)")
     p.add_argument("--min-samples", type=positive_int, default=api_default(hessian_trace, "min_samples"),
                    help="probes before the stopping test")
@@ -38,7 +40,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``tr H`` of each model (Hutchinson 1989; Hutch++, Meyer et al. 2021).
+    """``tr C`` of each model's curvature ``C`` (``--kind``; Hutchinson 1989; Hutch++, Meyer et al. 2021).
 
     Parameters
     ----------
@@ -57,8 +59,7 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {}
     for label, model in ctx.models.items():
         tr = hessian_trace(model, ctx.evaluator, tol=args.tol, max_iter=args.max_iter, seed=args.seed,
-                           method=args.method, min_samples=args.min_samples, params=args.params, hvp=args.hvp,
-                           include_frozen=args.include_frozen)
+                           method=args.method, min_samples=args.min_samples, **operator_options(args))
         numbers[label] = {"trace": tr.value, "stderr": tr.stderr, "method": tr.method, "converged": tr.converged,
                           "hvps": tr.matvecs}
         results[f"{label} trace"] = tr
