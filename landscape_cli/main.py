@@ -23,7 +23,7 @@ from typing import Sequence
 
 from landscape import LandscapeError
 from landscape.infra.commandline import internal_error
-from landscape_cli.commands import command_modules
+from landscape_cli.commands import COMMANDS
 from landscape_cli.output import warning_lines
 from landscape_cli.parsing import Parser
 
@@ -39,8 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="landscape", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                     epilog="Run 'landscape COMMAND --help' for the options of a command.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
-    for module in command_modules():
-        module.register(sub)
+    for name in COMMANDS.names():
+        COMMANDS.get(name)(sub)
     return parser
 
 

@@ -213,7 +213,8 @@ def test_bad_arguments_give_specific_errors(pair) -> None:
         curve(a, b, ev, train_data=train, lr=0.0)
     with pytest.raises(landscape.DataError, match="inputs but"):
         curve(a, b, ev, train_data=(data.train_x, data.train_y[:5]))
-    with pytest.raises(landscape.ConfigError, match="method must be one of"):
+    with pytest.raises(landscape.ConfigError, match="unknown alignment method 'optimal transport'; available: "
+                                                     "activation, weight"):
         align(b, to=a, method="optimal transport")
     with pytest.raises(landscape.ConfigError, match="pass data="):
         align(b, to=a, method="activation")

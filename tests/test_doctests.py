@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-MODULES = ("landscape.claims.statistics", "fl.convergence", "fl.algorithms.proximal",
+MODULES = ("landscape.claims.statistics", "fl.convergence", "fl.algorithms.proximal", "landscape.infra.registry",
            "landscape.curvature.at_point")
 
 

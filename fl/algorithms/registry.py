@@ -8,18 +8,15 @@ elsewhere is registered once its module is imported.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import TYPE_CHECKING
 
-from landscape import ConfigError
-
-from landscape.infra.options import did_you_mean
+from landscape.infra.registry import Registry
 
 if TYPE_CHECKING:
     from .base import Algorithm
 
-_REGISTRY: dict[str, type["Algorithm"]] = {}
+#: Every FL algorithm by name; discovery imports every module of this package.
+ALGORITHMS: Registry[type["Algorithm"]] = Registry("algorithm", package=__package__)
 
 
 def register(cls: type["Algorithm"]) -> None:
@@ -36,11 +33,7 @@ def register(cls: type["Algorithm"]) -> None:
     TypeError
         When another class already holds the name.
     """
-    old = _REGISTRY.get(cls.name)
-    if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
-        raise TypeError(f"algorithm name {cls.name!r} of {cls.__module__}.{cls.__qualname__} is already "
-                        f"taken by {old.__module__}.{old.__qualname__}")
-    _REGISTRY[cls.name] = cls
+    ALGORITHMS.add(cls.name, cls)
 
 
 def unregister(name: str) -> None:
@@ -51,14 +44,7 @@ def unregister(name: str) -> None:
     name : str
         Its registered name.
     """
-    _REGISTRY.pop(name, None)
-
-
-def discover() -> None:
-    """Import every module of the package (each algorithm module registers its classes)."""
-    package = importlib.import_module(__package__)
-    for info in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{__package__}.{info.name}")
+    ALGORITHMS.remove(name)
 
 
 def registry() -> dict[str, type["Algorithm"]]:
@@ -69,8 +55,7 @@ def registry() -> dict[str, type["Algorithm"]]:
     dict[str, type[Algorithm]]
         Name -> class, sorted by name.
     """
-    discover()
-    return dict(sorted(_REGISTRY.items()))
+    return dict(sorted(ALGORITHMS.entries().items()))
 
 
 def get(name: str) -> type["Algorithm"]:
@@ -91,9 +76,4 @@ def get(name: str) -> type["Algorithm"]:
     ConfigError
         For an unknown name (with the closest known one and the list).
     """
-    if not isinstance(name, str):
-        raise ConfigError(f"algorithm must be a name, got {type(name).__name__}")
-    known = registry()
-    if name not in known:
-        raise ConfigError(f"unknown algorithm {name!r}{did_you_mean(name, known)}; available: {', '.join(known)}")
-    return known[name]
+    return ALGORITHMS.get(name)

@@ -16,7 +16,9 @@ from torch import nn
 
 from landscape import ConfigError
 
+from ..evaluation.batches import first_inputs
 from .graph import Member, PermutationSpec, trace, unique_state
+from .matchers import MATCHERS, Matcher
 from .permute import unit_view
 from .weight_matching import assignment
 
@@ -122,3 +124,31 @@ def activation_matching(spec: PermutationSpec, a: nn.Module, b: nn.Module, x: to
         after.append(float(corr[torch.arange(group.size), perm].mean()))
     mean = (lambda v: sum(v) / len(v) if v else float("nan"))
     return perms, {"mean_correlation_before": mean(before), "mean_correlation": mean(after)}
+
+
+def match_activations(spec: PermutationSpec, reference: nn.Module, model: nn.Module, *, data: Any,
+                      samples: int = 1024, **unused: Any) -> tuple[list[torch.Tensor], dict[str, Any]]:
+    """:func:`activation_matching` on the first ``samples`` inputs of ``data`` (the ``"activation"`` method).
+
+    Parameters
+    ----------
+    spec : PermutationSpec
+        The permutation groups.
+    reference, model : nn.Module
+        The model aligned to, and the model whose units are permuted (both put in eval mode).
+    data : Any
+        Inputs (a tensor, an ``(x, y)`` pair or batches).
+    samples : int
+        How many inputs the activations are compared on.
+    **unused
+        The options of other methods (``seed``, ``max_sweeps``).
+
+    Returns
+    -------
+    tuple
+        The permutations and the search's numbers.
+    """
+    return activation_matching(spec, reference.eval(), model.eval(), first_inputs(data, samples))
+
+
+MATCHERS.add("activation", Matcher(match_activations, needs_data=True))

@@ -17,13 +17,12 @@ from torch import nn
 
 from landscape import ConfigError, ParameterSpace
 
-from .activation_matching import activation_matching
 from ..evaluation.batches import first_inputs
 from .graph import PermutationSpec, discover
+from .matchers import MATCHERS
 from .permute import apply_permutation, permute_state
 from .weight_matching import weight_matching
 
-METHODS = ("weight", "activation")
 _GUESSED_SIDES = (32, 28, 16, 8, 64, 224)
 
 
@@ -179,9 +178,8 @@ def match(model: Any, *, to: Any, data: Any = None, method: str = "weight", seed
         If the model cannot be traced or (``strict``) has an operation that does not commute
         with a permutation.
     """
-    if method not in METHODS:
-        raise ConfigError(f"method must be one of {METHODS}, got {method!r}")
-    if method == "activation" and data is None:
+    matcher = MATCHERS.get(method)
+    if matcher.needs_data and data is None:
         raise ConfigError("activation matching compares activations on data: pass data=")
     template = template or next((m for m in (model, to) if isinstance(m, nn.Module)), None)
     if template is None:
@@ -190,13 +188,7 @@ def match(model: Any, *, to: Any, data: Any = None, method: str = "weight", seed
     mod_b, mod_a = as_module(model, template), as_module(to, template)
     if spec is None:
         spec = discover(template, example_input(template, data, input_shape), strict=strict)
-    if method == "weight":
-        params = {n for n, _ in template.named_parameters()}
-        sa = {k: v for k, v in mod_a.state_dict().items() if k in params}
-        sb = {k: v for k, v in mod_b.state_dict().items() if k in params}
-        perms, info = weight_matching(spec, sa, sb, max_sweeps=max_sweeps, seed=seed)
-    else:
-        perms, info = activation_matching(spec, mod_a.eval(), mod_b.eval(), first_inputs(data, samples))
+    perms, info = matcher(spec, mod_a, mod_b, data=data, samples=samples, seed=seed, max_sweeps=max_sweeps)
     return Alignment(spec, tuple(perms), method, info, time.perf_counter() - start)
 
 
@@ -313,7 +305,7 @@ def aligned_vector(model: torch.Tensor, *, to: torch.Tensor, evaluator: Any, met
     """
     space = evaluator.space
     data = None
-    if method == "activation":
+    if MATCHERS.get(method).needs_data:
         data = (torch.cat([x.cpu() for x, _ in evaluator.batches]), torch.cat([y.cpu() for _, y in evaluator.batches]))
     module = align(space.state_dict(model), to=space.state_dict(to), data=data, method=method, seed=seed,
                    template=space.module)

@@ -9,12 +9,15 @@ solved block by block (permutations stay inside the normalisation groups).
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 from scipy.optimize import linear_sum_assignment
 
+from torch import nn
+
 from .graph import Group, PermutationSpec
+from .matchers import MATCHERS, Matcher
 from .permute import identity_permutations, members_by_tensor, permute_member, unit_view
 
 
@@ -148,3 +151,32 @@ def _objective(spec: PermutationSpec, a: Mapping[str, torch.Tensor], b: Mapping[
 
 
 __all__ = ["assignment", "weight_matching"]
+
+
+def match_weights(spec: PermutationSpec, reference: nn.Module, model: nn.Module, *, seed: int = 0,
+                  max_sweeps: int = 100, **unused: Any) -> tuple[list[torch.Tensor], dict[str, Any]]:
+    """:func:`weight_matching` on the trainable tensors of two modules (the ``"weight"`` method).
+
+    Parameters
+    ----------
+    spec : PermutationSpec
+        The permutation groups.
+    reference, model : nn.Module
+        The model aligned to, and the model whose units are permuted.
+    seed, max_sweeps : int
+        As :func:`weight_matching`.
+    **unused
+        The options of other methods (``data``, ``samples``).
+
+    Returns
+    -------
+    tuple
+        The permutations and the search's numbers.
+    """
+    params = {n for n, _ in reference.named_parameters()}
+    a = {k: v for k, v in reference.state_dict().items() if k in params}
+    b = {k: v for k, v in model.state_dict().items() if k in params}
+    return weight_matching(spec, a, b, max_sweeps=max_sweeps, seed=seed)
+
+
+MATCHERS.add("weight", Matcher(match_weights))

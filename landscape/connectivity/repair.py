@@ -16,7 +16,7 @@ correction as they go, so each layer is measured with its inputs already correct
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -25,8 +25,12 @@ from torch import nn
 from landscape import ConfigError, Evaluator, PathResult
 
 from ..evaluation.batches import first_inputs
+from ..infra.registry import Registry
 
-METHODS = ("repair", "reset")
+#: REPAIR methods by name: ``layers(model, x) -> names`` of the layers whose output channels get
+#: the interpolated statistics (BatchNorm layers are reset by every method). A method is one
+#: registration, here or in any module that imports this one.
+REPAIR_METHODS: Registry[Callable[[nn.Module, torch.Tensor], list[str]]] = Registry("REPAIR method")
 _EPS = 1e-5
 
 
@@ -189,8 +193,7 @@ def repaired_interpolate(a: Any, b: Any, evaluator: Evaluator, *, data: Any, alp
     ConfigError
         If ``method`` is unknown or the evaluator's ``bn`` is not ``"interpolate"``.
     """
-    if method not in METHODS:
-        raise ConfigError(f"method must be one of {METHODS}, got {method!r}")
+    layers = REPAIR_METHODS.get(method)
     if evaluator.bn != "interpolate":
         raise ConfigError(f"repaired points carry their own BatchNorm statistics: use an Evaluator with "
                           f"bn='interpolate', not {evaluator.bn!r}")
@@ -200,7 +203,7 @@ def repaired_interpolate(a: Any, b: Any, evaluator: Evaluator, *, data: Any, alp
     va, vb = evaluator.vector(a), evaluator.vector(b)
     x = first_inputs(data, samples).float()
     base = copy.deepcopy(template).cpu().float()
-    names = [n for n in repair_points(base) if not _is_output(base, n, x)] if method == "repair" else []
+    names = layers(base, x)
     ends = []
     for v in (va, vb):
         base.load_state_dict(space.state_dict(v))
@@ -215,3 +218,41 @@ def repaired_interpolate(a: Any, b: Any, evaluator: Evaluator, *, data: Any, alp
     return PathResult(alphas=grid, loss=metrics.loss, accuracy=metrics.accuracy,
                       spec={"kind": "path", "evaluator": evaluator.fingerprint(),
                             "repair": {"method": method, "samples": int(len(x)), "layers": names}})
+
+
+@REPAIR_METHODS.register("repair")
+def hidden_repair_points(model: nn.Module, x: torch.Tensor) -> list[str]:
+    """REPAIR (Jordan et al. 2022, Sec. 4): every :func:`repair_points` layer except the output layer.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The interpolated model.
+    x : torch.Tensor
+        Inputs (to tell which layer produces the output).
+
+    Returns
+    -------
+    list[str]
+        The names of the layers to renormalise.
+    """
+    return [n for n in repair_points(model) if not _is_output(model, n, x)]
+
+
+@REPAIR_METHODS.register("reset")
+def no_repair_points(model: nn.Module, x: torch.Tensor) -> list[str]:
+    """BatchNorm reset only (Jordan et al. 2022, Sec. 5.3): no layer is renormalised.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The interpolated model (unused).
+    x : torch.Tensor
+        Inputs (unused).
+
+    Returns
+    -------
+    list[str]
+        No names.
+    """
+    return []

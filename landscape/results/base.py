@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import importlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -17,18 +16,18 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-#: class name -> result class, for reading results back from the cache
-RESULT_TYPES: dict[str, type] = {}
-#: the package whose modules define every registered result type (imported on demand by :func:`result_type`)
-RESULT_PACKAGE = "landscape.results"
+from ..infra.registry import Registry
+
+#: class name -> result class, for reading results back from the cache; discovery imports every
+#: module of this package, so a result type is one module here
+RESULT_TYPES: Registry[type] = Registry("result type", package="landscape.results")
 
 
 def result_type(name: str) -> type | None:
     """The registered result class called ``name``, importing the modules that define results if needed.
 
     A cache can hold results of modules this process has not imported yet (a learned curve read
-    back in a fresh process), so an unknown name triggers the import of :data:`RESULT_PACKAGE`,
-    which imports every module of result classes.
+    back in a fresh process), so the lookup imports every module of :mod:`landscape.results` first.
 
     Parameters
     ----------
@@ -40,9 +39,7 @@ def result_type(name: str) -> type | None:
     type or None
         The class, or None when no module defines it.
     """
-    if name not in RESULT_TYPES:
-        importlib.import_module(RESULT_PACKAGE)
-    return RESULT_TYPES.get(name)
+    return RESULT_TYPES.entries().get(name)
 
 
 def register(cls: type) -> type:
@@ -58,7 +55,7 @@ def register(cls: type) -> type:
     type
         The class itself.
     """
-    RESULT_TYPES[cls.__name__] = cls
+    RESULT_TYPES.add(cls.__name__, cls)
     cls.__repr__ = Result.__repr__  # the dataclass-generated repr would print whole arrays
     return cls
 

@@ -1,24 +1,16 @@
 """The commands of ``landscape``, one module each.
 
-A command module has ``register(sub)``, which adds its parser to the subcommands and sets
-``func`` to the function that runs it (``args -> exit status``). :data:`COMMANDS` lists
-them in the order of ``landscape --help``; a new command is a module plus its name here.
+A command module decorates its ``register(sub)`` with ``@COMMANDS.register(name)``;
+``register`` adds the command's parser to the subcommands and sets ``func`` to the function
+that runs it (``args -> exit status``). :data:`COMMANDS` imports every module of this package
+before it answers, so a new command is one module here; ``landscape --help`` lists the
+commands by name.
 """
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
+from typing import Any, Callable
 
-COMMANDS = ("train", "path", "plane", "group", "hessian", "trace", "density", "decompose", "check", "report",
-            "align", "curve")
+from landscape.infra.registry import Registry
 
-
-def command_modules() -> list[ModuleType]:
-    """The command modules, in :data:`COMMANDS` order.
-
-    Returns
-    -------
-    list[ModuleType]
-        Each with a ``register(sub)`` function.
-    """
-    return [importlib.import_module(f"{__name__}.{name}") for name in COMMANDS]
+#: command name -> its ``register(sub)`` function.
+COMMANDS: Registry[Callable[[Any], None]] = Registry("command", package=__name__)

@@ -10,6 +10,7 @@ from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, checked, count_at_least_2, seed_int
+from landscape_cli.commands import COMMANDS
 
 
 #: ``--save``: a file name ending in .safetensors, .pt or .pth, checked by
@@ -17,6 +18,7 @@ from landscape_cli.parsing import api_default, checked, count_at_least_2, seed_i
 checkpoint_path = checked(check_save_path)
 
 
+@COMMANDS.register("align")
 def register(sub: Any) -> None:
     """Add ``align`` to the subcommands (options of ``landscape.connectivity.align_file``, defaults from
     ``landscape.connectivity.match``).
@@ -27,14 +29,14 @@ def register(sub: Any) -> None:
         The subcommands of ``landscape``.
     """
     from landscape.connectivity import match
-    from landscape.alignment.align import METHODS
+    from landscape.alignment.matchers import MATCHERS
 
     p = add_analysis_command(sub, "align", func=run, default_models=None, nmodels=(2, 2),
                              help="permute the hidden units of MODEL to match REFERENCE (Git Re-Basin); "
                                   "models: MODEL REFERENCE")
     p.add_argument("--save", metavar="FILE", required=True, type=checkpoint_path,
                    help="where the aligned checkpoint goes (.safetensors, .pt or .pth)")
-    p.add_argument("--method", default=api_default(match, "method"), choices=METHODS,
+    p.add_argument("--method", default=api_default(match, "method"), choices=MATCHERS.names(),
                    help="weight matching (Git Re-Basin Alg. 1) or activation matching (Sec. 3.1, on --data)")
     p.add_argument("--seed", type=seed_int, default=api_default(match, "seed"),
                    help="order of the weight-matching sweeps")

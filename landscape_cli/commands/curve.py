@@ -10,10 +10,12 @@ from landscape_cli import datafiles, runs
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context, check_labels
 from landscape_cli.output import emit
+from landscape_cli.commands import COMMANDS
 from landscape_cli.parsing import (api_default, count_at_least_2, nonnegative_float, number, positive_float,
                                    positive_int, seed_int)
 
 
+@COMMANDS.register("curve")
 def register(sub: Any) -> None:
     """Add ``curve`` to the subcommands (defaults from ``landscape.connectivity.curve``).
 

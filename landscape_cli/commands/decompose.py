@@ -13,10 +13,12 @@ from landscape_cli.commands.group import check_weights
 from landscape_cli.inputs import Context, check_labels
 from landscape_cli.output import emit
 from landscape_cli.parsing import nonnegative_float
+from landscape_cli.commands import COMMANDS
 
 TERMS = ("bias", "train_bias", "heter_bias", "cross", "variance", "covariance", "wens_loss", "fma_loss", "gap")
 
 
+@COMMANDS.register("decompose")
 def register(sub: Any) -> None:
     """Add ``decompose`` to the subcommands.
 

@@ -11,8 +11,10 @@ from landscape_cli.inputs import Context
 from landscape_cli.limits import MAX_ITERATIONS, MAX_RUNS, iteration_count, probe_count
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, number, positive_float, seed_int
+from landscape_cli.commands import COMMANDS
 
 
+@COMMANDS.register("density")
 def register(sub: Any) -> None:
     """Add ``density`` to the subcommands.
 

@@ -14,6 +14,7 @@ from landscape_cli.inputs import Context
 from landscape_cli.limits import MAX_ITERATIONS, iteration_count
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, number, positive_float, positive_int, seed_int
+from landscape_cli.commands import COMMANDS
 
 
 def lanczos_parent(function: Callable[..., Any]) -> argparse.ArgumentParser:
@@ -74,6 +75,7 @@ def curvature_parent() -> argparse.ArgumentParser:
     return parent
 
 
+@COMMANDS.register("hessian")
 def register(sub: Any) -> None:
     """Add ``hessian`` to the subcommands.
 

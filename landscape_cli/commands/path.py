@@ -12,8 +12,10 @@ from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, count_at_least_2, finite_float
+from landscape_cli.commands import COMMANDS
 
 
+@COMMANDS.register("path")
 def register(sub: Any) -> None:
     """Add ``path`` to the subcommands.
 

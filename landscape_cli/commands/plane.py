@@ -14,6 +14,7 @@ from landscape_cli.limits import check_points
 from landscape_cli.output import emit
 from landscape.geometry.span import AUTO, check_span
 from landscape_cli.parsing import api_default, checked, count_at_least_2, finite_float, plane_margin, seed_int
+from landscape_cli.commands import COMMANDS
 
 KINDS = ("through", "random", "pca")
 
@@ -26,6 +27,7 @@ def _span_text(text: str) -> float | str:
         return text
 
 
+@COMMANDS.register("plane")
 def register(sub: Any) -> None:
     """Add ``plane`` to the subcommands.
 

@@ -15,8 +15,10 @@ from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
 from landscape_cli.output import emit
 from landscape_cli.parsing import count_at_least_2
+from landscape_cli.commands import COMMANDS
 
 
+@COMMANDS.register("report")
 def register(sub: Any) -> None:
     """Add ``report`` to the subcommands.
 

@@ -11,8 +11,10 @@ from landscape_cli.inputs import Context
 from landscape_cli.limits import MAX_ITERATIONS, iteration_count
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, positive_float, positive_int, seed_int
+from landscape_cli.commands import COMMANDS
 
 
+@COMMANDS.register("trace")
 def register(sub: Any) -> None:
     """Add ``trace`` to the subcommands.
 

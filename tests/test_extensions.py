@@ -1,0 +1,141 @@
+"""Every extension point is one file: a throw-away alignment method, result type and command-line
+command, each written to a temporary module in a folder appended to its package's path, are
+found by the registry and used by the public functions; the registry's rules and messages.
+(The throw-away FL algorithm is in tests/test_fl_registry.py.)"""
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import landscape.alignment
+import landscape.results
+import landscape_cli.commands
+from landscape import ConfigError
+from landscape.alignment.matchers import MATCHERS
+from landscape.infra.registry import Registry
+from landscape.results.base import RESULT_TYPES, result_type
+
+ALIGNMENT = textwrap.dedent('''
+    """Leaves every unit where it is (a throw-away alignment method)."""
+    from landscape.alignment.matchers import MATCHERS, Matcher
+    from landscape.alignment.permute import identity_permutations
+
+
+    def stay(spec, reference, model, **_):
+        return identity_permutations(spec), {"objective": 0.0}
+
+
+    MATCHERS.add("stay-test", Matcher(stay))
+''')
+
+RESULT = textwrap.dedent('''
+    """A throw-away result type."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    import numpy as np
+
+    from landscape.results.base import Result, register
+
+
+    @register
+    @dataclass(frozen=True, eq=False)
+    class EchoTestResult(Result):
+        """Numbers echoed back.
+
+        Attributes
+        ----------
+        values
+            The numbers.
+        """
+
+        values: np.ndarray
+        array_fields: ClassVar[tuple[str, ...]] = ("values",)
+''')
+
+COMMAND = textwrap.dedent('''
+    """``landscape hello-test``: prints a greeting (a throw-away command)."""
+    from landscape_cli.commands import COMMANDS
+
+
+    @COMMANDS.register("hello-test")
+    def register(sub):
+        p = sub.add_parser("hello-test", help="say hello")
+        p.add_argument("--name", default="world")
+        p.set_defaults(func=lambda args: print(f"hello {args.name}") or 0)
+''')
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """``plugin(package, module_name, source)``: the module written to a folder on the package's path."""
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    added: list[tuple[str, str]] = []
+
+    def drop(package, name: str, source: str) -> None:
+        (folder / f"{name}.py").write_text(source)
+        monkeypatch.setattr(package, "__path__", [*package.__path__, str(folder)])
+        added.append((package.__name__, name))
+
+    yield drop
+    for package, name in added:
+        sys.modules.pop(f"{package}.{name}", None)
+    MATCHERS.remove("stay-test")
+    RESULT_TYPES.remove("EchoTestResult")
+    landscape_cli.commands.COMMANDS.remove("hello-test")
+
+
+def test_an_alignment_method_file_is_found_and_used(plugin) -> None:
+    plugin(landscape.alignment, "stay_test_method", ALIGNMENT)
+    assert "stay-test" in MATCHERS.names()
+    a = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    b = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    found = landscape.align(b, to=a, method="stay-test", input_shape=(4,))
+    for k, v in b.state_dict().items():  # identity permutations: the weights are b's, unmoved
+        assert torch.equal(found.state_dict()[k], v), k
+
+
+def test_a_result_type_file_is_found_by_a_cache_read(plugin, tmp_path) -> None:
+    plugin(landscape.results, "echo_test_result", RESULT)
+    cls = result_type("EchoTestResult")  # the lookup of a stored name imports the package's modules
+    assert cls is not None and cls.__name__ == "EchoTestResult"
+    cache = landscape.Cache(tmp_path / "cache")
+    cache.save_result("echo", cls(values=np.arange(3.0), spec={"kind": "echo"}))
+    back = cache.load_result("echo")
+    assert type(back) is cls and np.array_equal(back.values, np.arange(3.0))
+
+
+def test_a_command_file_is_found_by_the_parser(plugin, capsys) -> None:
+    plugin(landscape_cli.commands, "hello_test_cmd", COMMAND)
+    from landscape_cli.main import main
+
+    assert main(["hello-test", "--name", "registry"]) == 0
+    assert capsys.readouterr().out == "hello registry\n"
+
+
+def test_registry_rules_and_messages() -> None:
+    reg: Registry[object] = Registry("widget")
+    first = reg.add("knob", Path)
+    assert first is Path and reg.get("knob") is Path and "knob" in reg and list(reg) == ["knob"]
+    with pytest.raises(TypeError, match="widget name 'knob' of pathlib.PurePath is already taken by pathlib.Path"):
+        reg.add("knob", Path.__mro__[1])
+    with pytest.raises(ConfigError, match=r"^unknown widget 'konb' \(did you mean 'knob'\?\); available: knob$"):
+        reg.get("konb")
+    with pytest.raises(ConfigError, match="widget must be a name, got int"):
+        reg.get(3)  # type: ignore[arg-type]
+    reg.remove("knob")
+    reg.remove("never there")
+    assert reg.names() == ()
+    with pytest.raises(ConfigError, match=r"unknown alignment method 'wieght' \(did you mean 'weight'\?\)"):
+        MATCHERS.get("wieght")
+    from landscape.connectivity.repair import REPAIR_METHODS
+
+    assert REPAIR_METHODS.names() == ("repair", "reset")
+    with pytest.raises(ConfigError, match=r"unknown REPAIR method 'rest' \(did you mean 'reset'\?\)"):
+        REPAIR_METHODS.get("rest")
