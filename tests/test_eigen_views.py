@@ -132,7 +132,7 @@ def test_filter_normalising_the_eigenvector_makes_a_non_eigenvector_direction(ti
 def test_a_given_eigen_is_used_and_not_recomputed(tiny, monkeypatch):
     model, ev, dense = tiny
     eig = landscape.hessian_eigen(model, ev, k=2, return_eigenvectors=True, **SOLVER)
-    monkeypatch.setitem(registry.EIGEN_SOLVERS, "lanczos", refuse)
+    monkeypatch.setattr(registry.EIGEN_SOLVERS, "get", lambda name: refuse)
     swapped = dataclasses.replace(eig, values=eig.values[::-1].copy(), vectors=eig.vectors[::-1].copy())
     line = landscape.eigen_line(model, ev, eigen=swapped, span=0.1, resolution=5)
     assert abs(float(line.direction @ dense.vectors[:, -2])) == pytest.approx(1.0, abs=1e-9)
@@ -145,7 +145,7 @@ def test_the_cached_eigenpairs_are_reused_and_normalisations_are_told_apart(tiny
     ev = landscape.Evaluator(model, (x, y), dtype=torch.float64, device="cpu", cache=Cache(tmp_path / "cache"))
     first = landscape.eigen_line(model, ev, span=0.5, resolution=5, **SOLVER)
     filtered = landscape.eigen_line(model, ev, normalization="filter", span=0.5, resolution=5, **SOLVER)
-    monkeypatch.setitem(registry.EIGEN_SOLVERS, "lanczos", refuse)
+    monkeypatch.setattr(registry.EIGEN_SOLVERS, "get", lambda name: refuse)
     again = landscape.eigen_line(model, ev, span=0.5, resolution=5, **SOLVER)  # eigenpairs from the cache
     np.testing.assert_array_equal(again.loss, first.loss)
     assert not np.allclose(filtered.loss, first.loss)

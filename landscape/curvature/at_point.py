@@ -17,10 +17,7 @@ from ..space.params import ModelLike
 from . import empirical_fisher, gauss_newton  # noqa: F401  (register the kinds)
 from .gauss_newton import check_mc_samples
 from .operators import HVP_MODES, CurvatureOperator
-from .registry import OPERATOR_KINDS, lookup
-
-#: The registered operator kinds, for the ``kind=`` options and the CLI's ``--kind`` choices.
-KINDS = tuple(OPERATOR_KINDS)
+from .registry import OPERATOR_KINDS
 
 
 def curvature_operator(model: ModelLike | torch.Tensor, evaluator: Any, *, kind: str = "hessian",
@@ -126,7 +123,7 @@ def operator_class(kind: str, *, hvp: str = "auto", mc_samples: int = 1) -> type
     Parameters
     ----------
     kind : str
-        A registered kind (:data:`KINDS`).
+        A registered kind (:data:`~.registry.OPERATOR_KINDS`).
     hvp : str
         Must be ``"auto"`` unless ``kind="hessian"`` (then one of ``HVP_MODES``).
     mc_samples : int
@@ -144,8 +141,8 @@ def operator_class(kind: str, *, hvp: str = "auto", mc_samples: int = 1) -> type
         apply to it.
     """
     if not isinstance(kind, str):
-        raise ConfigError(f"kind must be a string, one of {', '.join(KINDS)}; got {kind!r}")
-    cls = lookup(OPERATOR_KINDS, kind, "curvature kind")
+        raise ConfigError(f"kind must be a string, one of {', '.join(OPERATOR_KINDS.names())}; got {kind!r}")
+    cls = OPERATOR_KINDS.get(kind)
     if hvp not in HVP_MODES:
         raise ConfigError(f"hvp must be one of {HVP_MODES}, got {hvp!r}")
     if kind != "hessian" and hvp != "auto":

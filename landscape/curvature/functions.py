@@ -38,13 +38,11 @@ from .at_point import curvature_operator, flat_point, operator_class
 from .budget import MAX_ITERATIONS, MAX_RUNS, check_count
 from .density import broadened_density, slq
 from .operators import CurvatureOperator
-from .registry import EIGEN_SOLVERS, TRACE_ESTIMATORS, lookup
+from .registry import EIGEN_SOLVERS, TRACE_ESTIMATORS
 from .second_order import ATTENTION_KERNEL
 
 ALGORITHM_VERSION = "curvature-2"
 #: Registered eigen-solvers and trace estimators (names), for the CLI's choices.
-EIGEN_METHODS = tuple(EIGEN_SOLVERS)
-TRACE_METHODS = tuple(TRACE_ESTIMATORS)
 Params = Sequence[str] | str | None
 
 
@@ -104,7 +102,7 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1
         option that does not apply to it.
     """
     check_count(max_iter, "max_iter", MAX_ITERATIONS)
-    solver = lookup(EIGEN_SOLVERS, method, "eigen-solver")
+    solver = EIGEN_SOLVERS.get(method)
     options = dict(k=k, tol=tol, max_iter=max_iter, seed=seed, method=method, params=params,
                    vectors=return_eigenvectors, **operator_options(kind, hvp, include_frozen, mc_samples))
 
@@ -189,7 +187,7 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float
         available on the evaluator's device.
     """
     check_count(max_iter, "max_iter", MAX_ITERATIONS)
-    estimator = lookup(TRACE_ESTIMATORS, method, "trace estimator")
+    estimator = TRACE_ESTIMATORS.get(method)
     options = dict(tol=tol, max_iter=max_iter, seed=seed, method=method, params=params,
                    min_samples=min_samples, **operator_options(kind, hvp, include_frozen, mc_samples))
 

@@ -15,72 +15,20 @@ Operator kind: ``cls(evaluator, point, *, params, include_frozen, check_determin
 """
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from typing import Callable
 
-from ..infra.errors import ConfigError
-from ..infra.options import did_you_mean
-
-F = TypeVar("F", bound=Callable)
+from ..infra.registry import Registry
 
 #: name -> eigen-solver (k largest eigenpairs of a symmetric operator)
-EIGEN_SOLVERS: dict[str, Callable] = {}
+EIGEN_SOLVERS: Registry[Callable] = Registry("eigen-solver", package=__package__)
 #: name -> trace estimator
-TRACE_ESTIMATORS: dict[str, Callable] = {}
+TRACE_ESTIMATORS: Registry[Callable] = Registry("trace estimator", package=__package__)
 #: name -> curvature operator class (Hessian, GGN, Fisher, ...)
-OPERATOR_KINDS: dict[str, Callable] = {}
+OPERATOR_KINDS: Registry[Callable] = Registry("curvature kind", package=__package__)
 
-
-def _registrar(table: dict[str, Callable], what: str) -> Callable[[str], Callable[[F], F]]:
-    def decorator(name: str) -> Callable[[F], F]:
-        def register(fn: F) -> F:
-            table[name] = fn
-            return fn
-        return register
-    decorator.__doc__ = f"""Register {what} under ``name`` (the ``method=`` value that selects it).
-
-    Parameters
-    ----------
-    name
-        The method name.
-
-    Returns
-    -------
-    callable
-        A decorator returning the function unchanged.
-    """
-    return decorator
-
-
-#: ``@eigen_solver("name")`` registers an eigen-solver
-eigen_solver = _registrar(EIGEN_SOLVERS, "an eigen-solver")
-#: ``@trace_estimator("name")`` registers a trace estimator
-trace_estimator = _registrar(TRACE_ESTIMATORS, "a trace estimator")
-#: ``@operator_kind("name")`` registers a curvature operator class
-operator_kind = _registrar(OPERATOR_KINDS, "a curvature operator class")
-
-
-def lookup(table: dict[str, Callable], name: str, what: str) -> Callable:
-    """The method registered as ``name``, or a ConfigError listing the registered ones.
-
-    Parameters
-    ----------
-    table
-        :data:`EIGEN_SOLVERS`, :data:`TRACE_ESTIMATORS` or :data:`OPERATOR_KINDS`.
-    name
-        The method name.
-    what
-        What the table holds, for the message.
-
-    Returns
-    -------
-    callable
-
-    Raises
-    ------
-    ConfigError
-        ``name`` is not registered (one line, with the closest registered name if any).
-    """
-    if name not in table:
-        raise ConfigError(f"unknown {what} {name!r}{did_you_mean(name, table)}: use one of "
-                          f"{', '.join(sorted(table))}")
-    return table[name]
+#: ``@eigen_solver("name")`` registers an eigen-solver (the ``method=`` value that selects it)
+eigen_solver = EIGEN_SOLVERS.register
+#: ``@trace_estimator("name")`` registers a trace estimator (the ``method=`` value that selects it)
+trace_estimator = TRACE_ESTIMATORS.register
+#: ``@operator_kind("name")`` registers a curvature operator class (the ``kind=`` value that selects it)
+operator_kind = OPERATOR_KINDS.register

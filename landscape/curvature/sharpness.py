@@ -64,7 +64,7 @@ from .budget import MAX_ITERATIONS, MAX_RUNS, check_count
 from .functions import Params, computed_at_point
 from .linear import scipy_view
 from .operators import HessianOperator
-from .registry import EIGEN_SOLVERS, lookup
+from .registry import EIGEN_SOLVERS
 
 #: Names accepted by ``kind``: ``"adaptive"`` is adaptive L2, as in ASAM.
 KINDS = ("l2", "linf", "adaptive")
@@ -330,7 +330,7 @@ def _ascend(objective: Objective, ball: _Ball, u: torch.Tensor, steps: int, leng
 
 def _top_eigenvalue(op: HessianOperator, scale: torch.Tensor | None, options: dict[str, Any]) -> Any:
     """The largest eigenvalue of ``T H T`` (of ``H`` when ``scale`` is None) by Lanczos."""
-    solver = lookup(EIGEN_SOLVERS, "lanczos", "eigen-solver")
+    solver = EIGEN_SOLVERS.get("lanczos")
     target = op if scale is None else _Scaled(op, scale)
     return solver(target, 1, tol=options["bound_tol"], max_iter=options["bound_max_iter"],
                   generator=torch.Generator().manual_seed(options["seed"]), return_vectors=False)

@@ -52,13 +52,13 @@ def curvature_parent() -> argparse.ArgumentParser:
         A parent parser without help of its own.
     """
     from landscape import hessian_eigen
-    from landscape.curvature.at_point import KINDS
+    from landscape.curvature.registry import OPERATOR_KINDS
     from landscape.curvature.gauss_newton import MAX_MC_SAMPLES
     from landscape.curvature.operators import HVP_MODES
 
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("curvature operator")
-    group.add_argument("--kind", default=api_default(hessian_eigen, "kind"), choices=KINDS,
+    group.add_argument("--kind", default=api_default(hessian_eigen, "kind"), choices=OPERATOR_KINDS.names(),
                        help="the curvature matrix: hessian, ggn (generalised Gauss-Newton), fisher (Monte-Carlo "
                             "Fisher, labels drawn from the model) or empirical_fisher (per-sample gradients at "
                             "the data's labels); ggn and fisher need the cross_entropy or mse loss")
@@ -85,12 +85,12 @@ def register(sub: Any) -> None:
         The subcommands of ``landscape``.
     """
     from landscape import hessian_density, hessian_eigen
-    from landscape.curvature.functions import EIGEN_METHODS
+    from landscape.curvature.registry import EIGEN_SOLVERS
 
     p = add_analysis_command(sub, "hessian", func=run, parents=(lanczos_parent(hessian_eigen), curvature_parent()),
                              default_models=["global"], nmodels=(1, None),
                              help="top Hessian (or GGN, Fisher) eigenvalues, optional trace and spectral density")
-    p.add_argument("--method", default=api_default(hessian_eigen, "method"), choices=EIGEN_METHODS,
+    p.add_argument("--method", default=api_default(hessian_eigen, "method"), choices=EIGEN_SOLVERS.names(),
                    help="eigen-solver: lanczos (k largest algebraic) or power (deflated power iteration, "
                         "largest magnitude)")
     p.add_argument("--trace", action="store_true", help="also the trace (Hutchinson; 'landscape trace' for more)")

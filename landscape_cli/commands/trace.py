@@ -24,12 +24,12 @@ def register(sub: Any) -> None:
         The subcommands of ``landscape``.
     """
     from landscape import hessian_trace
-    from landscape.curvature.functions import TRACE_METHODS
+    from landscape.curvature.registry import TRACE_ESTIMATORS
 
     p = add_analysis_command(sub, "trace", func=run, parents=(curvature_parent(),), default_models=["global"],
                              nmodels=(1, None),
                              help="Hessian (or GGN, Fisher) trace (Hutchinson or Hutch++) with its standard error")
-    p.add_argument("--method", default=api_default(hessian_trace, "method"), choices=TRACE_METHODS,
+    p.add_argument("--method", default=api_default(hessian_trace, "method"), choices=TRACE_ESTIMATORS.names(),
                    help="hutchinson (Rademacher probes) or hutch++ (low-rank part plus Hutchinson on the rest)")
     p.add_argument("--tol", type=positive_float, default=api_default(hessian_trace, "tol"),
                    help="stop at stderr <= tol |trace|")
