@@ -1,4 +1,4 @@
-"""Hessian top-k eigenvalues and trace: landscape.curvature against PyHessian.
+"""Hessian top-k eigenvalues and trace: landscape.curvature against PyHessian; GGN and Fisher beside them.
 
 Same model (a small CNN, trained for a few full-batch Adam steps on the 1,797 digits), same
 data (all of it, in batches of ``--batch-size``; PyHessian gets the same batches as its
@@ -8,6 +8,14 @@ growth over the iterations (resident memory sampled after every HVP, minus the v
 before the first), and the largest relative error of the eigenvalues against ARPACK
 (``scipy.sparse.linalg.eigsh`` on a float64 LinearOperator of our exact HVP, tol 1e-10),
 or of the trace against a float64 Hutch++ estimate with a large budget.
+
+Beside the Hessian, the table times the top-5 eigenvalues of the other curvature operators with
+the same solver, tolerance and budget: the generalised Gauss-Newton matrix (``ggn``), the
+Monte-Carlo Fisher (``fisher``, one label per input, seeded) and the empirical Fisher; each is
+checked against ARPACK on a float64 operator of its own kind (the Fisher with the same seed, so
+the same drawn labels); their "HVPs" column counts that operator's products. PyHessian has no
+such operators: their speed-up column is empty. When
+``pyhessian`` is not installed, its rows are left out (and every speed-up with them).
 
 Tolerances differ in meaning: PyHessian stops power iteration when the Rayleigh quotient
 changes by less than ``tol`` (relative) and Hutchinson when the running mean does; we stop
@@ -33,8 +41,12 @@ from torch import nn
 from _timing import format_table, machine_load, side_by_side
 from _workloads import digits, small_cnn
 from landscape import Evaluator
+from landscape.curvature.at_point import curvature_operator
 from landscape.curvature.functions import hessian_eigen, hessian_trace
-from landscape.curvature.operators import HessianOperator
+from landscape.curvature.operators import CurvatureOperator
+
+#: The curvature operators timed beside the Hessian (top-5 eigenvalues).
+OTHER_KINDS = ("ggn", "fisher", "empirical_fisher")
 
 
 def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int) -> nn.Module:
@@ -104,20 +116,20 @@ def pyhessian_contenders(model: nn.Module, batches: list, args: argparse.Namespa
 
 
 def ours_contenders(model: nn.Module, evaluator: Evaluator, args: argparse.Namespace, counter: Counter):
-    original = HessianOperator.matvec
+    original = CurvatureOperator.matvec
 
     def counted(self, v):
         out = original(self, v)
         counter.tick()
         return out
 
-    HessianOperator.matvec = counted  # count and sample memory per HVP (benchmark only)
+    CurvatureOperator.matvec = counted  # count and sample memory per product, every kind (benchmark only)
 
-    def top(k: int, method: str = "lanczos", hvp: str = "forward-over-reverse"):
+    def top(k: int, method: str = "lanczos", hvp: str = "forward-over-reverse", kind: str = "hessian"):
         def run():
             counter.reset()
             res = hessian_eigen(model, evaluator, k=k, tol=args.tol, max_iter=args.max_iter, seed=args.seed,
-                                method=method, hvp=hvp)
+                                method=method, hvp=hvp if kind == "hessian" else "auto", kind=kind)
             return res.values, res.matvecs, counter.growth_mib
         return run
 
@@ -159,11 +171,13 @@ def main() -> None:
     from scipy.sparse.linalg import eigsh
 
     ref_ev = Evaluator(model, (x, y), device="cpu", batch_size=args.batch_size, dtype=torch.float64)
-    op64 = HessianOperator(ref_ev, model)
-    t0 = time.perf_counter()
-    arpack = np.sort(eigsh(op64.to_scipy(), k=5, which="LA", tol=1e-10, return_eigenvectors=False))[::-1]
-    print(f"ARPACK reference (float64, tol 1e-10): {np.round(arpack, 5).tolist()} "
-          f"in {time.perf_counter() - t0:.1f} s, {op64.matvecs} HVPs")
+    arpack = {}
+    for kind in ("hessian", *OTHER_KINDS):
+        op64 = curvature_operator(model, ref_ev, kind=kind, seed=args.seed)
+        t0 = time.perf_counter()
+        arpack[kind] = np.sort(eigsh(op64.to_scipy(), k=5, which="LA", tol=1e-10, return_eigenvectors=False))[::-1]
+        print(f"ARPACK reference, {kind} (float64, tol 1e-10): {np.round(arpack[kind], 5).tolist()} "
+              f"in {time.perf_counter() - t0:.1f} s, {op64.matvecs} products")
     ref_trace = hessian_trace(model, ref_ev, tol=0.0, max_iter=args.trace_reference_hvps, seed=args.seed + 1,
                               method="hutch++")
     print(f"trace reference (float64 Hutch++, {ref_trace.matvecs} HVPs): {ref_trace.value:.5g} "
@@ -171,39 +185,48 @@ def main() -> None:
 
     counter = Counter()
     our_top, our_trace = ours_contenders(model, evaluator, args, counter)
-    pyh_top, pyh_trace = pyhessian_contenders(model, batches, args, counter)
+    try:
+        pyh_top, pyh_trace = pyhessian_contenders(model, batches, args, counter)
+    except ImportError:
+        print("pyhessian is not installed: its rows (and the speed-ups) are left out")
+        pyh_top = pyh_trace = None
     contenders = {
         "top-1 ours (lanczos)": our_top(1), "top-1 ours (lanczos, retained)": our_top(1, hvp="retained"),
-        "top-1 PyHessian": pyh_top(1),
+        "top-1 PyHessian": pyh_top and pyh_top(1),
         "top-5 ours (lanczos)": our_top(5), "top-5 ours (lanczos, retained)": our_top(5, hvp="retained"),
-        "top-5 PyHessian": pyh_top(5),
+        "top-5 PyHessian": pyh_top and pyh_top(5),
+        **{f"top-5 ours {kind} (lanczos)": our_top(5, kind=kind) for kind in OTHER_KINDS},
         "trace ours (hutchinson)": our_trace("hutchinson"), "trace ours (hutch++)": our_trace("hutch++"),
         "trace ours (hutch++, retained)": our_trace("hutch++", "retained"), "trace PyHessian": pyh_trace,
     }
-    timings = side_by_side(contenders, repeats=args.repeats, warmup=1)
+    timings = side_by_side({name: run for name, run in contenders.items() if run is not None},
+                           repeats=args.repeats, warmup=1)
     rows, record = [], {}
-    base = {"top-1": timings["top-1 PyHessian"].median, "top-5": timings["top-5 PyHessian"].median,
-            "trace": timings["trace PyHessian"].median}
+    base = {task: timings[f"{task} PyHessian"].median
+            for task in ("top-1", "top-5", "trace") if f"{task} PyHessian" in timings}
     for name, timing in timings.items():
         value, hvps, growth = timing.result
         task = name.split()[0]
+        kind = next((k for k in OTHER_KINDS if f" {k} " in name), "hessian")
         if task == "trace":
             err = f"{100 * abs(value - ref_trace.value) / abs(ref_trace.value):.3g}%"
             shown = f"{value:.4g}"
         else:
             k = len(value)
-            err_val = float(np.max(np.abs(np.asarray(value) - arpack[:k]) / np.abs(arpack[:k])))
+            err_val = float(np.max(np.abs(np.asarray(value) - arpack[kind][:k]) / np.abs(arpack[kind][:k])))
             err = f"{100 * err_val:.3g}%"
             shown = ", ".join(f"{v:.4g}" for v in value)
-        speedup = base[task] / timing.median
-        rows.append([name, timing.median, hvps, f"{speedup:.2f}x", f"{growth:.1f}", err, shown])
+        speedup = base[task] / timing.median if kind == "hessian" and task in base else None
+        rows.append([name, timing.median, hvps, f"{speedup:.2f}x" if speedup is not None else "",
+                     f"{growth:.1f}", err, shown])
         record[name] = {"seconds": timing.seconds, "hvps": hvps, "rss_growth_mib": growth,
                         "values": np.atleast_1d(value).tolist(), "speedup_vs_pyhessian": speedup}
     print(format_table(["task", "median s", "HVPs", "speed-up vs PyH", "RSS growth MiB",
                         "rel err vs reference", "values"], rows))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"arpack": arpack.tolist(), "trace_reference": [ref_trace.value, ref_trace.stderr],
+            json.dump({"arpack": {kind: values.tolist() for kind, values in arpack.items()},
+                       "trace_reference": [ref_trace.value, ref_trace.stderr],
                        "contenders": record, "machine": machine_load(),
                        "args": vars(args)}, fh, indent=2)
 
