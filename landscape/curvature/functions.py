@@ -42,7 +42,7 @@ from .registry import EIGEN_SOLVERS, TRACE_ESTIMATORS
 from .second_order import ATTENTION_KERNEL
 
 ALGORITHM_VERSION = "curvature-2"
-#: Registered eigen-solvers and trace estimators (names), for the CLI's choices.
+#: ``params=``: parameter-name patterns (``fnmatch``), one pattern, or None for every trainable parameter.
 Params = Sequence[str] | str | None
 
 
