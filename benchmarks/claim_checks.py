@@ -41,14 +41,18 @@ SCHEDULE = "cosine"
 def learning_curve(tr: Trainer, folder: Path, key: str, ev: landscape.Evaluator) -> list[dict[str, float]]:
     """Test accuracy of ``key``'s vanilla model after every epoch (``[{"round": epoch,
     "test_accuracy": a}, ...]``, the form :func:`fl.convergence.assess` reads), stored beside
-    the cached models and re-read by a later call."""
+    the cached models and re-read by a later call. The training that records it also stores
+    the model where :meth:`Trainer.cached` finds it, so the model is trained once."""
     path = Path(folder) / f"{tr.file_name(key)}-curve.json"
     if path.exists():
         return json.loads(path.read_text())
     curve: list[dict[str, float]] = []
-    tr.train(key, on_epoch=lambda epoch, module: curve.append(
+    state = tr.train(key, on_epoch=lambda epoch, module: curve.append(
         {"round": epoch, "test_accuracy": float(ev.evaluate([module.state_dict()]).accuracy[0])}))
     path.parent.mkdir(parents=True, exist_ok=True)
+    model = Path(folder) / f"{tr.file_name(key)}.safetensors"
+    if not model.exists():
+        landscape.save_state_dict(state, model)
     path.write_text(json.dumps(curve))
     return curve
 
@@ -81,12 +85,12 @@ def transitivity_claims(ctx: Any) -> list[ClaimRow]:
         folder = ctx.cache / "central"
         anchor = tr.cached(folder, "anchor")
         keys = [f"model {i}" for i in range(pool)]
+        convergence = assess(learning_curve(tr, folder, keys[0], ev))  # before the cached pool: trains model 0
         vanilla = [tr.cached(folder, k) for k in keys]
         conn = [tr.cached(folder, k, "trained-anchor-beta1", anchor=anchor, beta=1.0) for k in keys]
         longer = Trainer(data.train_x, data.train_y, data.input_shape, 2 * epochs, 0.05, 32, seed,
                          model=model, schedule=SCHEDULE).cached(folder, keys[0])
         change = float(np.diff(ev.evaluate([vanilla[0], longer]).accuracy)[0])
-        convergence = assess(learning_curve(tr, folder, keys[0], ev))
         curves.convergence.append(convergence)
         values = {"vanilla": pair_metrics(vanilla, ev), "trained": pair_metrics(conn, ev)}
         weak = {"random-init": tr.init("random anchor").state_dict(),

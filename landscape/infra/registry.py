@@ -130,6 +130,22 @@ class Registry(Generic[T]):
         """
         return tuple(sorted(self.entries()))
 
+    def find(self, name: str) -> T | None:
+        """The object registered as ``name``, or None; discovery runs only for a name not yet known.
+
+        Parameters
+        ----------
+        name : str
+            Its name.
+
+        Returns
+        -------
+        T or None
+        """
+        if name not in self._entries:
+            self.discover()
+        return self._entries.get(name)
+
     def get(self, name: str) -> T:
         """The object registered as ``name``.
 
@@ -149,16 +165,15 @@ class Registry(Generic[T]):
         """
         if not isinstance(name, str):
             raise ConfigError(f"{self.kind} must be a name, got {type(name).__name__}")
-        if name not in self._entries:
-            self.discover()
-        if name not in self._entries:
+        found = self.find(name)
+        if found is None:
             known = sorted(self._entries)
             raise ConfigError(f"unknown {self.kind} {name!r}{did_you_mean(name, known)}; "
                               f"available: {', '.join(known)}")
-        return self._entries[name]
+        return found
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in self.entries()
+        return isinstance(name, str) and self.find(name) is not None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())

@@ -27,7 +27,8 @@ def result_type(name: str) -> type | None:
     """The registered result class called ``name``, importing the modules that define results if needed.
 
     A cache can hold results of modules this process has not imported yet (a learned curve read
-    back in a fresh process), so the lookup imports every module of :mod:`landscape.results` first.
+    back in a fresh process), so a name not yet registered imports every module of
+    :mod:`landscape.results` first.
 
     Parameters
     ----------
@@ -39,7 +40,7 @@ def result_type(name: str) -> type | None:
     type or None
         The class, or None when no module defines it.
     """
-    return RESULT_TYPES.entries().get(name)
+    return RESULT_TYPES.find(name)
 
 
 def register(cls: type) -> type:
