@@ -3,17 +3,14 @@ PYTHON      ?= python3
 VENV        ?= .venv
 PY          := $(VENV)/bin/python
 PIP         := $(PY) -m pip
-# The Flower integration (fl.flower) has its own environment: flwr[simulation] pins ray 2.55.1 and
-# protobuf < 7, which clash with constraints.txt (see constraints-flower.txt).
-FLOWER_VENV ?= .venv-flower
 DOCS_SITE   ?= site
 
-.PHONY: demo test test-flower install bench docs clean
+.PHONY: demo test install bench docs clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
-	$(PIP) install -c constraints.txt -e ".[test,ray,dask]"
+	$(PIP) install -c constraints.txt -e ".[test,ray,dask,flower]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -21,10 +18,10 @@ install: $(VENV)/.installed
 demo: install
 	$(PY) examples/demo.py --out report
 
-# The test command: the suite, then the Flower integration in its own venv, then the strict docs build.
+# The test command: the suite (the Flower integration included), then the strict docs build.
 test: install
 	$(PY) -m pytest tests
-	$(MAKE) --no-print-directory test-flower docs
+	$(MAKE) --no-print-directory docs
 
 bench: install
 	$(PIP) install -c constraints.txt -e ".[bench]"
@@ -38,14 +35,5 @@ $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml constraints.txt
 docs: $(VENV)/.docs-installed
 	$(VENV)/bin/mkdocs build --strict --quiet -d $(DOCS_SITE)
 
-$(FLOWER_VENV)/.installed: pyproject.toml constraints-flower.txt
-	$(PYTHON) -m venv $(FLOWER_VENV)
-	$(FLOWER_VENV)/bin/python -m pip install --upgrade pip
-	$(FLOWER_VENV)/bin/python -m pip install -c constraints-flower.txt -e ".[flower,test]"
-	touch $@
-
-test-flower: $(FLOWER_VENV)/.installed
-	$(FLOWER_VENV)/bin/python -m pytest tests/test_flower.py
-
 clean:
-	rm -rf $(VENV) $(FLOWER_VENV) report $(DOCS_SITE)
+	rm -rf $(VENV) report $(DOCS_SITE)

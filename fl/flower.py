@@ -49,7 +49,7 @@ try:
     from flwr.server.client_proxy import ClientProxy
     from flwr.server.strategy import Strategy
 except ImportError as exc:  # the optional extra is missing
-    raise ImportError("fl.flower needs Flower: pip install -c constraints-flower.txt '.[flower]'") from exc
+    raise ImportError("fl.flower needs Flower: pip install -c constraints.txt '.[flower]'") from exc
 
 #: fit metric naming the client (the index into the recorded partition)
 PARTITION_KEY = "partition_id"

@@ -1,8 +1,6 @@
 """A short Flower simulation (3 clients, 2 rounds, digits) recorded by fl.flower and reopened by fl.load_run.
 
-Needs the ``flower`` extra, which lives in its own environment (its pins clash with ray==2.60.0):
-``python -m venv .venv-flower && .venv-flower/bin/pip install -c constraints-flower.txt -e ".[flower,test]"``
-then ``.venv-flower/bin/python -m pytest tests/test_flower.py`` (``make test-flower``).
+Needs the ``flower`` extra, which ``make install`` puts in the main environment.
 """
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-flwr = pytest.importorskip("flwr", reason="Flower is not installed: pip install -c constraints-flower.txt '.[flower]'")
+flwr = pytest.importorskip("flwr", reason="Flower is not installed: pip install -c constraints.txt '.[flower]'")
 
 import fl  # noqa: E402
 import landscape  # noqa: E402
