@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import inspect
 import os
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+import torch
 from torch import nn
 
 from landscape.infra.devices import resolve_device
 
+from .algorithms.base import Algorithm
 from .config import RunConfig, config_digest
-from .engine import Engine, Federation
+from .engine import Engine
+from .federation import Federation
 from .initial import apply_init
 from .reader import Run, load_run
 from .resolve import build_config, make_algorithm, merge_settings
@@ -77,6 +82,64 @@ def run(algorithm: str | None = None, *, recipe: str | None = None, model: str |
         When the weights of ``init`` do not fit the model (:mod:`fl.initial`, which also lists
         the ``CheckpointError`` and ``NonFiniteWeightsError`` cases of ``init``).
     """
+    with open_run(algorithm, recipe=recipe, model=model, out=out, **settings) as opened:
+        if opened.data is not None:
+            Engine(opened.config, opened.store, opened.algorithm, opened.template, opened.data, opened.device,
+                   progress, on_round).run()
+    return Run(opened.store.path, module=model if isinstance(model, nn.Module) else None)
+
+
+@dataclass(frozen=True)
+class OpenedRun:
+    """A run folder set up for training, while :func:`open_run` holds its lock.
+
+    Parameters
+    ----------
+    config : dict[str, Any]
+        The resolved configuration (as stored in config.json).
+    algorithm : Algorithm
+        The configured algorithm.
+    template : nn.Module
+        The plain architecture with the initial weights.
+    store : RunStore
+        The run folder.
+    device : torch.device
+        Where training runs.
+    data : Federation or None
+        The data on the device; None when the run is already complete.
+    """
+
+    config: dict[str, Any]
+    algorithm: Algorithm
+    template: nn.Module
+    store: RunStore
+    device: torch.device
+    data: Federation | None
+
+
+@contextmanager
+def open_run(algorithm: str | None = None, *, recipe: str | None = None, model: str | nn.Module | None = None,
+             out: str | os.PathLike | None = None, **settings: Any) -> Iterator[OpenedRun]:
+    """Resolve a run's configuration and set up (or reopen) its folder, holding its lock.
+
+    :func:`run` trains the opened run with the engine; ``fl.flower`` trains it on a Flower
+    federation. The arguments are :func:`run`'s.
+
+    Parameters
+    ----------
+    algorithm, recipe, model, out, **settings
+        As for :func:`run`.
+
+    Yields
+    ------
+    OpenedRun
+        The configuration, algorithm, initial model, folder and data.
+
+    Raises
+    ------
+    ConfigError, CheckpointError, DataError, InitMismatchError
+        As for :func:`run`.
+    """
     from .datasets import load_dataset
 
     explicit = dict(settings)
@@ -106,10 +169,8 @@ def run(algorithm: str | None = None, *, recipe: str | None = None, model: str |
             train_parts, test_parts = split_clients(config, bundle.train_y.numpy())
             store.write_config(config)  # first: a folder with this config and no progress restarts cleanly
             store.write_partition(train_parts, test_parts)
-        if not store.is_complete():
-            data = Federation.build(bundle, train_parts, test_parts, device)
-            Engine(config, store, alg, template, data, device, progress, on_round).run()
-    return Run(path, module=model if isinstance(model, nn.Module) else None)
+        data = None if store.is_complete() else Federation.build(bundle, train_parts, test_parts, device)
+        yield OpenedRun(config, alg, template, store, device, data)
 
 
 def _documented_signature() -> inspect.Signature:
@@ -130,4 +191,4 @@ def _documented_signature() -> inspect.Signature:
 
 run.__signature__ = _documented_signature()  # type: ignore[attr-defined]
 
-__all__ = ["Run", "build_config", "load_run", "make_algorithm", "run"]
+__all__ = ["OpenedRun", "Run", "build_config", "load_run", "make_algorithm", "open_run", "run"]

@@ -16,119 +16,24 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 from landscape import ConfigError
 
-from .algorithms.base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext,
-                              State, derive_seed, make_generator)
+from .algorithms.base import Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext, State
 from .config import BACKENDS
 from .evaluation import evaluate
+from .federation import Federation, sample_clients
 from .manifest import record_round, verify
+from .rounds import RoundPlan, TrainRequest, client_context
 from .rundir import saves_clients
 from .store import RunStore, check_round_finite
 from .vectorized import train_clients, unsupported_reason
 
 PARALLEL_BACKENDS = ("loky", "processes", "ray", "dask")  # through landscape.distributed (joblib)
-
-
-@dataclass
-class Federation:
-    """The run's data on the device: the training pool split by client index arrays.
-
-    Parameters
-    ----------
-    train_x, train_y, test_x, test_y : Tensor
-        Training pool and global test set.
-    client_train : list[Tensor]
-        Index tensors into ``train_x``, one per client.
-    client_test : list[Tensor]
-        Local test splits (index tensors into ``train_x``; may be empty).
-    num_classes : int
-        Number of classes.
-    """
-
-    train_x: Tensor
-    train_y: Tensor
-    test_x: Tensor
-    test_y: Tensor
-    client_train: list[Tensor]   # index tensors into train_x, one per client
-    client_test: list[Tensor]    # local test splits (may be empty)
-    num_classes: int
-
-    @classmethod
-    def build(cls, bundle: Any, train_parts: Sequence[np.ndarray], test_parts: Sequence[np.ndarray],
-              device: torch.device) -> "Federation":
-        """Move a dataset and its client split to ``device``.
-
-        Parameters
-        ----------
-        bundle : DataBundle
-            The dataset (``fl.datasets.load_dataset``).
-        train_parts, test_parts : Sequence[np.ndarray]
-            Client training and local test index arrays.
-        device : torch.device
-            Where the tensors go.
-
-        Returns
-        -------
-        Federation
-            The data of the run.
-        """
-        def idx(p: np.ndarray) -> Tensor:
-            return torch.as_tensor(np.asarray(p, dtype=np.int64), device=device)
-
-        return cls(bundle.train_x.to(device), bundle.train_y.to(device), bundle.test_x.to(device),
-                   bundle.test_y.to(device), [idx(p) for p in train_parts], [idx(p) for p in test_parts],
-                   int(bundle.num_classes))
-
-
-def sample_clients(seed: int, round: int, num_clients: int, participation: float) -> list[int]:
-    """The clients of a round: ``max(1, round(participation * K))`` drawn uniformly without
-    replacement from the generator of ``(seed, "sample", round)``.
-
-    Parameters
-    ----------
-    seed : int
-        Run seed.
-    round : int
-        Training round.
-    num_clients : int
-        K.
-    participation : float
-        Share of clients per round, in (0, 1].
-
-    Returns
-    -------
-    list[int]
-        Sorted client ids (all of them when the share rounds to K).
-    """
-    m = max(1, int(round_half_up(participation * num_clients)))
-    if m >= num_clients:
-        return list(range(num_clients))
-    rng = np.random.default_rng(derive_seed(seed, "sample", round))
-    return sorted(int(k) for k in rng.choice(num_clients, size=m, replace=False))
-
-
-def round_half_up(x: float) -> int:
-    """``floor(x + 0.5)`` (Python's ``round`` rounds halves to even).
-
-    Parameters
-    ----------
-    x : float
-        A number.
-
-    Returns
-    -------
-    int
-        The nearest integer, halves up.
-    """
-    return int(np.floor(x + 0.5))
 
 
 def _to(state: Mapping[str, Tensor], device: torch.device) -> State:
@@ -156,6 +61,9 @@ class Engine:
         Show a tqdm bar (default: when stderr is a terminal).
     on_round : callable, optional
         ``f(round, metrics)`` after each stored round.
+    remote : callable, optional
+        ``f(TrainRequest) -> {client: ClientUpdate}``: trains clients elsewhere (a Flower
+        federation, :mod:`fl.flower.algorithms`) instead of the back end of ``config``.
 
     Raises
     ------
@@ -165,8 +73,10 @@ class Engine:
 
     def __init__(self, config: Mapping[str, Any], store: RunStore, algorithm: Algorithm,
                  template: nn.Module, data: Federation, device: torch.device,
-                 progress: bool | None = None, on_round: Callable[[int, dict], None] | None = None):
+                 progress: bool | None = None, on_round: Callable[[int, dict], None] | None = None,
+                 remote: Callable[[TrainRequest], dict[int, ClientUpdate]] | None = None):
         self.config = config
+        self.remote = remote
         self.store = store
         self.alg = algorithm
         self.device = device
@@ -202,12 +112,7 @@ class Engine:
         """
         from tqdm.auto import tqdm
 
-        last = self.store.read_progress()
-        if last is None:
-            self._start()
-            last = 0
-        else:
-            self._resume(last)
+        last = self.begin()
         rounds = int(self.config["rounds"])
         bar = tqdm(total=rounds, initial=last, disable=not self.progress, unit="round",
                    desc=f"{self.config['algorithm']} on {self.config['dataset']}")
@@ -220,6 +125,21 @@ class Engine:
                     self.on_round(r, record)
         finally:
             bar.close()
+
+    def begin(self) -> int:
+        """Store round 0 of a new run, or load the last complete round of a started one.
+
+        Returns
+        -------
+        int
+            The last stored round (0 for a new run).
+        """
+        last = self.store.read_progress()
+        if last is None:
+            self._start()
+            return 0
+        self._resume(last)
+        return last
 
     def _start(self) -> None:
         self.store.truncate_metrics(-1)  # drop lines of an attempt that never completed round 0
@@ -246,6 +166,22 @@ class Engine:
 
     # ------------------------------------------------------------------- round
     def _round(self, r: int) -> dict[str, Any]:
+        plan = self.plan_round(r)
+        return self.finish_round(plan, self.train(r, plan.clients, "client", plan.sent, plan.server_state))
+
+    def plan_round(self, r: int) -> RoundPlan:
+        """Steps 1-2 of round ``r``: sample the clients, run the algorithm's ``begin_round``.
+
+        Parameters
+        ----------
+        r : int
+            The round (the last stored round + 1).
+
+        Returns
+        -------
+        RoundPlan
+            The clients to train, the model and server state they receive.
+        """
         start = time.perf_counter()
         cfg = self.config
         sampled = sample_clients(self.seed, r, int(cfg["clients"]), float(cfg["participation"]))
@@ -253,33 +189,78 @@ class Engine:
         sent = self.global_state
 
         def train(ids: Sequence[int], tag: str) -> dict[int, ClientUpdate]:
-            return self._train(r, ids, tag, sent, self.server_state)
+            return self.train(r, ids, tag, sent, self.server_state)
 
         self.server_state = self.alg.begin_round(
             RoundContext(r, sent, self.server_state, list(sampled), int(cfg["clients"]), train,
                          [len(i) for i in self.data.client_train]))
-        round_server_state = self.server_state
-        updates = self._train(r, clients, "client", sent, round_server_state)
+        return RoundPlan(r, list(clients), sent, self.server_state, start)
+
+    def finish_round(self, plan: RoundPlan, updates: Mapping[int, ClientUpdate]) -> dict[str, Any]:
+        """Steps 3-5 of a planned round: keep client states, aggregate, evaluate, store.
+
+        Parameters
+        ----------
+        plan : RoundPlan
+            What :meth:`plan_round` returned.
+        updates : Mapping[int, ClientUpdate]
+            Client id -> its update, for every client of the plan.
+
+        Returns
+        -------
+        dict[str, Any]
+            The round's metrics record (also appended to metrics.jsonl).
+
+        Raises
+        ------
+        ConfigError
+            When an update is missing or comes from a client outside the plan.
+        """
+        r = plan.round
+        if sorted(updates) != sorted(plan.clients):
+            raise ConfigError(f"round {r}: updates came from clients {sorted(updates)}, the round trained "
+                              f"{sorted(plan.clients)}")
+        updates = {k: updates[k] for k in plan.clients}  # the aggregation order of the plan
         for k, u in updates.items():
             if u.client_state is not None:
                 self.client_states[k] = {n: t.detach() for n, t in u.client_state.items()}
-        self.global_state, self.server_state = self.alg.aggregate(sent, updates, round_server_state, r)
+        self.global_state, self.server_state = self.alg.aggregate(plan.sent, updates, plan.server_state, r)
         loss, acc = self._evaluate(self.global_state)
         record: dict[str, Any] = {"round": r, "test_loss": loss, "test_accuracy": acc,
-                                  "lr": self.alg.lr(r), "clients": list(clients)}
+                                  "lr": self.alg.lr(r), "clients": list(plan.clients)}
         record.update(_client_metrics(updates))
         record.update(self.alg.local_metrics(EvalContext(
             r, self.global_state, self.server_state, self.client_states, updates, self._local_test(),
             (self.data.test_x, self.data.test_y), self._evaluate_with, self.module, self.device)))
-        record["time"] = time.perf_counter() - start
-        exported = {k: self.alg.export_state(u.state, round_server_state, k, self.client_states.get(k))
+        record["time"] = time.perf_counter() - plan.start
+        exported = {k: self.alg.export_state(u.state, plan.server_state, k, self.client_states.get(k))
                     for k, u in updates.items()} if saves_clients(self.config, r) else {}
         self._write(r, exported, self.client_states, record)
         return record
 
-    def _train(self, r: int, ids: Sequence[int], tag: str, sent: State, server_state: State
-               ) -> dict[int, ClientUpdate]:
-        """Client updates of ``ids`` with the configured back end."""
+    def train(self, r: int, ids: Sequence[int], tag: str, sent: State, server_state: State
+              ) -> dict[int, ClientUpdate]:
+        """Client updates of ``ids`` in round ``r`` with the configured back end (or ``remote``).
+
+        Parameters
+        ----------
+        r : int
+            The round.
+        ids : Sequence[int]
+            The clients to train.
+        tag : str
+            The generator tag (``"client"`` for the round's training, others in ``begin_round``).
+        sent, server_state : State
+            The model the clients receive and the algorithm's server state.
+
+        Returns
+        -------
+        dict[int, ClientUpdate]
+            Client id -> update.
+        """
+        if self.remote is not None:
+            return self.remote(TrainRequest(r, list(ids), tag, sent, server_state,
+                                            {k: self.client_states.get(k, {}) for k in ids}))
         if self.backend == "vectorized" and len(ids) > 1:
             return train_clients(self.alg, [self._context(r, k, tag, sent, server_state) for k in ids])
         if self.backend in PARALLEL_BACKENDS and len(ids) > 1:
@@ -292,16 +273,8 @@ class Engine:
         return {k: self.alg.client_update(self._context(r, k, tag, sent, server_state)) for k in ids}
 
     def _context(self, r: int, k: int, tag: str, sent: State, server_state: State) -> LocalContext:
-        idx = self.data.client_train[k]
-        return LocalContext(
-            round=r, client=k, global_state=sent, server_state=server_state,
-            client_state=self.client_states.get(k, {}), x=self.data.train_x[idx],
-            y=self.data.train_y[idx], generator=make_generator(self.seed, tag, r, k),
-            lr=self.alg.lr(r), local_epochs=self.alg.local_epochs(r),
-            batch_size=int(self.config["batch_size"]), momentum=float(self.config["momentum"]),
-            weight_decay=float(self.config["weight_decay"]), module=self.module,
-            options=self.alg.opts, config=self.config, device=self.device,
-            num_classes=self.data.num_classes)
+        return client_context(self.config, self.alg, self.module, self.data, self.device,
+                              TrainRequest(r, [k], tag, sent, server_state, {k: self.client_states.get(k, {})}), k)
 
     def _local_test(self) -> dict[int, tuple[Tensor, Tensor]]:
         return {k: (self.data.train_x[i], self.data.train_y[i])
