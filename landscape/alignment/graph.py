@@ -27,7 +27,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from landscape import ConfigError
 
-from .rules import RULES, Slot, Unsupported, pin
+from .rules import RULES
+from .rules.slots import Slot, Unsupported, fixed_value_like, op_name, pin
 from .units import find, fixed_layout, leaf_runs
 
 
@@ -174,11 +175,14 @@ def discover(module: nn.Module, example: torch.Tensor, *, strict: bool = True) -
 
     Parameters
     ----------
-    module : the model (not modified).
-    example : an input batch (only its shape and dtype are used).
-    strict : raise :class:`PermutationError` at the first operation that does not commute with
-        a permutation of the units it touches; with ``False`` those units are left fixed and
-        the reasons listed in ``PermutationSpec.pinned``.
+    module : torch.nn.Module
+        The model (not modified).
+    example : torch.Tensor
+        An input batch (only its shape and dtype are used).
+    strict : bool
+        Raise :class:`PermutationError` at the first operation that does not commute with a
+        permutation of the units it touches; with ``False`` those units are left fixed and the
+        reasons listed in ``PermutationSpec.pinned``.
 
     Returns
     -------
@@ -204,24 +208,17 @@ def discover(module: nn.Module, example: torch.Tensor, *, strict: bool = True) -
                 pin(slots, "the model output")
             continue
         if node.op == "get_attr":
-            env[node] = _fixed_value(node.meta.get("val"), "a constant")
+            env[node] = fixed_value_like(node.meta.get("val"), "a constant")
             continue
         env[node] = _apply(node, env, strict, reasons)
         if any(a in data_nodes for a in node.all_input_nodes):
             data_nodes.add(node)
-            probes.append((node, _op_name(node.target)))
+            probes.append((node, op_name(node.target)))
     return _collect(members, env, probes, reasons, tuple(example.shape[1:]))
 
 
-def _op_name(target: Any) -> str:
-    if target is __import__("operator").getitem:
-        return "getitem"
-    text = str(target)
-    return text.split(".")[1] if text.startswith("aten.") else text
-
-
 def _apply(node: Any, env: dict, strict: bool, reasons: list[str]) -> Any:
-    name = _op_name(node.target)
+    name = op_name(node.target)
     rule: Callable | None = RULES.get(name)
     try:
         if rule is None:
@@ -234,7 +231,7 @@ def _apply(node: Any, env: dict, strict: bool, reasons: list[str]) -> Any:
         reasons.append(str(exc))
         for slots in _tensors(env, node.args):
             pin(slots, str(exc))
-        return _fixed_value(node.meta.get("val"), str(exc))
+        return fixed_value_like(node.meta.get("val"), str(exc))
 
 
 def _tensors(env: dict, args: Any) -> list[list[Slot]]:
@@ -247,14 +244,6 @@ def _tensors(env: dict, args: Any) -> list[list[Slot]]:
         elif a in env and isinstance(env[a], tuple):
             out += [v for v in env[a] if isinstance(v, list)]
     return out
-
-
-def _fixed_value(val: Any, why: str) -> Any:
-    if isinstance(val, torch.Tensor):
-        return [Slot(fixed_layout(d, why)) for d in val.shape]
-    if isinstance(val, (list, tuple)):
-        return tuple(_fixed_value(v, why) for v in val)
-    return None
 
 
 #: activations that activation matching correlates: nonlinearity outputs and residual sums
