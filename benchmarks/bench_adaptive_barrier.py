@@ -23,10 +23,11 @@ import numpy as np
 import torch
 
 import landscape
-from _timing import format_table, machine_load, side_by_side
-from bench_alignment import train
 from fl.datasets import load_dataset
 from fl.models import build_model
+
+from _timing import format_table, machine_load, side_by_side
+from bench_alignment import train
 
 
 def draw(grid: landscape.PathResult, adaptive: landscape.PathResult, path: Path) -> None:

@@ -22,15 +22,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from _workloads import digits, small_cnn
 from landscape import Evaluator, random_plane
 from landscape.evaluation.sharded import evaluate_points_distributed
+
+from _workloads import digits, small_cnn
 
 
 def timed_plane(model: nn.Module, data, resolution: int, backend: str | None, n_jobs: int, repeats: int
                 ) -> tuple[float, float, np.ndarray]:
     """(cold seconds, best warm seconds of ``repeats``, losses) of the plane on one back end
-    (None: one process, no sharding layer)."""
+    (None: one process, no sharding layer).
+    """
     times = []
     with ExitStack() as stack:
         for call in range(1 + repeats):

@@ -38,12 +38,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from _timing import format_table, machine_load, side_by_side
-from _workloads import digits, small_cnn
 from landscape import Evaluator
 from landscape.curvature.at_point import curvature_operator
 from landscape.curvature.functions import hessian_eigen, hessian_trace
 from landscape.curvature.operators import CurvatureOperator
+
+from _timing import format_table, machine_load, side_by_side
+from _workloads import digits, small_cnn
 
 #: The curvature operators timed beside the Hessian (top-5 eigenvalues).
 OTHER_KINDS = ("ggn", "fisher", "empirical_fisher")

@@ -42,13 +42,12 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import (device_name, format_table, forward_flops, machine_load, peak_flops,  # noqa: E402
-                     side_by_side)
-from bench_distributed import digits, small_cnn  # noqa: E402
-
 from fl.models import build_model  # noqa: E402
 from landscape import Evaluator, plane  # noqa: E402
 from landscape.infra.devices import resolve_device  # noqa: E402
+
+from _timing import device_name, format_table, forward_flops, machine_load, peak_flops, side_by_side  # noqa: E402
+from bench_distributed import digits, small_cnn  # noqa: E402
 
 
 def cifar_like(samples: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,7 +99,8 @@ def forward_floor(model: nn.Module, batches: list, points: int) -> None:
 def loss_landscapes_plane(models: list[nn.Module], data: tuple[torch.Tensor, torch.Tensor], steps: int,
                           accuracy: bool = False) -> np.ndarray:
     """``planar_interpolation`` with its ``Loss`` metric, or (``accuracy``) with a metric of
-    the same form that also counts correct predictions, as ours does."""
+    the same form that also counts correct predictions, as ours does.
+    """
     import loss_landscapes
     import loss_landscapes.metrics
 
@@ -126,7 +126,6 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device) -> str:
     models, data = case(name, args.samples)
     points = args.resolution ** 2
     limit = min(points, args.max_points or points)
-    scale = points / limit
     x, y = data
     batches = [(x[i:i + args.batch_size].to(device), y[i:i + args.batch_size].to(device))
                for i in range(0, len(y), args.batch_size)]
@@ -134,7 +133,8 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device) -> str:
 
     def ours(reuse: bool = False, **options: Any) -> Callable[[], Any]:
         """A plane with a fresh Evaluator per call (its set-up timed too), or with one
-        Evaluator built on the first call and reused (compile: compiled once, in the warm-up)."""
+        Evaluator built on the first call and reused (compile: compiled once, in the warm-up).
+        """
         made: list[Evaluator] = []
 
         def call():

@@ -23,11 +23,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 import landscape
-from claim_context import ArmRecord
-from claim_stats import ClaimRow, fmt
 from fl.convergence import assess
 from fl.datasets import load_dataset
 from fl.recipes import RECIPES
+
+from claim_context import ArmRecord
+from claim_stats import ClaimRow, fmt
 from transitivity import Trainer
 
 #: Models per seed in the pool (Fig. 4 goes up to K = 8) and with a weak anchor (pairs only).
@@ -42,7 +43,8 @@ def learning_curve(tr: Trainer, folder: Path, key: str, ev: landscape.Evaluator)
     """Test accuracy of ``key``'s vanilla model after every epoch (``[{"round": epoch,
     "test_accuracy": a}, ...]``, the form :func:`fl.convergence.assess` reads), stored beside
     the cached models and re-read by a later call. The training that records it also stores
-    the model where :meth:`Trainer.cached` finds it, so the model is trained once."""
+    the model where :meth:`Trainer.cached` finds it, so the model is trained once.
+    """
     path = Path(folder) / f"{tr.file_name(key)}-curve.json"
     if path.exists():
         return json.loads(path.read_text())
@@ -59,7 +61,8 @@ def learning_curve(tr: Trainer, folder: Path, key: str, ev: landscape.Evaluator)
 
 def pair_metrics(models: Sequence[Mapping[str, Any]], ev: landscape.Evaluator) -> dict[str, float]:
     """Table 1's metrics, averaged over all pairs: individual accuracy (mean of the two
-    endpoints), fused accuracy (the midpoint) and the accuracy barrier (Eq. 4, 11 alphas)."""
+    endpoints), fused accuracy (the midpoint) and the accuracy barrier (Eq. 4, 11 alphas).
+    """
     ind, fused, barrier = [], [], []
     for i in range(len(models)):
         for j in range(i + 1, len(models)):

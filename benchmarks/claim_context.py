@@ -90,7 +90,8 @@ class Context:
 
     def explicit(self, paper: str, algorithm: str, overrides: dict[str, Any]) -> dict[str, Any]:
         """The settings passed to ``fl.run`` on top of the recipe: ``overrides``, and in quick
-        mode the shrunk sizes (round-indexed options of the recipe's own algorithm included)."""
+        mode the shrunk sizes (round-indexed options of the recipe's own algorithm included).
+        """
         recipe = RECIPES[self.recipe(paper)].settings
         explicit = {"save_clients": "last", **overrides}
         if self.quick:
@@ -121,7 +122,8 @@ class Context:
     def arm(self, paper: str, label: str, *, algorithm: str | None = None, track: bool = True,
             **overrides: Any) -> list[fl.Run]:
         """One run per seed; records their convergence under ``label`` unless ``track`` is False
-        (protocols of a few rounds, where a slope over rounds says nothing)."""
+        (protocols of a few rounds, where a slope over rounds says nothing).
+        """
         runs = [self.run(paper, s, algorithm=algorithm, **overrides) for s in self.seeds]
         if track:
             record = ArmRecord(self.recipe(paper), label, [r.convergence() for r in runs])

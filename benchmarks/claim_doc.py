@@ -5,12 +5,13 @@ import json
 import platform
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import torch
 
-from claim_stats import ClaimRow, markdown_table
 from fl.recipes import RECIPES
+
+from claim_stats import ClaimRow, markdown_table
 
 PAPERS = ("fedgucci", "ima", "floco", "lss")
 

@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from fl.recipes import RECIPES
+
 from _common import EVAL_SETS, barrier_resolution, group_barriers, pairwise_barriers
 from claim_context import Context
 from claim_stats import ClaimRow, fmt
-from fl.recipes import RECIPES
 
 #: Half of Table 2's CIFAR-10 gain at Dir 0.5 (+1.81 points).
 ACCURACY_TOL = 0.009
@@ -29,7 +30,8 @@ def plateau(run: Any) -> float:
 
 def claim1(ctx: Context) -> list[ClaimRow]:
     """FedGuCci against FedAvg (and FedAvg at the matched step size): global accuracy; pairwise
-    and group barriers of the final client models on three choices of evaluation data."""
+    and group barriers of the final client models on three choices of evaluation data.
+    """
     settings = RECIPES[ctx.recipe("fedgucci")].settings
     factor = 1.0 + settings["beta"] * settings.get("fixed_alpha", 0.5)
     arms = {"FedGuCci": ctx.arm("fedgucci", "FedGuCci"),

@@ -22,10 +22,11 @@ import torch
 import torch.nn.functional as F
 
 import landscape
+from fl.algorithms.seeds import make_generator
+
 from _common import tensors
 from claim_context import Context
 from claim_stats import ClaimRow, fmt
-from fl.algorithms.seeds import make_generator
 
 #: Uniform points of the simplex whose test accuracy is compared with its centre's.
 SIMPLEX_POINTS = 20
@@ -34,7 +35,8 @@ SIMPLEX_POINTS = 20
 def fine_tuned_local_accuracy(run: Any, seed: int) -> float:
     """Mean over clients of the local test-split accuracy of the final global model after
     ``local_epochs`` epochs of SGD (the run's lr, momentum, weight decay and batch size) on the
-    client's training split; batch order drawn from ``seed`` and the client id."""
+    client's training split; batch order drawn from ``seed`` and the client id.
+    """
     cfg = run.config
     train, test = run.client_datasets(), run.client_test_datasets()
     accs = []

@@ -11,10 +11,11 @@ import numpy as np
 import torch
 
 import landscape
+from fl.recipes import RECIPES
+
 from _common import tensors
 from claim_context import Context
 from claim_stats import ClaimRow, fmt
-from fl.recipes import RECIPES
 
 #: IMA Table 1 averages accuracy over the last 10 rounds.
 LAST = 10
@@ -31,7 +32,8 @@ def late_accuracy(run: object, rounds: int = LAST) -> float:
 
 def line(fedavg: object, ima: object) -> tuple[float, float, float]:
     """Training loss along ``(1 - t) FedAvg + t IMA`` (final global models, union of the
-    clients' training data): the argmin ``t*`` and the loss above the minimum at each end."""
+    clients' training data): the argmin ``t*`` and the loss above the minimum at each end.
+    """
     data = fedavg.client_datasets()  # type: ignore[attr-defined]
     x, y = (torch.cat([tensors(d)[i] for d in data.values() if len(d)]) for i in (0, 1))
     ev = landscape.Evaluator(fedavg.module(), (x, y), progress=False)  # type: ignore[attr-defined]

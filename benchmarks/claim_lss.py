@@ -20,6 +20,7 @@ import torch
 
 import fl
 import landscape
+
 from _common import tensors
 from claim_context import Context
 from claim_stats import ClaimRow, fmt
@@ -38,7 +39,8 @@ def training_data(run: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 def sharpness(run: Any) -> tuple[float, float]:
     """Log of the top Hessian eigenvalue (Lanczos) of the training loss at the final global model,
-    and that loss."""
+    and that loss.
+    """
     ev = landscape.Evaluator(run.module(), training_data(run), progress=False)
     state = run.global_state(-1)
     top = float(landscape.hessian_eigenvalues(state, ev, k=1, max_iter=60)[0])
@@ -47,7 +49,8 @@ def sharpness(run: Any) -> tuple[float, float]:
 
 def pool_barrier(run: Any) -> float:
     """Mean accuracy barrier over all member pairs of every client's last-round pool, on that
-    client's training data (``Run.algorithm_state``: ``lss.pool.<client>.<member>.<tensor>``)."""
+    client's training data (``Run.algorithm_state``: ``lss.pool.<client>.<member>.<tensor>``).
+    """
     state, data = run.algorithm_state(-1), run.client_datasets()
     barriers = []
     for k in sorted(data):

@@ -27,8 +27,12 @@ from typing import Sequence
 
 import numpy as np
 
-from landscape.claims.statistics import (INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Interval,
-                                         below_resolution, decide)
+from landscape.claims.statistics import (
+    NOT_TESTABLE,
+    Interval,
+    below_resolution,
+    decide,
+)
 
 NOT_MEASURED = "not measured"
 NOT_CONVERGED = "no verdict: not converged"

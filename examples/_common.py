@@ -286,7 +286,8 @@ def connecting_level(loss: np.ndarray, cells: np.ndarray) -> float:
     """Smallest level ``c`` at which all ``cells`` (grid indices) lie in one connected component
     of the sublevel set ``{loss <= c}`` (4-neighbours): the minimax loss of a grid path joining
     them. ``c`` minus the highest loss at the cells is a barrier measured along the best
-    path in the plane, not only the straight line."""
+    path in the plane, not only the straight line.
+    """
     from landscape.geometry.basin import sublevel_components
 
     values = np.unique(loss[np.isfinite(loss)])

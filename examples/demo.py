@@ -51,8 +51,7 @@ import torch
 
 import fl
 import landscape
-from figures import (barrier_matrix_plotly, fl_curves_plotly, path_plotly, plane_plotly,
-                     spectral_density_plotly)
+from figures import barrier_matrix_plotly, fl_curves_plotly, path_plotly, plane_plotly, spectral_density_plotly
 from figures.report import Report
 from fl.algorithms.contexts import LocalContext
 from fl.algorithms.seeds import make_generator
@@ -91,7 +90,8 @@ def log(message: str) -> None:
 
 def run_settings(out: Path, dataset: str, rounds: int, seed: int) -> dict[str, dict[str, Any]]:
     """The ``fl.run`` arguments of FedAvg, FedGuCci and IMA (from its default round 0.75 R) in
-    the setting :data:`SETTINGS`, each with its own run folder under ``<out>/runs``."""
+    the setting :data:`SETTINGS`, each with its own run folder under ``<out>/runs``.
+    """
     options = {"fedavg": {}, "fedgucci": FEDGUCCI, "ima": {}}
     return {name: {"algorithm": name, "dataset": dataset, "model": MODELS[dataset], "rounds": rounds, **SETTINGS,
                    **extra, "seed": seed, "out": out / "runs" / f"{name}-{dataset}-r{rounds}-seed{seed}",
@@ -101,7 +101,8 @@ def run_settings(out: Path, dataset: str, rounds: int, seed: int) -> dict[str, d
 
 def train(out: Path, dataset: str, rounds: int, seed: int) -> dict[str, fl.Run]:
     """Train the three runs of :func:`run_settings` (a finished run in its folder is reopened)
-    and log each run's convergence."""
+    and log each run's convergence.
+    """
     runs = {}
     for name, kwargs in run_settings(out, dataset, rounds, seed).items():
         log(f"FL run {name} ({kwargs['clients']} clients, {rounds} rounds, Dirichlet {kwargs['alpha']}; "
@@ -209,7 +210,8 @@ def connectivity_verdicts(pairs: dict[str, dict[str, np.ndarray]], resolution: d
     data, by the rule of :mod:`landscape.claims.statistics`: the paired interval of the pairwise
     accuracy barriers (FedGuCci - FedAvg, paired by client pair) decided by ``decide`` with
     ``claimed="less"`` and tolerance :data:`TOL`; ``not testable`` when both arms sit at or
-    below ``resolution`` (``below_resolution``); no verdict unless both runs converged."""
+    below ``resolution`` (``below_resolution``); no verdict unless both runs converged.
+    """
     rows = []
     for e in EVAL_SETS:
         a, b = pairs["fedgucci"][e], pairs["fedavg"][e]

@@ -30,8 +30,7 @@ import sys
 import numpy as np
 
 import landscape
-from figures import (fl_curves_figure, fl_curves_plotly, path_figure, path_plotly, plane_figure,
-                     plane_plotly)
+from figures import fl_curves_figure, fl_curves_plotly, path_figure, path_plotly, plane_figure, plane_plotly
 
 from _common import Example, average, run_fl, test_evaluator
 

@@ -32,8 +32,14 @@ import numpy as np
 import torch
 
 import landscape
-from figures import (barrier_matrix_figure, barrier_matrix_plotly, fl_curves_figure, fl_curves_plotly,
-                     spectral_density_figure, spectral_density_plotly)
+from figures import (
+    barrier_matrix_figure,
+    barrier_matrix_plotly,
+    fl_curves_figure,
+    fl_curves_plotly,
+    spectral_density_figure,
+    spectral_density_plotly,
+)
 from fl.algorithms.lss import client_pools
 
 from _common import Example, run_fl, tensors, test_evaluator

@@ -21,8 +21,6 @@ import argparse
 import sys
 import time
 
-import torch
-
 import landscape
 from figures import sharpness_figure, sharpness_plotly
 from fl.datasets import load_dataset

@@ -35,8 +35,7 @@ import torch
 import torch.nn.functional as F
 
 import landscape
-from figures import (group_size_figure, group_size_plotly, path_figure, path_plotly, plane_figure,
-                     plane_plotly)
+from figures import group_size_figure, group_size_plotly, path_figure, path_plotly, plane_figure, plane_plotly
 from fl.algorithms.fedgucci import connectivity_loss
 from fl.datasets import load_dataset
 from fl.models import build_model, default_model
@@ -109,7 +108,8 @@ class Trainer:
         so the vanilla and the connectivity model of one key differ only by the loss.
         ``steps``: one pass over ``steps * batch_size`` random samples instead of ``epochs``.
         ``on_epoch(epoch, module)`` is called after every epoch (1-based), e.g. to record a
-        learning curve; it must not change the module."""
+        learning curve; it must not change the module.
+        """
         module = self.init(key).train()
         data_gen = torch.Generator().manual_seed(key_seed(self.seed, key, "data"))
         alpha_gen = torch.Generator().manual_seed(key_seed(self.seed, key, "alpha"))
@@ -142,14 +142,16 @@ class Trainer:
 
     def file_name(self, key: str, tag: str = "vanilla") -> str:
         """The stem under which :meth:`cached` stores ``key``'s model: the model, epochs, learning
-        rate and schedule, batch size, seed, data size, key and ``tag``."""
+        rate and schedule, batch size, seed, data size, key and ``tag``.
+        """
         sched = "" if self.schedule == "constant" else f"-{self.schedule}"
         return (f"{self.model}-n{len(self.y)}-e{self.epochs}-lr{self.lr}{sched}-b{self.batch_size}-seed{self.seed}-"
                 f"{key}-{tag}").replace(" ", "_")
 
     def cached(self, folder: Path, key: str, tag: str = "vanilla", **kwargs: Any) -> dict[str, torch.Tensor]:
         """``train(key, **kwargs)`` stored in ``folder`` as :meth:`file_name` and re-read by a later
-        call (``tag`` must name what ``kwargs`` change, e.g. the anchor and beta)."""
+        call (``tag`` must name what ``kwargs`` change, e.g. the anchor and beta).
+        """
         path = Path(folder) / f"{self.file_name(key, tag)}.safetensors"
         if path.exists():
             return landscape.load_state_dict(path)

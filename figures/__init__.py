@@ -5,8 +5,14 @@ Every figure has a ``*_figure`` function returning a :class:`matplotlib.figure.F
 result object; :func:`save` writes PNG/PDF/SVG or standalone offline HTML, and
 :class:`Report` assembles an HTML page. Global matplotlib state is never changed.
 """
-from .curvature import (curvature_path_figure, curvature_path_plotly, eigen_line_figure, eigen_line_plotly,
-                        spectral_density_figure, spectral_density_plotly)
+from .curvature import (
+                        curvature_path_figure,
+                        curvature_path_plotly,
+                        eigen_line_figure,
+                        eigen_line_plotly,
+                        spectral_density_figure,
+                        spectral_density_plotly,
+)
 from .decomposition import averaging_figure, averaging_plotly, decomposition_figure, decomposition_plotly
 from .fl_curves import fl_curves_figure, fl_curves_plotly
 from .groups import barrier_matrix_figure, barrier_matrix_plotly, group_size_figure, group_size_plotly

@@ -95,7 +95,8 @@ def averaging_figure(curves: Any, *, metric: str = "error", title: str | None = 
     """Matplotlib: test error (or loss) of the weight average of m random client models against m
     (IMA Fig. 4), mean ± std over the random subsets; a mapping draws one line per entry
     (e.g. per round). Input: ``AveragingCurve``-like objects (``sizes``, ``{metric}_mean``,
-    ``{metric}_std``)."""
+    ``{metric}_std``).
+    """
     rows = _averaging(curves, metric)
     with style_context():
         fig = new_figure(width, height)

@@ -14,12 +14,23 @@ import numpy as np
 import plotly.graph_objects as go
 from matplotlib.figure import Figure
 
-from landscape.results.barriers import DEFAULT_THRESHOLD
 from landscape.infra.errors import ConfigError
 from landscape.results import BarrierMatrix, GroupResult
+from landscape.results.barriers import DEFAULT_THRESHOLD
 
-from .style import (MASKED_COLOR, MATRIX_CMAP, PLOTLY_MATRIX, color, finite, fmt, masked_cmap, masked_note, new_figure,
-                    style_context, style_plotly)
+from .style import (
+    MASKED_COLOR,
+    MATRIX_CMAP,
+    PLOTLY_MATRIX,
+    color,
+    finite,
+    fmt,
+    masked_cmap,
+    masked_note,
+    new_figure,
+    style_context,
+    style_plotly,
+)
 
 GroupSeries = Mapping[str, Mapping[int, Sequence[GroupResult | float]]]
 BARRIER_METRICS = ("loss", "accuracy")

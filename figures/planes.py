@@ -29,8 +29,19 @@ from scipy.interpolate import RegularGridInterpolator
 from landscape.infra.errors import ConfigError
 from landscape.results import PlaneResult
 
-from .style import (MASKED_COLOR, PLOTLY_SEQUENTIAL, SEQUENTIAL_CMAP, ROLES, bn_note, fmt, masked_note,
-                    new_figure, role_of, style_context, style_plotly)
+from .style import (
+    MASKED_COLOR,
+    PLOTLY_SEQUENTIAL,
+    ROLES,
+    SEQUENTIAL_CMAP,
+    bn_note,
+    fmt,
+    masked_note,
+    new_figure,
+    role_of,
+    style_context,
+    style_plotly,
+)
 
 PLANE_METRICS = ("loss", "accuracy", "error")
 KINDS = ("contour", "surface")

@@ -18,8 +18,17 @@ from matplotlib.tri import Triangulation
 
 from landscape.infra.errors import ConfigError
 
-from .style import (PLOTLY_SEQUENTIAL, ROLES, SEQUENTIAL_CMAP, finite, fmt, masked_note, new_figure, style_context,
-                    style_plotly)
+from .style import (
+    PLOTLY_SEQUENTIAL,
+    ROLES,
+    SEQUENTIAL_CMAP,
+    finite,
+    fmt,
+    masked_note,
+    new_figure,
+    style_context,
+    style_plotly,
+)
 
 TRIANGLE = np.array([[0.0, 0.0], [1.0, 0.0], [0.5, np.sqrt(3.0) / 2.0]])
 SUM_TOL = 1e-4

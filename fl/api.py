@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from landscape.infra.devices import resolve_device
+from landscape.infra.options import field_default
 
 from .algorithms.base import Algorithm
 from .config import RunConfig, config_digest
@@ -27,7 +28,6 @@ from .reader import Run, load_run
 from .resolve import build_config, make_algorithm, merge_settings
 from .rundir import checked_partition, prepare_dir, refuse_foreign, split_clients
 from .store import RunStore
-from landscape.infra.options import field_default
 from .template import build_template, check_model_fits, state_digest
 
 

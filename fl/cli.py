@@ -19,12 +19,12 @@ import typing
 from typing import Any, Literal, Sequence, Union
 
 from landscape import LandscapeError
+from landscape.infra.commandline import internal_error, parse_json
+from landscape.infra.options import describe_range, field_default
 
 from . import resolve
 from .algorithms import registry
 from .config import RunConfig
-from landscape.infra.commandline import internal_error, parse_json
-from landscape.infra.options import describe_range, field_default
 
 
 class OneLineParser(argparse.ArgumentParser):

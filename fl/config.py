@@ -21,8 +21,8 @@ import json
 from typing import Any, Literal, Mapping
 
 from landscape import ConfigError
-
 from landscape.infra.options import Options, check_value, did_you_mean, option
+
 from .partition import METHODS
 from .partition import partition as partition_clients
 
@@ -98,7 +98,8 @@ class RunConfig(Options):
 
     def check(self) -> None:
         """Rounds named by ``save_clients`` exist; ``partition_options`` are arguments of the
-        partition function; ``init`` is not an empty path."""
+        partition function; ``init`` is not an empty path.
+        """
         if self.init is not None and not self.init.strip():
             raise ConfigError("init is an empty path; name a checkpoint file or a finished run folder, or leave "
                               "init unset for the model's random initialisation")

@@ -48,7 +48,8 @@ _DEFAULT_ROOT_ENV = "LANDSCAPE_DATA"
 @dataclass(frozen=True)
 class DataBundle:
     """A dataset held in memory: inputs float32 (images ``(N, C, H, W)``, MNIST-1D signals
-    ``(N, 1, L)``), labels ``(N,)`` int64."""
+    ``(N, 1, L)``), labels ``(N,)`` int64.
+    """
 
     name: str
     train_x: torch.Tensor
@@ -184,7 +185,8 @@ def _read_mnist_like(key: str, root: Path, download: bool) -> tuple[_Split, _Spl
 
 def _read_cifar(key: str, root: Path, download: bool) -> tuple[_Split, _Split, int]:
     """CIFAR python batches. torchvision verifies each batch file's md5 before unpickling it,
-    which is what makes reading this pickled format safe; we keep that check."""
+    which is what makes reading this pickled format safe; we keep that check.
+    """
     from torchvision import datasets
 
     cls = {"cifar10": datasets.CIFAR10, "cifar100": datasets.CIFAR100}[key]
@@ -198,7 +200,8 @@ def _read_cifar(key: str, root: Path, download: bool) -> tuple[_Split, _Split, i
 
 def _read_svhn(key: str, root: Path, download: bool) -> tuple[_Split, _Split, int]:
     """SVHN cropped digits (``root/train_32x32.mat``, ``root/test_32x32.mat``); torchvision
-    maps label 10 to digit 0."""
+    maps label 10 to digit 0.
+    """
     from torchvision import datasets
 
     cls = datasets.SVHN

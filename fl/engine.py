@@ -294,7 +294,8 @@ class Engine:
     def _write(self, r: int, clients: Mapping[int, State], client_states: Mapping[int, State],
                record: Mapping[str, Any]) -> None:
         """Write every file of round r, then the metrics line, the manifest, the progress marker
-        (nothing when the global model or a metric is not finite: ``RunDivergedError``)."""
+        (nothing when the global model or a metric is not finite: ``RunDivergedError``).
+        """
         check_round_finite(r, self.global_state, record)
         st = self.store
         for k, state in clients.items():

@@ -107,7 +107,8 @@ def _read(path: Path, keys: list[str]) -> dict[str, torch.Tensor]:
 def _matched(state: Mapping[str, torch.Tensor], model: Mapping[str, torch.Tensor], source: str
              ) -> dict[str, torch.Tensor]:
     """``state`` in the model's dtypes, refused unless its names, shapes and kinds are the model's
-    and every value is finite."""
+    and every value is finite.
+    """
     missing = [k for k in model if k not in state]
     unexpected = [k for k in state if k not in model]
     wrong = [(k, tuple(t.shape), tuple(state[k].shape)) for k, t in model.items()

@@ -251,7 +251,8 @@ def _write_cache(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
     The data folder is the user's choice (``root=``, ``$LANDSCAPE_DATA``): when it is a link, the
     file is written where it points; a link at the file itself is never followed. An unwritable
-    cache folder is not an error (the arrays are already in memory)."""
+    cache folder is not an error (the arrays are already in memory).
+    """
     buffer = io.BytesIO()
     np.savez(buffer, digest=np.array(digest(arrays)), **arrays)
     try:

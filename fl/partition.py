@@ -184,7 +184,8 @@ def _inner_dirichlet(labels: np.ndarray, sizes: np.ndarray, alpha: float,
     """Sequential semantics (one sample per turn, class ~ the client's prior restricted to
     classes with samples left), evaluated in blocks: between two class exhaustions the
     restricted priors are fixed, so a whole block of turns is drawn at once (at most one
-    block per class)."""
+    block per class).
+    """
     classes = np.unique(labels)
     pools = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
     remaining = np.array([len(p) for p in pools], dtype=np.int64)
@@ -295,7 +296,8 @@ def _fold_quotas(sizes: np.ndarray, groups: list[np.ndarray], num_classes: int, 
     """Samples per (client, class index): ``round(q n)`` spread evenly over the client's primary
     classes, the rest evenly over the others. All primary shares are set first; a share's
     remainder goes to the classes drawn least so far (ties: lowest index), so the totals
-    per class stay as even as possible."""
+    per class stay as even as possible.
+    """
     quotas = np.zeros((len(sizes), num_classes), dtype=np.int64)
     for primary_pass in (True, False):
         for i, n in enumerate(sizes):

@@ -1,5 +1,6 @@
 """Reading a stored run: :func:`load_run` and :class:`Run` (configuration, metrics,
-checkpoints and data, read lazily from the run folder)."""
+checkpoints and data, read lazily from the run folder).
+"""
 from __future__ import annotations
 
 import copy
@@ -284,7 +285,8 @@ class Run:
 
     def _partition_datasets(self, part: int) -> dict[int, TensorDataset]:
         """Client id -> dataset of part ``part`` of the stored partition (0: training, 1: local test),
-        checked against the partition drawn from the run's seed (once per ``Run``)."""
+        checked against the partition drawn from the run's seed (once per ``Run``).
+        """
         b = self._data()
         if self._partition is None:
             self._partition = checked_partition(self.store, self.config, b.train_y.numpy())

@@ -14,11 +14,11 @@ from typing import Any, Mapping
 from torch import nn
 
 from landscape import ConfigError
+from landscape.infra.options import did_you_mean
 
 from . import algorithms
 from .algorithms.base import Algorithm
 from .config import CONFIG_VERSION, RunConfig
-from landscape.infra.options import did_you_mean
 from .recipes import RECIPES
 
 #: Wrapper composed around the algorithm by the RunConfig field ``ima``.

@@ -124,7 +124,8 @@ class RunStore:
 
     def read_config(self) -> dict[str, Any]:
         """The stored configuration, checked with ``fl.config.check_stored_config`` (types and
-        ranges of every field); returned exactly as stored."""
+        ranges of every field); returned exactly as stored.
+        """
         from .config import check_stored_config
 
         self.check_links()
@@ -204,7 +205,8 @@ class RunStore:
     def append_metrics(self, record: Mapping[str, Any]) -> None:
         """Append one line; a line cut by a crash or a full disk is dropped when the run resumes.
 
-        Non-finite numbers are refused (``ValueError`` from ``json.dumps``): the log is strict JSON."""
+        Non-finite numbers are refused (``ValueError`` from ``json.dumps``): the log is strict JSON.
+        """
         line = (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode()
         refuse_links([self.metrics_path])
         try:
@@ -320,7 +322,8 @@ class RunStore:
 
         The lock file is opened without following links and never truncated; a folder whose
         expected files are links is refused. Temporary files left by a killed writer are
-        removed (unlinked, never followed)."""
+        removed (unlinked, never followed).
+        """
         refuse_links([self.path / ".lock"])
 
         def busy() -> ConfigError:

@@ -67,7 +67,8 @@ def _schedule(contexts: Sequence[LocalContext], offsets: Sequence[int]
 
     ``contexts`` must be sorted by decreasing number of steps, so the clients training at
     step ``t`` are a prefix. Each client's batches come from its own generator, as in the
-    sequential back end; padding entries point at sample 0 of the pool with weight 0."""
+    sequential back end; padding entries point at sample 0 of the pool with weight 0.
+    """
     per_client = [list(minibatches(len(c.y), c.batch_size, c.local_epochs, c.generator)) for c in contexts]
     steps = max((len(b) for b in per_client), default=0)
     width = max((len(i) for b in per_client for i in b), default=0)

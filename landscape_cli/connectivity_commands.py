@@ -1,5 +1,6 @@
 """Entry points for command-line tools: align a checkpoint to another and write it; train a curve
-between two checkpoints and summarise it. Each returns a JSON-ready dict."""
+between two checkpoints and summarise it. Each returns a JSON-ready dict.
+"""
 from __future__ import annotations
 
 import os
@@ -8,10 +9,9 @@ from typing import Any, Sequence
 from torch import nn
 
 from landscape import Cache, Evaluator, save_state_dict
-from landscape.space.checkpoints import check_save_path
-
 from landscape.alignment.align import as_module, match
 from landscape.connectivity.curves import curve
+from landscape.space.checkpoints import check_save_path
 
 
 def align_file(model: Any, to: Any, out: str | os.PathLike, *, template: nn.Module, data: Any = None,

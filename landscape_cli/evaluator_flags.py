@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import types
 import typing
 from typing import Any, Callable
 
@@ -101,7 +100,8 @@ def _argument_kind(f: dataclasses.Field, hint: Any) -> dict[str, Any]:
 
 def _validated(convert: Callable[[str], Any], name: str) -> Callable[[str], Any]:
     """``convert``, then the dataclass's validation of the value; a ``LandscapeError`` of either
-    becomes an argparse error (which names the flag)."""
+    becomes an argparse error (which names the flag).
+    """
 
     def checked(text: str) -> Any:
         try:

@@ -121,7 +121,8 @@ def _resolve(target: str, attr: str) -> Any:
 
 def _unknown_module(target: str, attr: str) -> str:
     """The message for a ``package.module:factory`` spec whose module does not exist: the spec
-    syntax, and the closest known prefix (torchvision's models for ``tv``, as ``fl-run`` names them)."""
+    syntax, and the closest known prefix (torchvision's models for ``tv``, as ``fl-run`` names them).
+    """
     prefixes = {"fl.models": "fl.models", "torchvision.models": "torchvision.models",
                 "torchvision": "torchvision.models", "tv": "torchvision.models"}
     close = difflib.get_close_matches(target, list(prefixes), n=1, cutoff=0.6)

@@ -1,5 +1,6 @@
 """Adaptive barrier search (``alphas="adaptive"``): exact cases with the peak between grid points,
-agreement with a 201-point grid on trained models, batching, determinism, cache, bad options."""
+agreement with a 201-point grid on trained models, batching, determinism, cache, bad options.
+"""
 from __future__ import annotations
 
 import warnings
@@ -9,13 +10,21 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import make_mlp
-from fault_counts import tally
-from landscape import (BarrierMatrix, ConfigError, Evaluator, NonFiniteLossWarning, PathResult, barrier_matrix,
-                       interpolate)
+from landscape import (
+    BarrierMatrix,
+    ConfigError,
+    Evaluator,
+    NonFiniteLossWarning,
+    PathResult,
+    barrier_matrix,
+    interpolate,
+)
 from landscape.cache.store import Cache, make_key
 from landscape.geometry.adaptive import COARSE, adaptive_search, interval_bounds, roughness, stencil
 from landscape.results.barriers import accuracy_barrier_curve
+
+from conftest import make_mlp
+from fault_counts import tally
 
 #: The cubic excess a + a^2 - 2 a^3 (zero at both ends) peaks at (2 + sqrt 28) / 12, between k/8 and (k+1)/8.
 CUBIC_PEAK = (2 + np.sqrt(28)) / 12
@@ -116,7 +125,8 @@ def test_interval_bound_is_exact_for_a_concave_parabola():
 
 def _noisy_accuracy(seed: int, sigma: float = 0.05, fine: int = 2 ** 14):
     """Accuracy = a smooth dip peaking (as a barrier) at alpha = 0.4 plus a seeded random-walk bridge of scale sigma,
-    defined on a 2^14-point grid (each alpha reads its nearest point): a step function like a real accuracy."""
+    defined on a 2^14-point grid (each alpha reads its nearest point): a step function like a real accuracy.
+    """
     rng = np.random.default_rng(seed)
     walk = np.r_[0.0, np.cumsum(rng.normal(0.0, sigma / np.sqrt(fine), fine))]
     walk -= np.linspace(0.0, 1.0, fine + 1) * walk[-1]
@@ -131,7 +141,8 @@ def _noisy_accuracy(seed: int, sigma: float = 0.05, fine: int = 2 ** 14):
 @pytest.mark.parametrize("tol", [1e-2, 5e-3])
 def test_random_walk_accuracy_agrees_with_a_201_point_grid(tol):
     """The 201-point grid's maximum picks up the walk's excursions; the roughness allowance makes the search
-    sample densely enough near the top to come within tol of it."""
+    sample densely enough near the top to come within tol of it.
+    """
     grid = np.linspace(0.0, 1.0, 201)
     for seed in range(8):
         evaluate = _noisy_accuracy(seed)

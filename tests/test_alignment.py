@@ -10,13 +10,14 @@ import torchvision
 from torch import nn
 
 import landscape
-from conftest import float32_tolerance, forward_terms, train_digits_mlp
 from fl.datasets import load_dataset
 from fl.models import build_model
 from landscape.alignment.align import align, align_group, match
 from landscape.alignment.graph import PermutationError, discover
 from landscape.alignment.permute import apply_permutation, invert, permute_state, random_permutations
 from landscape.connectivity.repair import channel_stats, repair_model, repair_points, repaired_interpolate
+
+from conftest import float32_tolerance, forward_terms, train_digits_mlp
 
 ZOO = ["mlp", "fedgucci_cnn", "floco_cnn", "ima_cnn", "ima_digit_cnn", "resnet20_bn", "resnet20_gn", "resnet18_gn"]
 

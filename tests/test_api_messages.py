@@ -20,13 +20,25 @@ from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import landscape
-from conftest import make_mlp
-from fault_counts import tally
-from landscape import (CheckpointError, ConfigError, CurvatureError, DataError, Evaluator, MetaDeviceError,
-                       NonFiniteLossWarning, ParameterSpace, WeightOverflowError, group_barrier, hessian_eigen,
-                       interpolate)
+from landscape import (
+    CheckpointError,
+    ConfigError,
+    CurvatureError,
+    DataError,
+    Evaluator,
+    MetaDeviceError,
+    NonFiniteLossWarning,
+    ParameterSpace,
+    WeightOverflowError,
+    group_barrier,
+    hessian_eigen,
+    interpolate,
+)
 from landscape.geometry.planes import random_direction
 from landscape_cli.main import main
+
+from conftest import make_mlp
+from fault_counts import tally
 from test_cli_bad_inputs import one_line_error
 
 GAIN_NETS = ("import torch\n"
@@ -76,7 +88,8 @@ class Divided(nn.Module):
 
 class Attention(nn.Module):
     """A token embedding, one attention layer (nn.MultiheadAttention or a direct
-    scaled_dot_product_attention call) and a classifier of the mean token."""
+    scaled_dot_product_attention call) and a classifier of the mean token.
+    """
 
     def __init__(self, direct: bool, seed: int = 0):
         super().__init__()
@@ -107,7 +120,8 @@ def _mean_loss(model: nn.Module, params: dict[str, torch.Tensor], x: torch.Tenso
 
 def _dense_hessian_eigenvalues(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
     """Eigenvalues (descending) of the dense Hessian of the mean loss over every parameter, from
-    ``torch.func.hessian`` of a ``functional_call`` closure (float64, math attention kernel)."""
+    ``torch.func.hessian`` of a ``functional_call`` closure (float64, math attention kernel).
+    """
     model = model.double()
     names = [n for n, _ in model.named_parameters()]
     shapes = [p.shape for _, p in model.named_parameters()]
@@ -312,7 +326,8 @@ def test_nonfinite_points_on_a_path_warn_and_keep_the_nan_barrier(digits):
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, str]:
     """Zoo MLP checkpoints (a, c, and one of 3e38 weights), a text file named .pt, bad data files, a
-    folder, and the Divided model's module file with checkpoints of gain 1 and -1."""
+    folder, and the Divided model's module file with checkpoints of gain 1 and -1.
+    """
     from fl.models import build_model
     from landscape import save_state_dict
 

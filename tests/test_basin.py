@@ -4,8 +4,8 @@ from collections import deque
 import numpy as np
 import pytest
 
-from landscape.geometry.basin import BasinResult, basin, sublevel_components
 from landscape.cache.store import Cache
+from landscape.geometry.basin import BasinResult, basin, sublevel_components
 from landscape.infra.errors import ConfigError
 from landscape.results import PathResult, PlaneResult
 

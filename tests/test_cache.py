@@ -1,6 +1,7 @@
 """HDF5 cache: resume after SIGKILL, no recomputation, concurrent writers, corrupt files,
 result round trips, key stability, one file per entry (cost independent of the number of
-entries), links never followed, format-1 files read and upgraded."""
+entries), links never followed, format-1 files read and upgraded.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -18,12 +19,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import landscape.results.curvature  # noqa: F401  (registers the curvature result types)
 import landscape.geometry.groups  # noqa: F401  (registers GroupSizeResult)
-from conftest import FLOAT64_UNIT_ROUNDOFF, float32_tolerance, make_mlp
+import landscape.results.curvature  # noqa: F401  (registers the curvature result types)
 from landscape import Cache, CacheError, Evaluator, FileWriteError, interpolate
 from landscape.cache.store import make_key
 from landscape.results.base import RESULT_TYPES
+
+from conftest import FLOAT64_UNIT_ROUNDOFF, float32_tolerance, make_mlp
 
 TESTS = Path(__file__).parent
 N_POINTS = 9
@@ -277,7 +279,8 @@ def _plane_result(seed: int, size: int = 5):
 
 def test_each_entry_is_read_and_written_without_touching_the_others(tmp_path):
     """Reads and writes of one entry never open another: with every other entry file destroyed,
-    entry 0 still reads, updates and is replaced (the format-1 file re-hashed all of them)."""
+    entry 0 still reads, updates and is replaced (the format-1 file re-hashed all of them).
+    """
     cache = Cache(tmp_path / "c", flush_interval=0.0)
     for i in range(12):
         cache.save_result(f"r{i}", _plane_result(i))
@@ -349,7 +352,8 @@ def test_links_in_the_cache_folder_are_never_written_through(tmp_path):
 
 def test_a_full_disk_leaves_no_temporary_file_and_a_later_write_works(tmp_path, monkeypatch):
     """Once: an uncaught h5py error, then a segmentation fault on the next run, and
-    temporary files filling the disk. Now: one clear error, nothing left, the next write works."""
+    temporary files filling the disk. Now: one clear error, nothing left, the next write works.
+    """
     cache = Cache(tmp_path / "c", flush_interval=0.0)
     cache.add_points("k", 4, np.arange(2), np.ones(2), np.ones(2))
     before = (tmp_path / "c" / "points-k.h5").read_bytes()

@@ -9,9 +9,16 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from landscape import (
+    ArchitectureMismatchError,
+    CheckpointError,
+    NonFiniteWeightsError,
+    ParameterSpace,
+    load_state_dict,
+    save_state_dict,
+)
+
 from conftest import make_bn_cnn, make_mlp
-from landscape import (ArchitectureMismatchError, CheckpointError, NonFiniteWeightsError, ParameterSpace,
-                       load_state_dict, save_state_dict)
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from claim_stats import (INCONCLUSIVE, NOT_CONVERGED, NOT_MEASURED, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED,  # noqa: E402
-                         ClaimRow, markdown_table, mean_std)
-from landscape.claims.statistics import Interval, decide  # noqa: E402
+from landscape.claims.statistics import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Interval, decide  # noqa: E402
+
+from claim_stats import NOT_CONVERGED, NOT_MEASURED, ClaimRow, markdown_table, mean_std  # noqa: E402
 
 
 def row(a, b=(), claimed="greater", tol=0.0, bound=0.0) -> ClaimRow:

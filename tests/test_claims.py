@@ -12,14 +12,14 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 import pytest
 import torch
+from scipy import stats
 from torch import nn
 
+from figures.verdicts import verdict_figure
 from landscape import ConfigError, Evaluator, interpolate
 from landscape.claims import Verdict, flatter, group_connectivity, replicate, shared_basin, transitivity
-from figures.verdicts import verdict_figure
 
 S = 6.0  # weight scale of the ReLU construction (large: confident, near-zero loss endpoints)
 
@@ -245,7 +245,8 @@ def test_replicate_reports_mean_spread_and_disagreement(xor_free_data):
 
 def test_replicate_decides_on_the_margin_interval_not_on_agreement(xor_free_data):
     """Replicates that all hold by a hair, with a wide spread, are inconclusive; a tight
-    interval above 0 holds; one below 0 fails."""
+    interval above 0 holds; one below 0 fails.
+    """
     models = linear_models(4)
     ev = evaluator(models[0], xor_free_data)
     cases = [(list(c),) for c in [(models[0], models[1]), (models[2], models[3]), (models[0], models[3])]]

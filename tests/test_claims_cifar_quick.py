@@ -27,11 +27,12 @@ import torch
 import torchvision.datasets.cifar
 import torchvision.datasets.svhn
 
-from fault_counts import tally
 from fl.array_datasets import ARRAY_FORMATS
 from fl.datasets import NORMALIZE_MODES, load_dataset
 from landscape import DataError
 from landscape.infra import reading
+
+from fault_counts import tally
 from test_hostile_files import SPECIAL, deadline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -289,7 +290,8 @@ def run_claims(tmp_path: Path, data_root: Path, only: list[str]) -> str:
     """``benchmarks/claims.py --quick --dataset cifar10`` from the repository root; the page it wrote.
 
     Checks that it exits 0 within the timeout and writes nothing outside ``tmp_path`` (the
-    repository's runs/ and docs/claims.md, the default data folder, the data root)."""
+    repository's runs/ and docs/claims.md, the default data folder, the data root).
+    """
     before = cifar10_paths()
     env = {**os.environ, "LANDSCAPE_DATA": str(tmp_path / "default-data")}
     doc = tmp_path / "claims.md"

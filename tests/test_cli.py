@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from landscape import Evaluator, group_barrier, interpolate, random_plane
-from landscape_cli.main import build_parser, main
 from landscape.claims import transitivity
+from landscape_cli.main import build_parser, main
 
 SUBCOMMANDS = [["train"], ["path"], ["plane"], ["group"], ["hessian"], ["trace"], ["density"], ["decompose"],
                ["check"], ["report"], ["align"], ["curve"],

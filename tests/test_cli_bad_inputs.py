@@ -67,7 +67,8 @@ def files(tmp_path_factory) -> dict[str, str]:
 
 def models(f: dict[str, str], *ckpts: str, data: str = "data.npz") -> list[str]:
     """Module, checkpoints and data arguments, plus quiet output without a cache (figures on: the size
-    limits count them)."""
+    limits count them).
+    """
     names = ckpts or ("m0.pt", "m1.pt", "m2.pt")
     return ["--module", f["module"], "--checkpoints", *(f[c] for c in names), "--data", f[data],
             "--out", f["out"], "--no-cache", "--quiet"]

@@ -17,15 +17,26 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_mlp
-from fault_counts import tally
-from landscape import (ConfigError, DataError, Evaluator, NonFiniteWeightsError, TrainingDivergedError,
-                       hessian_density, hessian_eigenvalues, hessian_trace, load_state_dict, save_state_dict)
+from landscape import (
+    ConfigError,
+    DataError,
+    Evaluator,
+    NonFiniteWeightsError,
+    TrainingDivergedError,
+    hessian_density,
+    hessian_eigenvalues,
+    hessian_trace,
+    load_state_dict,
+    save_state_dict,
+)
 from landscape.curvature import budget
 from landscape.curvature.operators import HessianOperator
 from landscape.infra import host_memory
 from landscape.infra.commandline import MAX_JSON_CHARS, MAX_JSON_DEPTH, json_depth, parse_json
 from landscape_cli.main import main
+
+from conftest import make_mlp
+from fault_counts import tally
 
 DEEP = "[" * 50_000 + "]" * 50_000
 INTERNAL = "please report it with the command line"

@@ -18,12 +18,13 @@ from torch import nn
 from torch.func import functional_call, hessian
 
 import landscape
-from fault_counts import tally
 from landscape import ConfigError
 from landscape.curvature import registry
 from landscape.curvature.lanczos import lanczos_top
 from landscape.curvature.operators import MatrixOperator, SymmetricOperator
 from landscape.results.curvature import TraceEstimate
+
+from fault_counts import tally
 
 
 def symmetric(eigs: np.ndarray, seed: int = 0) -> torch.Tensor:
@@ -217,8 +218,8 @@ def _kind_problem(loss: str = "cross_entropy", n: int = 10, seed: int = 0, modul
 
 def _references(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss: str) -> dict[str, torch.Tensor]:
     """Dense Hessian, GGN and empirical Fisher of the mean loss, and the Jacobians/output Hessians."""
-    from torch.autograd.functional import jacobian
     from torch.autograd.functional import hessian as dense_hessian
+    from torch.autograd.functional import jacobian
 
     state = {k: v.detach() for k, v in model.state_dict().items()}
     names = [k for k, _ in model.named_parameters()]

@@ -6,13 +6,14 @@ import pytest
 import torch
 
 import landscape
-from conftest import FLOAT64_UNIT_ROUNDOFF, float32_tolerance, train_digits_mlp
 from fl.datasets import load_dataset
 from fl.models import MLP
 from landscape.connectivity.curves import curve, curve_plane
+from landscape.connectivity.simplex import simplex
 from landscape.results.connectivity import CurveResult, SimplexResult
 from landscape.results.curve_shapes import coefficients
-from landscape.connectivity.simplex import simplex
+
+from conftest import FLOAT64_UNIT_ROUNDOFF, float32_tolerance, train_digits_mlp
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +131,15 @@ def test_connected_by_curve_verdict(pair) -> None:
 
 def test_connectivity_figures_render_from_real_results(pair, tmp_path) -> None:
     import figures
-    from figures.connectivity import (alignment_figure, alignment_plotly, curve_figure, curve_plane_figure,
-                                      curve_plane_plotly, curve_plotly, curve_trace)
+    from figures.connectivity import (
+        alignment_figure,
+        alignment_plotly,
+        curve_figure,
+        curve_plane_figure,
+        curve_plane_plotly,
+        curve_plotly,
+        curve_trace,
+    )
     from landscape.claims.connectivity import connected_modulo_permutation
 
     data, a, b, ev = pair
@@ -184,7 +192,8 @@ def test_command_entry_points_write_and_summarise(pair, tmp_path) -> None:
 def test_curves_and_simplexes_train_on_zoo_models(name: str) -> None:
     """The curve and simplex machinery runs on the zoo's architectures (no curve version of any of
     them): endpoints stay exact, every point is finite, training moves the bend. (ima_digit_cnn and
-    resnet18_gn work the same but take 6 s and 70 s on a CPU core.)"""
+    resnet18_gn work the same but take 6 s and 70 s on a CPU core.)
+    """
     from fl.models import build_model
 
     shape = (1, 40) if name.startswith("mnist1d") else (1, 8, 8)

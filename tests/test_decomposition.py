@@ -9,13 +9,14 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import float32_tolerance
-from landscape.results import Decomposition
 from landscape.cache.store import Cache
 from landscape.decomposition.ima import decompose, decompose_run, round_clients
 from landscape.decomposition.similarity import averaging_curve, cka_matrix, linear_cka
-from landscape.infra.errors import ConfigError, DataError
 from landscape.evaluation.evaluator import Evaluator
+from landscape.infra.errors import ConfigError, DataError
+from landscape.results import Decomposition
+
+from conftest import float32_tolerance
 
 C, F = 4, 3  # classes, features
 
@@ -243,7 +244,8 @@ def test_theorem_1_identities_hold_on_every_round_of_a_real_fedavg_run(tmp_path)
     algebraic identity, so a test): WEns loss = bias + variance + covariance and bias =
     TrainBias + HeterBias + cross, every round. All terms are float64 sums over the same
     float64 probabilities; each identity regroups about 4 terms of size <= 2 per sample over
-    n samples, so its residual is below gamma_(4n) in float64 relative to the loss."""
+    n samples, so its residual is below gamma_(4n) in float64 relative to the loss.
+    """
     import fl
 
     run = fl.run("fedavg", dataset="digits", clients=4, rounds=3, alpha=0.5, seed=3, out=tmp_path / "run",

@@ -1,5 +1,6 @@
 """Units of examples/demo.py: the decomposition's realisations, the connectivity verdicts and
-the argument check (the whole demo runs in tests/test_report_render.py)."""
+the argument check (the whole demo runs in tests/test_report_render.py).
+"""
 from __future__ import annotations
 
 import sys

@@ -1,5 +1,6 @@
 """Sharding layer: every back end gives the single-process numbers, failed shards are retried,
-only the calling process writes the cache, FL client updates run through Ray unchanged."""
+only the calling process writes the cache, FL client updates run through Ray unchanged.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -14,10 +15,15 @@ import torch
 from torch import nn
 
 from landscape import Cache, Evaluator, interpolate, plane
-from landscape.evaluation.sharded import (EvaluatorSpec, evaluate_points_distributed, evaluate_shard, map_models,
-                                          shard_ranges)
-from landscape.infra.parallel import Backend, ShardError, iter_shards, map_calls, run_shards, to_device, worker_device
+from landscape.evaluation.sharded import (
+    EvaluatorSpec,
+    evaluate_points_distributed,
+    evaluate_shard,
+    map_models,
+    shard_ranges,
+)
 from landscape.infra.errors import ConfigError
+from landscape.infra.parallel import Backend, ShardError, iter_shards, map_calls, run_shards, to_device, worker_device
 
 from conftest import make_bn_cnn, make_mlp
 

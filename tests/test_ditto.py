@@ -1,5 +1,6 @@
 """Ditto (fl/algorithms/ditto.py): FedAvg's global model plus persistent personal models trained on
-``F_k(v) + lam/2 |v - w_received|^2``; ``local_accuracy`` as FLOCO's."""
+``F_k(v) + lam/2 |v - w_received|^2``; ``local_accuracy`` as FLOCO's.
+"""
 from __future__ import annotations
 
 import pytest
@@ -7,9 +8,10 @@ import torch
 import torch.nn.functional as F
 
 import fl
-from conftest import train_digits_mlp
 from fl.algorithms.seeds import make_generator
 from fl.datasets import load_dataset
+
+from conftest import train_digits_mlp
 
 RUN = dict(dataset="digits", clients=4, rounds=3, local_epochs=1, batch_size=32, lr=0.1, seed=0, progress=False)
 
@@ -67,7 +69,8 @@ def test_lam_zero_personal_model_is_plain_local_sgd(tmp_path) -> None:
     """With lam = 0 the personal model of a client that takes part every round is plain SGD from the
     initial global model on its own data: an independent torch.optim.SGD loop over the same
     mini-batches (the run's per-round batch stream (seed, "client", round, client), momentum restarted
-    every round) reproduces it."""
+    every round) reproduces it.
+    """
     settings = dict(RUN, rounds=2, momentum=0.5, lam=0.0)
     run = fl.run("ditto", out=tmp_path / "ditto", **settings)
     personal = _personal(run)
@@ -103,7 +106,8 @@ def test_large_lam_pins_personal_models_to_the_received_model(tmp_path) -> None:
     one small step from w. Bound: v's prediction on a sample can differ from the received model w's
     only where w's top-2 logit margin is at most twice the largest change of a logit, so on a
     client's split |acc(v) - acc(w)| <= the share of such samples. From a trained initial model with a
-    small step (margins of several units, logit changes of a few hundredths) that share is small."""
+    small step (margins of several units, logit changes of a few hundredths) that share is small.
+    """
     lr = 0.0005
     net = train_digits_mlp(load_dataset("digits"), 0, width=32, epochs=3)
     settings = dict(RUN, rounds=1, lr=lr, momentum=0.0, save_clients="none")

@@ -16,11 +16,12 @@ from torch import nn
 from torch.func import functional_call
 
 import landscape
-from fault_counts import tally
 from landscape.cache.store import Cache
 from landscape.curvature import registry
 from landscape.curvature.operators import HessianOperator
 from landscape.results.curvature_views import BlockCurvature
+
+from fault_counts import tally
 
 #: the eigen-solver's tolerance in these tests (residual <= TOL |theta|, Bauer-Fike)
 TOL = 1e-10

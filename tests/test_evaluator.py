@@ -1,5 +1,6 @@
 """Evaluator: strategies agree, every BatchNorm mode matches an independent serial computation,
-losses are sample-weighted, the user's module is never modified, bad data fail early."""
+losses are sample-weighted, the user's module is never modified, bad data fail early.
+"""
 from __future__ import annotations
 
 import copy
@@ -10,9 +11,18 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from conftest import (BN_CNN_FAN_INS, BN_CNN_MAP, FLOAT64_UNIT_ROUNDOFF, MLP_FAN_INS, N_DIGITS, float32_tolerance,
-                      make_bn_cnn, make_mlp)
 from landscape import ConfigError, DataError, Evaluator, NonFiniteWeightsError, interpolate
+
+from conftest import (
+    BN_CNN_FAN_INS,
+    BN_CNN_MAP,
+    FLOAT64_UNIT_ROUNDOFF,
+    MLP_FAN_INS,
+    N_DIGITS,
+    float32_tolerance,
+    make_bn_cnn,
+    make_mlp,
+)
 
 ALPHAS = np.array([0.0, 0.3, 0.5, 1.0, 1.4])
 BATCH = 128  # 300 samples -> batches of 128, 128, 44 (unequal last batch)

@@ -1,6 +1,7 @@
 """Fast paths of the Evaluator: the flat-view loop equals an independent functional_call
 computation (BatchNorm buffers, tied weights, integer buffers), out-of-memory retry with a
-smaller chunk, bf16 autocast and torch.compile options."""
+smaller chunk, bf16 autocast and torch.compile options.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -9,11 +10,12 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from conftest import BN_CNN_FAN_INS, MLP_FAN_INS, N_DIGITS, float32_tolerance, make_bn_cnn, make_mlp, seeded_init_
 from landscape import Evaluator
 from landscape.evaluation import strategies as strategies_module
 from landscape.space.params import ParameterSpace
 from landscape.space.points import PointSet
+
+from conftest import BN_CNN_FAN_INS, MLP_FAN_INS, N_DIGITS, float32_tolerance, make_bn_cnn, make_mlp, seeded_init_
 
 
 class Tied(nn.Module):

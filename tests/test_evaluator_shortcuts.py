@@ -1,6 +1,7 @@
 """The loop's CPU shortcuts against independent computations: the input-layer expansion
 (``landscape.input_layer``) and class-major logits and metrics (``landscape.class_major``).
-Each test also checks that the shortcut was actually taken (or refused), so it can fail."""
+Each test also checks that the shortcut was actually taken (or refused), so it can fail.
+"""
 from __future__ import annotations
 
 import copy
@@ -11,10 +12,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from conftest import N_DIGITS, float32_tolerance, make_mlp, seeded_init_
 from landscape import Evaluator, interpolate, plane
 from landscape.evaluation.class_major import ClassMetrics
 from landscape.space.params import ParameterSpace
+
+from conftest import N_DIGITS, float32_tolerance, make_mlp, seeded_init_
 
 
 def reference_metrics(template: nn.Module, vecs: torch.Tensor, x: torch.Tensor, y: torch.Tensor
@@ -192,7 +194,8 @@ class _Interrupt(Exception):
 
 def test_a_resumed_plane_takes_the_uninterrupted_code_path_bit_for_bit(digits, tmp_path):
     """The shortcut is decided for the whole point set: the few points left after an
-    interruption are computed exactly as in an uninterrupted run (no float tolerance)."""
+    interruption are computed exactly as in an uninterrupted run (no float tolerance).
+    """
     from landscape import Cache
 
     x, y = digits

@@ -30,14 +30,28 @@ import torch
 from torch import nn
 
 import fl
-from conftest import make_bn_cnn, make_mlp
-from fault_counts import COUNTS
 from fl.partition import PartitionError, partition
 from fl.store import RunStore
-from landscape import (ArchitectureMismatchError, Cache, CacheError, CheckpointError, ConfigError, DataError,
-                       Evaluator, FileWriteError, NonFiniteWeightsError, ParameterSpace, interpolate, load_state_dict,
-                       random_plane, save_state_dict)
+from landscape import (
+    ArchitectureMismatchError,
+    Cache,
+    CacheError,
+    CheckpointError,
+    ConfigError,
+    DataError,
+    Evaluator,
+    FileWriteError,
+    NonFiniteWeightsError,
+    ParameterSpace,
+    interpolate,
+    load_state_dict,
+    random_plane,
+    save_state_dict,
+)
 from landscape.results import PlaneResult
+
+from conftest import make_bn_cnn, make_mlp
+from fault_counts import COUNTS
 
 TESTS = Path(__file__).parent
 
@@ -252,7 +266,8 @@ def test_pickle_payloads_are_never_executed(tmp_path):
 def test_links_planted_where_files_are_written_are_never_followed(tmp_path):
     """Every writer (checkpoints, cache entries, figures, report pages, JSON)
     refuses a target that is a link and ignores links at the fixed temporary names older
-    writers used; the file the links point to never changes."""
+    writers used; the file the links point to never changes.
+    """
     import figures
     from landscape.infra.files import write_json
     from landscape.results import PathResult
@@ -289,7 +304,8 @@ def test_links_planted_where_files_are_written_are_never_followed(tmp_path):
 # ----------------------------------------------------------------------- corrupt inputs
 def _mutations(data: bytes, rng: np.random.Generator, flips: int, cuts: int) -> list[tuple[str, bytes]]:
     """Single-bit flips at random offsets and in every byte of the first 8 and last 22 bytes
-    (length headers, a zip's end record), and truncations at random lengths."""
+    (length headers, a zip's end record), and truncations at random lengths.
+    """
     out = []
     edges = [*range(8), *range(len(data) - 22, len(data))]
     for i in [*edges, *rng.choice(len(data), size=min(flips, len(data)), replace=False)]:
@@ -639,7 +655,8 @@ def plane_campaign(zygote: Zygote, cache: Path, reference: PlaneResult, rng: np.
                    kills: int, max_delay: float = 0.15) -> tuple[int, int]:
     """Kill the plane job up to ``kills`` times, checking the cache after each kill, then
     resume it to the end and compare with ``reference``. Returns (kills, points done before
-    the final resume)."""
+    the final resume).
+    """
     n = PLANE["resolution"] ** 2
     done, killed = 0, 0
     for _ in range(kills):
@@ -660,7 +677,8 @@ def plane_campaign(zygote: Zygote, cache: Path, reference: PlaneResult, rng: np.
 
 def until_killed(target: int, campaign: Callable[[int, int], int], campaigns: int = 3) -> int:
     """Run ``campaign(kills wanted, index)`` until ``target`` kills happened (a fast machine
-    may finish a job before all its kills); returns the number of kills."""
+    may finish a job before all its kills); returns the number of kills.
+    """
     kills = 0
     for i in range(campaigns):
         kills += campaign(target - kills, i)
@@ -715,7 +733,8 @@ def fl_campaign(zygote: Zygote, out: Path, reference: fl.Run, rng: np.random.Gen
                 max_delay: float = 0.12) -> tuple[int, int]:
     """Kill the FL job up to ``kills`` times, checking the run directory after each kill, then
     resume it to the end and compare with ``reference``. Returns (kills, last complete round
-    before the final resume)."""
+    before the final resume).
+    """
     last, killed = -1, 0
     for _ in range(kills):
         if not _kill_after_write(zygote, out / "progress.json", float(rng.uniform(0.0, max_delay)), "fl_job", str(out)):

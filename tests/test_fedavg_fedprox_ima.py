@@ -1,6 +1,7 @@
 """FedAvg, FedProx and IMA: stored global models are the documented functions of the stored
 client models, FedProx(mu=0) is FedAvg, IMA's model is the mean of its stored window, the
-local SGD equals torch.optim.SGD, and the IMA learning-rate schedules match §3.3."""
+local SGD equals torch.optim.SGD, and the IMA learning-rate schedules match §3.3.
+"""
 from __future__ import annotations
 
 import math
@@ -10,12 +11,12 @@ import torch
 from torch import nn
 
 import fl
-from conftest import float32_tolerance
-from fl.algorithms.base import (ClientUpdate, LocalContext, local_sgd, make_generator, minibatches,
-                                weighted_average)
+from fl.algorithms.base import ClientUpdate, LocalContext, local_sgd, make_generator, minibatches, weighted_average
 from fl.algorithms.fedprox import FedProx
 from fl.algorithms.ima import IMA
 from landscape.infra.errors import ConfigError
+
+from conftest import float32_tolerance
 
 TINY = dict(dataset="digits", clients=4, rounds=2, batch_size=64, lr=0.1, progress=False)
 
@@ -56,7 +57,8 @@ def test_fedavg_global_is_data_size_weighted_average(fedavg_run):
 
 def test_client_model_is_sgd_from_previous_global(fedavg_run):
     """Re-train a round-2 client independently (nn.Module + torch.optim.SGD from global(1) on
-    the client's data, batches from the documented seed (seed, "client", round, client))."""
+    the client's data, batches from the documented seed (seed, "client", round, client)).
+    """
     datasets = fedavg_run.client_datasets()
     for k, stored in fedavg_run.client_states(2).items():
         model = fedavg_run.module()

@@ -8,11 +8,11 @@ from torch import nn
 from torch.func import functional_call
 
 import fl
-from conftest import float32_tolerance, forward_terms
 from fl.algorithms.base import split_state
-from fl.algorithms.fedgucci import (anchor_pool, calibrated_cross_entropy, connectivity_loss,
-                                    interpolate, sam_step)
+from fl.algorithms.fedgucci import anchor_pool, calibrated_cross_entropy, connectivity_loss, interpolate, sam_step
 from landscape.infra.errors import ConfigError
+
+from conftest import float32_tolerance, forward_terms
 
 RUN = dict(dataset="digits", clients=4, rounds=3, local_epochs=2, lr=0.1, seed=0, progress=False,
            save_clients="none")
@@ -59,7 +59,8 @@ def test_algorithms_train_above_chance(runs) -> None:
 
 def test_first_full_batch_step_equals_fedavg_with_scaled_lr(tmp_path) -> None:
     """Round 1, one anchor (= the received w), fixed alpha, one full-batch step: the
-    interpolated point is w itself, so Eq. 12's gradient is (1 + beta * alpha) * grad L(w)."""
+    interpolated point is w itself, so Eq. 12's gradient is (1 + beta * alpha) * grad L(w).
+    """
     common = dict(dataset="digits", clients=2, rounds=1, batch_size=5000, local_epochs=1, momentum=0.0, seed=3,
                   progress=False, save_clients="none")
     gucci = fl.api.run("fedgucci", out=tmp_path / "g", lr=0.1, beta=1.0, anchors=1, alpha_sampler="fixed",
@@ -79,7 +80,8 @@ def test_first_full_batch_step_equals_fedavg_with_scaled_lr(tmp_path) -> None:
 def test_fedgucci_plus_sam_steps_match_a_hand_computation(tmp_path, update) -> None:
     """FedGuCci+, one client, one anchor (the received w0), alpha 0.5, one full batch, plain SGD:
     the paper reading takes one SAM step on CE_tau(w) + beta CE_tau(w/2 + w0/2); the official
-    code's takes a SAM step on CE_tau(w), then one on beta CE_tau(w/2 + w0/2) (N + 1 steps)."""
+    code's takes a SAM step on CE_tau(w), then one on beta CE_tau(w/2 + w0/2) (N + 1 steps).
+    """
     lr, beta, rho, tau = 0.1, 1.0, 0.05, 0.1
     run = fl.api.run("fedgucci+", out=tmp_path / update, dataset="digits", clients=1, rounds=1,
                      batch_size=5000, local_epochs=1, lr=lr, momentum=0.0, seed=1, progress=False, beta=beta, anchors=1,

@@ -19,9 +19,9 @@ from matplotlib.text import Text
 import figures as F
 import fl
 import landscape
-from conftest import make_bn_cnn, make_mlp, train
 from figures.verdicts import verdict_figure
 
+from conftest import make_bn_cnn, make_mlp, train
 
 # ---------------------------------------------------------------- real results
 

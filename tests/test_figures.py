@@ -24,9 +24,16 @@ from figures.groups import summarize_sizes
 from figures.paths import barrier_location
 from figures.planes import plane_values
 from figures.simplex import TRIANGLE
-from landscape.results import AveragingCurve, CurvatureProfile, SpectralDensity
 from landscape.infra.errors import ConfigError
-from landscape.results import BarrierMatrix, GroupResult, PathResult, PlaneResult
+from landscape.results import (
+    AveragingCurve,
+    BarrierMatrix,
+    CurvatureProfile,
+    GroupResult,
+    PathResult,
+    PlaneResult,
+    SpectralDensity,
+)
 
 BUNDLE_HEAD = plotly.offline.get_plotlyjs()[:300]
 CDN_SRC = re.compile(r"<script[^>]*src=[\"'][^\"']*cdn\.", re.I)

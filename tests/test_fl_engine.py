@@ -1,5 +1,6 @@
 """The FL round loop: determinism from the seed, resume after an interruption equals an
-uninterrupted run bit for bit, configuration checks, client sampling, and the CLI."""
+uninterrupted run bit for bit, configuration checks, client sampling, and the CLI.
+"""
 from __future__ import annotations
 
 import json
@@ -179,7 +180,8 @@ def test_custom_module_model(tmp_path):
 
 def test_a_round_of_empty_clients_keeps_the_global_model(tmp_path):
     """min_size=0 partitions can give a round whose participants hold no samples: FedAvg's
-    weights are then all zero, the round carries no information and the model is kept."""
+    weights are then all zero, the round carries no information and the model is kept.
+    """
     run = fl.run("fedavg", clients=3, rounds=3, participation=0.34, partition="iid", seed=0,
                  out=tmp_path, device="cpu", model="mlp",
                  partition_options={"client_sizes": [0, 0, 500], "min_size": 0})
@@ -193,7 +195,8 @@ def test_a_round_of_empty_clients_keeps_the_global_model(tmp_path):
 
 def test_a_diverging_run_stops_at_the_round_and_stays_resumable(tmp_path):
     """A model whose logits are cubed overflows after one step at lr 10: the round is not
-    stored, the run is not complete, and a rerun stops at the same round again."""
+    stored, the run is not complete, and a rerun stops at the same round again.
+    """
     from torch import nn
 
     class Cube(nn.Module):

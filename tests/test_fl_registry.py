@@ -1,7 +1,8 @@
 """An FL algorithm is one file: a throw-away algorithm written to a temporary module is
 discovered, listed by the command line with its generated flags, and trained by fl.run;
 registration rules; IMA composed around any base without special cases; fl's imports of
-the analysis core stay light."""
+the analysis core stay light.
+"""
 from __future__ import annotations
 
 import ast
@@ -15,13 +16,14 @@ import torch
 
 import fl
 import fl.algorithms
-from conftest import float32_tolerance, forward_terms
 from fl.algorithms import registry, unregister
 from fl.algorithms.averaging import weighted_average
 from fl.algorithms.base import Algorithm
 from fl.cli import build_parser, main
 from fl.resolve import build_config
 from landscape import ConfigError
+
+from conftest import float32_tolerance, forward_terms
 
 FL_DIR = Path(fl.__file__).parent
 
@@ -137,7 +139,8 @@ def test_no_algorithm_special_cases_outside_the_algorithms():
 
 def test_fl_imports_only_the_light_layers_of_landscape():
     """At module level fl imports the top-level package (lazy), the infrastructure layer and
-    the parameter utilities; nothing of the analysis core."""
+    the parameter utilities; nothing of the analysis core.
+    """
     for path in sorted(FL_DIR.rglob("*.py")):
         for module, names, top in _imports(path):
             if module.startswith("landscape") and top:

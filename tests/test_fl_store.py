@@ -1,5 +1,6 @@
 """The run directory: load_run round trip, datasets rebuilt from the stored partition,
-selective client checkpoints, progress marker and metrics truncation, safe formats."""
+selective client checkpoints, progress marker and metrics truncation, safe formats.
+"""
 from __future__ import annotations
 
 import json
@@ -10,8 +11,8 @@ import torch
 
 import fl
 from fl.store import RunStore
-from landscape.space.checkpoints import load_state_dict
 from landscape.infra.errors import CheckpointError, ConfigError
+from landscape.space.checkpoints import load_state_dict
 
 TINY = dict(dataset="digits", clients=4, rounds=2, batch_size=64, lr=0.1, progress=False)
 

@@ -1,5 +1,6 @@
 """FLOCO's endpoint initialisation (``endpoint_init``): independent Xavier-normal endpoints as in
-the official code (default), or the template's classifier plus zero-mean noise (``"centred"``)."""
+the official code (default), or the template's classifier plus zero-mean noise (``"centred"``).
+"""
 from __future__ import annotations
 
 import math
@@ -8,9 +9,10 @@ import pytest
 import torch
 
 import fl
-from conftest import float32_tolerance, make_mlp
 from fl.resolve import build_config
 from landscape.infra.errors import ConfigError
+
+from conftest import float32_tolerance, make_mlp
 
 IN, OUT, V = 256, 10, 6  # classifier 256 -> 10 (D = 2560 weights), 6 endpoints (15 pairs)
 D = IN * OUT

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import BN_CNN_FAN_INS, MLP_FAN_INS, N_DIGITS, float32_tolerance, make_bn_cnn, make_mlp
 from landscape import ConfigError, Evaluator, group_barrier, group_barrier_by_size, interpolate
+
+from conftest import BN_CNN_FAN_INS, MLP_FAN_INS, N_DIGITS, float32_tolerance, make_bn_cnn, make_mlp
 
 
 def _average(states: list[dict], mu: np.ndarray) -> dict:

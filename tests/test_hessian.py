@@ -11,19 +11,20 @@ import torch
 from torch import nn
 from torch.func import functional_call, hessian
 
-from conftest import FLOAT64_UNIT_ROUNDOFF, float32_tolerance
 from landscape.cache.store import Cache
 from landscape.curvature.along import curvature_along_path, curvature_plane
 from landscape.curvature.density import broadened_density, slq
 from landscape.curvature.functions import hessian_density, hessian_eigen, hessian_eigenvalues, hessian_trace
-from landscape.results.curvature import HessianEigen, SpectralDensity, TraceEstimate
-from landscape.infra.errors import ConfigError
-from landscape.evaluation.evaluator import Evaluator
-from landscape.curvature.operators import CurvatureOperator, HessianOperator, MatrixOperator
 from landscape.curvature.lanczos import lanczos_top
+from landscape.curvature.operators import CurvatureOperator, HessianOperator, MatrixOperator
 from landscape.curvature.power import power_iteration
-from landscape.results import PlaneResult
 from landscape.curvature.trace import hutchinson, hutchpp
+from landscape.evaluation.evaluator import Evaluator
+from landscape.infra.errors import ConfigError
+from landscape.results import PlaneResult
+from landscape.results.curvature import HessianEigen, SpectralDensity, TraceEstimate
+
+from conftest import FLOAT64_UNIT_ROUNDOFF, float32_tolerance
 
 
 def gen(seed: int = 0) -> torch.Generator:

@@ -21,13 +21,14 @@ import pytest
 import torch
 
 import fl
-from fault_counts import tally
 from landscape import Cache, CacheError, CheckpointError, DataError, FileWriteError, load_state_dict
 from landscape.infra.files import write_text
 from landscape.infra.parallel import current_device, run_shards
 from landscape.results import PathResult
 from landscape_cli.datafiles import load_tensor_file
 from landscape_cli.main import main
+
+from fault_counts import tally
 
 RUN_FILES = ("config.json", "progress.json", "metrics.jsonl", "partition.npz")
 SPECIAL: dict[str, tuple[Callable[[Path], None], str]] = {
@@ -99,7 +100,8 @@ def _plane_free_result() -> PathResult:
 # ------------------------------------------------------------- links below the output folder
 def test_report_into_a_linked_report_folder_writes_nothing_there(run, tmp_path, capsys):
     """``r/report`` a link elsewhere: the default cache (``report/landscape_cache``) used to write
-    about ten files there before ``index.html`` was refused."""
+    about ten files there before ``index.html`` was refused.
+    """
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (run / "report").symlink_to(elsewhere)
@@ -288,7 +290,8 @@ def _zero_seal(path: Path) -> bytes:
 
 def test_cache_files_without_a_seal_are_refused(cache_dir, tmp_path):
     """A format-1 file with its user block zeroed used to be parsed unchecked (byte flips gave wrong
-    numbers); a sealed entry with its seal zeroed likewise."""
+    numbers); a sealed entry with its seal zeroed likewise.
+    """
     legacy = tmp_path / "old.h5"
     shutil.copyfile(Path(__file__).parent / "data" / "cache_format1.h5", legacy)
     data = _zero_seal(legacy)

@@ -5,12 +5,10 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 import fl
-from fault_counts import tally
 from fl.cli import main as fl_run_main
 from fl.config import config_digest
 from fl.datasets import load_dataset
@@ -18,8 +16,18 @@ from fl.initial import InitMismatchError
 from fl.models import build_model
 from fl.pretrain import pretraining_data
 from fl.recipes import Recipe
-from landscape import (ArchitectureMismatchError, CheckpointError, ConfigError, FileWriteError,
-                       NonFiniteWeightsError, TrainingDivergedError, load_state_dict, save_state_dict)
+from landscape import (
+    ArchitectureMismatchError,
+    CheckpointError,
+    ConfigError,
+    FileWriteError,
+    NonFiniteWeightsError,
+    TrainingDivergedError,
+    load_state_dict,
+    save_state_dict,
+)
+
+from fault_counts import tally
 from test_hostile_files import SPECIAL, deadline
 
 DIGITS = {"dataset": "digits", "clients": 4, "rounds": 1, "progress": False, "save_clients": "none"}

@@ -1,5 +1,6 @@
 """LSS's calibrated regularisers (``regulariser_calibration`` in fl/algorithms/lss.py) and the
-metrics that show them acting: ``regulariser_gradient_ratio`` and ``pool_mean_distance``."""
+metrics that show them acting: ``regulariser_gradient_ratio`` and ``pool_mean_distance``.
+"""
 from __future__ import annotations
 
 import itertools
@@ -7,8 +8,6 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import float32_tolerance
-from fault_counts import tally
 from torch import nn
 
 import fl
@@ -16,6 +15,9 @@ from fl.algorithms.base import LocalContext, forward, make_generator, minibatche
 from fl.algorithms.lss import LSS, client_pools, distance, mix
 from fl.algorithms.simplex import sample_uniform_simplex
 from landscape.infra.errors import ConfigError
+
+from conftest import float32_tolerance
+from fault_counts import tally
 
 TINY = dict(dataset="digits", clients=2, rounds=1, local_epochs=1, members=3, seed=0, progress=False,
             save_clients="none")
@@ -42,7 +44,8 @@ def _ratio_tolerance(run) -> float:
     largest tensor's size. ``h``'s entries add one product rounding each and the scale one more, so
     per step ``|h| / (c |g_t|) - 1`` is within ``float32_tolerance(n + T + 2)`` (two norms, of
     ``g_r`` and of ``h``, rounded independently: two sides). The float64 sums of these positive terms
-    over the steps, and the sample-weighted mean over the clients, keep that relative bound."""
+    over the steps, and the sample-weighted mean over the clients, keep that relative bound.
+    """
     state = run.global_state(0)
     return float32_tolerance(max(t.numel() for t in state.values()) + len(state) + 2)
 
@@ -93,7 +96,8 @@ def _context(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> LocalContex
 def _absolute_algorithm_1(ctx: LocalContext, seed: int, lam_a: float, lam_d: float, members: int) -> list[dict]:
     """Algorithm 1 with absolute coefficients (the paper's L2 form), written out: each member starts
     at the pool mean and takes SGD steps on CE at a random combination of the pool plus
-    ``lam_a dist(f_a, f_p) - lam_d mean_j dist(f_a, f_j)``, the two gradients added."""
+    ``lam_a dist(f_a, f_p) - lam_d mean_j dist(f_a, f_j)``, the two gradients added.
+    """
     anchor, buffers = split_state(ctx.module, ctx.global_state, ctx.device)
     batches = [list(minibatches(len(ctx.y), ctx.batch_size, ctx.local_epochs, ctx.generator)) for _ in range(members)]
     alpha_gen = make_generator(seed, "lss-alpha", ctx.round, ctx.client)
@@ -152,7 +156,8 @@ def test_calibrated_regularisers_spread_the_pool_on_mnist1d(tmp_path) -> None:
     """The ablation: 2 clients, 1 round, 2 members of 1 epoch, MNIST-1D MLP, same seed. Without
     regularisers and with the official code's absolute 1e-3 on squared distances the pools are
     equally spread (their gradient is ~1% of the task gradient); the paper's form calibrated to a
-    tenth of the task gradient spreads them by more than 10%."""
+    tenth of the task gradient spreads them by more than 10%.
+    """
     base = dict(dataset="mnist1d", model="mnist1d_mlp", clients=2, rounds=1, members=2, local_epochs=1, seed=0,
                 progress=False, save_clients="none", store_pools=False)
     settings = {"off": dict(affinity=0.0, diversity=0.0, regulariser_calibration=None),

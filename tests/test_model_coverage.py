@@ -14,8 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import float32_tolerance
 from landscape import ConfigError, DataError, Evaluator, NonFiniteWeightsError, interpolate
+
+from conftest import float32_tolerance
 
 
 class Net(nn.Module):

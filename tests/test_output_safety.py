@@ -1,6 +1,7 @@
 """Reports and figures are written through the link-safe primitive:
 links planted in a report folder never redirect a write, and a full or read-only output folder
-gives one clear line naming the path."""
+gives one clear line naming the path.
+"""
 from __future__ import annotations
 
 import errno
@@ -39,7 +40,8 @@ def _figures():
 
 def test_report_page_never_follows_planted_links(tmp_path, outside):
     """The old writer used the fixed name ``.index.html.tmp``: a link there overwrote the outside
-    file and ``index.html`` became a link to it."""
+    file and ``index.html`` became a link to it.
+    """
     report = tmp_path / "report"
     report.mkdir()
     (report / ".index.html.tmp").symlink_to(outside)
@@ -169,7 +171,8 @@ def checkpoints(tmp_path_factory) -> list[Path]:
 
 def test_cli_cache_on_a_full_disk_fails_in_one_line_twice_and_leaves_nothing(full_fs, checkpoints, tmp_path):
     """Once: an uncaught h5py OSError, then a segmentation fault (exit 139) on the
-    second run, and temporary cache files filling the rest of the disk."""
+    second run, and temporary cache files filling the rest of the disk.
+    """
     args = ["path", "--module", "mlp", "--checkpoints", *checkpoints, "--data", "digits", "--alphas", 5,
             "--out", tmp_path / "out", "--cache", full_fs / "cache"]
     for _ in range(2):

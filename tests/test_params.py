@@ -7,9 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from conftest import make_bn_cnn, make_mlp
 from landscape import ArchitectureMismatchError, ConfigError, NonFiniteWeightsError, ParameterSpace
 from landscape.space.params import vector_digest
+
+from conftest import make_bn_cnn, make_mlp
 
 
 def _net(hidden: int, bn: bool, seed: int) -> nn.Module:

@@ -8,9 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from conftest import MLP_FAN_INS, float32_tolerance, make_linear, make_mlp
 from landscape import ConfigError, Evaluator, PathResult, barrier_matrix, interpolate
 from landscape.results.barriers import accuracy_barrier_curve, code_accuracy_barrier, loss_barrier_curve
+
+from conftest import MLP_FAN_INS, float32_tolerance, make_linear, make_mlp
 
 
 def _regression(seed: int = 0, n: int = 37):

@@ -20,8 +20,6 @@ import torch
 from torch import nn
 
 import fl
-from conftest import float32_tolerance
-from fault_counts import tally
 from figures.planes import diagnostics_note, plane_figure, plane_plotly
 from figures.report import Report
 from landscape import ConfigError, Evaluator, PlaneDiagnostics, pca_plane, random_plane
@@ -29,6 +27,9 @@ from landscape.geometry.span import PROBE_DISTANCES, RISE_FACTOR, RISE_MIN, choo
 from landscape.infra.errors import FileWriteError
 from landscape.results import PlaneResult
 from landscape.results.plane_diagnostics import CENTRE_TOLERANCE, FLAT_RELATIVE, SATURATED_FACTOR
+
+from conftest import float32_tolerance
+from fault_counts import tally
 
 SAMPLES = 64
 

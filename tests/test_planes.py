@@ -1,14 +1,16 @@
 """Planes: geometry of the plane through three models, projections, random filter-normalised
-planes, orthogonalisation and PCA planes."""
+planes, orthogonalisation and PCA planes.
+"""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import FLOAT64_UNIT_ROUNDOFF, float32_tolerance, make_bn_cnn, make_mlp
 from landscape import ConfigError, Evaluator, ParameterSpace, pca_plane, plane, random_plane
 from landscape.geometry.planes import random_direction
+
+from conftest import FLOAT64_UNIT_ROUNDOFF, float32_tolerance, make_bn_cnn, make_mlp
 
 
 def _flat_params(model: torch.nn.Module) -> torch.Tensor:

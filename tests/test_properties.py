@@ -2,7 +2,8 @@
 tied weights, integer buffers, wrapper prefixes and key order; the partition + local-test
 split as fl.run uses it; barrier invariances (affine loss terms, scaling, reversal,
 permutation); cache-key stability (pinned values, sensitivity) and result round trips
-with non-finite values."""
+with non-finite values.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -15,12 +16,18 @@ from torch import nn
 
 from fl.partition import METHODS, PartitionError, partition, partition_report, train_val_split
 from landscape import Cache, ParameterSpace
-from landscape.results.barriers import (accuracy_barrier_curve, barrier_from_curve, group_accuracy_barrier,
-                                group_loss_barrier, loss_barrier_curve, normalise_weights)
 from landscape.cache.store import make_key
+from landscape.results import GroupResult, Metrics, PathResult
+from landscape.results.barriers import (
+    accuracy_barrier_curve,
+    barrier_from_curve,
+    group_accuracy_barrier,
+    group_loss_barrier,
+    loss_barrier_curve,
+    normalise_weights,
+)
 from landscape.space.checkpoints import save_state_dict
 from landscape.space.points import PointSet
-from landscape.results import GroupResult, Metrics, PathResult
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import torch
 
-from conftest import make_mlp
 from landscape import Cache, Evaluator, plane
+
+from conftest import make_mlp
 
 TESTS = Path(__file__).parent
 RESOLUTION = 12  # 144 points

@@ -1,7 +1,8 @@
 """Run folders and data caches refuse silently wrong content that they hold the data to catch:
 a deleted client checkpoint, checkpoints without or with another digest, a swapped partition,
 another run's or swapped models, edited metrics or configuration (the run manifest), an edited
-MNIST-1D cache, and run files in a folder that holds no run."""
+MNIST-1D cache, and run files in a folder that holds no run.
+"""
 from __future__ import annotations
 
 import json
@@ -17,13 +18,14 @@ import torch
 from safetensors.torch import save_file
 
 import fl
-from fault_counts import tally
 from fl import mnist1d
 from fl.datasets import load_dataset
 from fl.manifest import json_digest
 from landscape import CheckpointError, ConfigError, DataError, save_state_dict
 from landscape.space.checkpoints import load_state_dict
 from landscape_cli.main import main
+
+from fault_counts import tally
 
 ARGS = dict(dataset="digits", clients=4, rounds=2, progress=False, save_clients="all")
 
@@ -112,7 +114,8 @@ def test_a_deleted_client_checkpoint_is_refused_not_a_smaller_group(run_dir, tmp
 # ------------------------------------------------------ checkpoints without their digest
 def test_sealing_a_folder_with_an_unsealable_checkpoint_writes_nothing(run_dir):
     """fl.seal_run checks every file before it writes the manifest once: a refused seal leaves
-    the folder as it was, and sealing again after the file is restored works."""
+    the folder as it was, and sealing again after the file is restored works.
+    """
     (run_dir / "manifest.json").unlink()
     path = run_dir / "global/round_0002.safetensors"
     original = path.read_bytes()
@@ -353,7 +356,8 @@ def test_edited_mnist1d_inputs_or_labels_do_not_match_the_generator(generated, e
 
 def test_the_fingerprint_tolerates_one_float32_rounding_per_value(generated):
     """Another CPU's float64 kernels may round the generator's inputs differently in the last
-    float32 bit: one ulp on every value, in a random direction, still matches."""
+    float32 bit: one ulp on every value, in a random direction, still matches.
+    """
     rng = np.random.default_rng(0)
     nudged = {k: v.copy() for k, v in generated.items()}
     for key in ("x", "x_test"):

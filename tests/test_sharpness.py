@@ -23,12 +23,13 @@ from torch import nn
 
 import landscape
 import landscape.curvature.sharpness as sharpness_module
-from conftest import make_bn_cnn, make_mlp, seeded_init_, train
-from fault_counts import tally
-from landscape import ConfigError, Evaluator, SharpnessResult, sharpness
 from figures import sharpness_figure, sharpness_plotly
+from landscape import ConfigError, Evaluator, SharpnessResult, sharpness
 from landscape.cache.store import Cache
 from landscape.curvature.operators import CurvatureOperator
+
+from conftest import make_bn_cnn, make_mlp, seeded_init_, train
+from fault_counts import tally
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +55,8 @@ def quadratic(hessian: np.ndarray, centre: np.ndarray, gradient: np.ndarray, **o
 
 def trust_region_max(hessian: np.ndarray, gradient: np.ndarray, rho: float) -> float:
     """``max_{||e|| <= rho} g^T e + e^T H e / 2`` for PSD ``H``: ``e = (mu I - H)^-1 g`` with ``mu > lambda_1``
-    solving the secular equation ``||e(mu)|| = rho`` (the easy case: ``g`` not orthogonal to the top eigenvector)."""
+    solving the secular equation ``||e(mu)|| = rho`` (the easy case: ``g`` not orthogonal to the top eigenvector).
+    """
     lam, q = np.linalg.eigh(hessian)
     gq = q.T @ gradient
     assert abs(gq[-1]) > 1e-3 * np.linalg.norm(gq)
@@ -191,7 +193,8 @@ def grid_maximum(model: nn.Module, x: torch.Tensor, y: torch.Tensor, norm: str, 
                  scale: np.ndarray) -> float:
     """Brute force ``max L(w + T u) - L(w)`` over ``||u||_p <= rho`` on ``1.bias``: a grid of the ball
     (polar for L2, the circle included; Cartesian for the box, its edges included), then a grid 40 times
-    finer around the best point (and the arc of the circle through it)."""
+    finer around the best point (and the arc of the circle through it).
+    """
     def gain(u: np.ndarray) -> np.ndarray:
         return bias_losses(model, x, y, u * scale) - bias_losses(model, x, y, np.zeros((1, 2)))[0]
 

@@ -1,6 +1,7 @@
 """The vectorised FL back end (fl.vectorized) against the sequential one: same client models
 and losses to floating-point tolerance for clients of different sizes, through fl.run too,
-and clear refusals where padding would change the result."""
+and clear refusals where padding would change the result.
+"""
 from __future__ import annotations
 
 import pytest
@@ -8,11 +9,12 @@ import torch
 from torch import nn
 
 import fl
-from conftest import float32_tolerance
 from fl.algorithms.base import LocalContext, make_generator
 from fl.api import build_config
 from fl.vectorized import train_clients, unsupported_reason
 from landscape.infra.errors import ConfigError
+
+from conftest import float32_tolerance
 
 
 def _mlp(seed: int = 0) -> nn.Module:

@@ -46,8 +46,9 @@ from typing import Any, ClassVar, Mapping
 
 from torch import Tensor, nn
 
-from ..config import RunConfig
 from landscape.infra.options import Options
+
+from ..config import RunConfig
 from .averaging import sample_weighted_average, weighted_average
 from .contexts import ClientUpdate, EvalContext, LocalContext, RoundContext, State
 from .registry import register

@@ -1,6 +1,7 @@
 """What the round loop hands to an algorithm's hooks (:class:`LocalContext`,
 :class:`RoundContext`, :class:`EvalContext`) and what a client sends back
-(:class:`ClientUpdate`). See :mod:`fl.algorithms.base` for the round structure."""
+(:class:`ClientUpdate`). See :mod:`fl.algorithms.base` for the round structure.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -42,12 +42,11 @@ import dataclasses
 from typing import Any, Mapping
 
 import torch
-from torch import Tensor
 
 from landscape.infra.options import Options, option
+
 from .base import Algorithm, ClientUpdate, EvalContext, LocalContext, State, local_sgd
 from .proximal import proximal_loss
-
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """FedAvg (McMahan et al. 2017): local SGD, then the data-size-weighted average
 ``w = sum_k n_k / sum_j n_j * w_k`` of the participants' whole state_dicts (BatchNorm
-buffers included). Everything is inherited from :class:`~fl.algorithms.base.Algorithm`."""
+buffers included). Everything is inherited from :class:`~fl.algorithms.base.Algorithm`.
+"""
 from __future__ import annotations
 
 from .base import Algorithm

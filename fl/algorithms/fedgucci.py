@@ -48,10 +48,20 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from landscape import ConfigError
-
 from landscape.infra.options import Options, option
-from .base import (Algorithm, ClientUpdate, LocalContext, LossFn, RoundContext, State, forward,
-                   make_generator, minibatches, split_state)
+
+from .base import (
+    Algorithm,
+    ClientUpdate,
+    LocalContext,
+    LossFn,
+    RoundContext,
+    State,
+    forward,
+    make_generator,
+    minibatches,
+    split_state,
+)
 
 PREFIX = "fedgucci."
 ALPHA_SAMPLERS = ("uniform", "fixed")
@@ -60,7 +70,8 @@ UPDATES = ("joint", "sequential")
 
 def calibrated_cross_entropy(labels: Tensor, num_classes: int, tau: float) -> LossFn:
     """FedLC logit calibration: ``CE(z - tau * n^{-1/4}, y)`` with ``n`` the per-class counts
-    of ``labels`` (classes with no samples get ``-inf`` logits, i.e. are masked)."""
+    of ``labels`` (classes with no samples get ``-inf`` logits, i.e. are masked).
+    """
     if tau == 0:
         return F.cross_entropy
     counts = torch.bincount(labels, minlength=num_classes).to(torch.float32)
@@ -82,7 +93,8 @@ def connectivity_loss(module: nn.Module, params: Mapping[str, Tensor], anchor: M
                       loss_fn: LossFn = F.cross_entropy) -> Tensor:
     """Monte-Carlo estimate of Eq. 7, ``mean_s L(alpha_s w + (1 - alpha_s) w_anc)`` on one batch.
 
-    ``buffers`` are copied for every forward pass (BatchNorm statistics are not changed)."""
+    ``buffers`` are copied for every forward pass (BatchNorm statistics are not changed).
+    """
     total = torch.zeros((), device=x.device)
     for a in alphas.tolist():
         theta = interpolate(params, anchor, a)
@@ -94,7 +106,8 @@ def sam_step(opt: torch.optim.Optimizer, params: Mapping[str, Tensor], objective
              rho: float) -> Tensor:
     """One optimiser step on ``objective`` (SAM with radius ``rho`` when ``rho > 0``).
 
-    Returns the objective at the unperturbed point (detached)."""
+    Returns the objective at the unperturbed point (detached).
+    """
     opt.zero_grad(set_to_none=True)
     value = objective()
     value.backward()
@@ -153,7 +166,8 @@ class FedGuCci(Algorithm):
     # -- anchor pool (Eq. 11) -------------------------------------------------------
     def begin_round(self, ctx: RoundContext) -> State:
         """Append the model broadcast this round (``Run.global_state(round - 1)``) to the pool
-        and keep the newest ``anchors`` entries."""
+        and keep the newest ``anchors`` entries.
+        """
         pool, rounds = anchor_pool(ctx.server_state)
         pool.append({n: t.detach().clone() for n, t in ctx.global_state.items()})
         rounds.append(ctx.round - 1)

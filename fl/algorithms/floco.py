@@ -75,12 +75,28 @@ from torch import Tensor, nn
 
 from landscape import ConfigError
 from landscape.infra.options import Options, option
-from .base import (Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext, State,
-                   local_sgd, make_generator, sample_weighted_average)
+
+from .base import (
+    Algorithm,
+    ClientUpdate,
+    EvalContext,
+    LocalContext,
+    RoundContext,
+    State,
+    local_sgd,
+    make_generator,
+    sample_weighted_average,
+)
 from .ditto import DittoOptions
 from .proximal import proximal_loss
-from .simplex import (SUBREGION_SAMPLERS, assign_points, pca_scores, sample_subregion, sample_uniform_simplex,
-                      simplex_centre)
+from .simplex import (
+    SUBREGION_SAMPLERS,
+    assign_points,
+    pca_scores,
+    sample_subregion,
+    sample_uniform_simplex,
+    simplex_centre,
+)
 
 PREFIX = "floco."
 AGGREGATIONS = ("participants", "literal")
@@ -91,7 +107,8 @@ class SimplexLinear(nn.Module):
     """Linear layer with weight ``sum_m alpha_m W_m`` (FLOCO Eq. 6) and a shared bias.
 
     ``alpha`` is a buffer (the evaluated point, the centre by default). While training,
-    ``alpha_sampler`` (when set) supplies a fresh point for every forward pass."""
+    ``alpha_sampler`` (when set) supplies a fresh point for every forward pass.
+    """
 
     def __init__(self, in_features: int, out_features: int, endpoints: int, bias: bool = True):
         super().__init__()
@@ -173,7 +190,8 @@ class FlocoOptions(Options):
 @dataclasses.dataclass(frozen=True)
 class FlocoPlusOptions(DittoOptions, FlocoOptions):
     """Options of FLOCO+ (App. C): FLOCO's plus Ditto's personal-model options (``lam``: the
-    official code's 1.0, the paper gives none; ``personal_epochs``: the run's local epochs)."""
+    official code's 1.0, the paper gives none; ``personal_epochs``: the run's local epochs).
+    """
 
 
 class Floco(Algorithm):
@@ -194,7 +212,8 @@ class Floco(Algorithm):
     # -- architecture -------------------------------------------------------------
     def build_module(self, template: nn.Module) -> nn.Module:
         """A copy of ``template`` whose final ``nn.Linear`` is a :class:`SimplexLinear` with the
-        endpoints of :meth:`initial_endpoints` and the template's bias (shared)."""
+        endpoints of :meth:`initial_endpoints` and the template's bias (shared).
+        """
         from ..models import classifier_name
 
         self.classifier = classifier_name(template)
@@ -253,7 +272,8 @@ class Floco(Algorithm):
     def export_state(self, state: State, server_state: State, client: int | None = None,
                      client_state: State | None = None) -> State:
         """The global model at the simplex centre (Sec. 3.4); a client's personalised model
-        (:meth:`client_model`) at its point ``alpha_k`` (the centre before assignment)."""
+        (:meth:`client_model`) at its point ``alpha_k`` (the centre before assignment).
+        """
         if client is None:
             return self.point_state(state, simplex_centre(self.n))
         point = self.client_point(server_state, client)
@@ -270,7 +290,8 @@ class Floco(Algorithm):
     # -- subregion assignment ---------------------------------------------------------
     def begin_round(self, ctx: RoundContext) -> State:
         """Record the clients' total sample count (Eq. 11's N); at round ``tau`` assign the
-        subregions (Sec. 3.2)."""
+        subregions (Sec. 3.2).
+        """
         ctx = dataclasses.replace(ctx, server_state={
             **ctx.server_state, f"{PREFIX}total_samples": torch.tensor(sum(ctx.client_sizes), dtype=torch.float64)})
         if ctx.round != int(self.opts.tau) or f"{PREFIX}points" in ctx.server_state:
@@ -309,7 +330,8 @@ class Floco(Algorithm):
 
     def received(self, ctx: LocalContext) -> State:
         """The model a client starts from: the global one, with the client's own BatchNorm
-        buffers under ``local_buffers`` (once it has some)."""
+        buffers under ``local_buffers`` (once it has some).
+        """
         own = {n: ctx.client_state[PREFIX + "buffer." + n] for n in self.buffer_keys
                if PREFIX + "buffer." + n in ctx.client_state}
         return {**ctx.global_state, **own} if self.opts.local_buffers else ctx.global_state
@@ -329,7 +351,8 @@ class Floco(Algorithm):
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate], server_state: State,
                   round: int) -> tuple[State, State]:
         """Eq. 11 (participant-normalised, or literal with the total N); the global point
-        stays the centre."""
+        stays the centre.
+        """
         new = sample_weighted_average(global_state, updates)
         if self.opts.aggregation == "literal" and updates:
             total = float(server_state.get(f"{PREFIX}total_samples", 0.0))
@@ -348,7 +371,8 @@ class Floco(Algorithm):
     # -- evaluation -------------------------------------------------------------------
     def personal_state(self, ctx: EvalContext, client: int) -> State:
         """The training state evaluated for ``client``'s local accuracy: the global one (with
-        the client's own buffers under ``local_buffers``)."""
+        the client's own buffers under ``local_buffers``).
+        """
         own = ctx.client_states.get(client, {})
         return {**ctx.global_state, **{n: own[PREFIX + "buffer." + n] for n in self.buffer_keys
                                        if PREFIX + "buffer." + n in own}}
@@ -378,7 +402,8 @@ class FlocoPlus(Floco):
 
     def client_update(self, ctx: LocalContext) -> ClientUpdate:
         """The FLOCO update, then ``personal_epochs`` of
-        ``F_k(v_alpha) + lam/2 |v - w_received|^2`` from the client's personal model."""
+        ``F_k(v_alpha) + lam/2 |v - w_received|^2`` from the client's personal model.
+        """
         alpha_gen = make_generator(self.seed, "floco-alpha", ctx.round, ctx.client)
         result = self._simplex_sgd(ctx, alpha_gen, state=self.received(ctx))
         start = _personal(ctx.client_state) or self.received(ctx)

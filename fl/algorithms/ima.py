@@ -37,6 +37,7 @@ from typing import Any, Literal, Mapping
 import torch
 
 from landscape.infra.options import Options, option
+
 from .base import Algorithm, ClientUpdate, EvalContext, State, weighted_average
 from .wrapper import Wrapper
 
@@ -81,7 +82,8 @@ class IMAOptions(Options):
 
 class IMA(Wrapper):
     """IMA composed around a base algorithm (default FedAvg): window mean of the base's
-    server outputs (Eq. 5) and mild client exploration (Sec. 3.3)."""
+    server outputs (Eq. 5) and mild client exploration (Sec. 3.3).
+    """
 
     name = "ima"
     Options = IMAOptions

@@ -106,8 +106,18 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from landscape.infra.options import Options, option
-from .base import (Algorithm, ClientUpdate, LocalContext, State, forward, make_generator, minibatches,
-                   split_state, weighted_average)
+
+from .base import (
+    Algorithm,
+    ClientUpdate,
+    LocalContext,
+    State,
+    forward,
+    make_generator,
+    minibatches,
+    split_state,
+    weighted_average,
+)
 from .proximal import squared_distance
 from .simplex import sample_uniform_simplex
 
@@ -127,7 +137,8 @@ def distance(a: Mapping[str, Tensor], b: Mapping[str, Tensor], kind: str = "l2")
 
 def simplex_volume_sq(members: Sequence[Mapping[str, Tensor]]) -> Tensor:
     """Squared volume of the simplex spanned by ``members``: the Cayley-Menger determinant of
-    their squared pairwise L2 distances, ``|det CM| / (((n-1)!)^2 2^(n-1))`` (official code)."""
+    their squared pairwise L2 distances, ``|det CM| / (((n-1)!)^2 2^(n-1))`` (official code).
+    """
     n = len(members)
     device = next(iter(members[0].values())).device
     cm = torch.zeros(n + 1, n + 1, dtype=torch.float64, device=device)
@@ -271,7 +282,8 @@ class LSS(Algorithm):
 
     def _member_batches(self, ctx: LocalContext) -> list[list[Tensor]]:
         """Mini-batch index tensors of each member: ``epochs_per_member`` epochs each, or the
-        run's ``local_epochs`` of batches split into ``members`` consecutive chunks."""
+        run's ``local_epochs`` of batches split into ``members`` consecutive chunks.
+        """
         members = int(self.opts.members)
         if self.opts.budget == "split":
             batches = list(minibatches(len(ctx.y), ctx.batch_size, ctx.local_epochs, ctx.generator))
@@ -296,7 +308,8 @@ class LSS(Algorithm):
         The gradients of the task loss and of the regularisers are taken separately, so that
         their norms can be compared (metric ``regulariser_gradient_ratio``; a
         ``RuntimeWarning`` when a member's summed regulariser norm exceeds its summed task norm)
-        and, with ``regulariser_calibration``, the regularisers' gradient rescaled (:func:`calibrate`)."""
+        and, with ``regulariser_calibration``, the regularisers' gradient rescaled (:func:`calibrate`).
+        """
         o = self.opts
         anchor, buffers = split_state(ctx.module, ctx.global_state, ctx.device)
         anchor = {n: t.detach() for n, t in anchor.items()}

@@ -1,6 +1,7 @@
 """Functional local SGD: the pieces of a client update (state split, forward pass through
 ``torch.func.functional_call``, seeded mini-batches, an SGD step equal to
-``torch.optim.SGD``'s) and :func:`local_sgd`, FedAvg's local training."""
+``torch.optim.SGD``'s) and :func:`local_sgd`, FedAvg's local training.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -141,11 +141,12 @@ def sample_subregion(centre: torch.Tensor, rho: float, count: int, generator: to
 
 
 # ------------------------------------------- FLOCO's client representation (Sec. 3.2)
-def pca_scores(signals: Tensor, n_components: int) -> Tensor:
+def pca_scores(signals: torch.Tensor, n_components: int) -> torch.Tensor:
     """PCA coordinates ``(K, n_components)`` of the rows of ``signals`` (centred SVD).
 
     Each principal axis is signed so that its largest-magnitude entry is positive; when
-    fewer components exist (``K - 1`` or the signal dimension), the rest are zero."""
+    fewer components exist (``K - 1`` or the signal dimension), the rest are zero.
+    """
     x = signals.detach().double()
     x = x - x.mean(dim=0, keepdim=True)
     u, s, vh = torch.linalg.svd(x, full_matrices=False)
@@ -158,19 +159,21 @@ def pca_scores(signals: Tensor, n_components: int) -> Tensor:
     return out
 
 
-def riesz_energy(points: Tensor) -> Tensor:
+def riesz_energy(points: torch.Tensor) -> torch.Tensor:
     """``log(mean_{i<j} 1 / max(|p_i - p_j|_2, 1e-4)^2)`` for point sets ``(..., K, E)``
-    (Eq. 8 with s = 2, up to the constant ``log(#pairs)``)."""
+    (Eq. 8 with s = 2, up to the constant ``log(#pairs)``).
+    """
     k = points.shape[-2]
     i, j = torch.triu_indices(k, k, offset=1)
     d = (points[..., i, :] - points[..., j, :]).norm(dim=-1).clamp_min(MIN_DISTANCE)
     return torch.log((d ** -2).sum(dim=-1)) - math.log(len(i))
 
 
-def assign_points(kappa: Tensor, grid: Tensor | None = None) -> tuple[Tensor, float, Tensor, Tensor]:
+def assign_points(kappa: torch.Tensor, grid: torch.Tensor | None = None) -> tuple[torch.Tensor, float, torch.Tensor, torch.Tensor]:
     """Client points ``alpha_k = proj_z(kappa_k) / z`` at the ``z`` of least Riesz energy.
 
-    Returns ``(points (K, E), z, energy over the grid, grid)``; non-finite energies are skipped."""
+    Returns ``(points (K, E), z, energy over the grid, grid)``; non-finite energies are skipped.
+    """
     if kappa.shape[0] < 2:
         raise ConfigError("FLOCO's subregion assignment needs at least 2 clients")
     grid = torch.linspace(*Z_GRID, dtype=torch.float64) if grid is None else grid.double()

@@ -20,11 +20,11 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+import flwr
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-import flwr
 from landscape import ConfigError
 from landscape.infra.files import write_atomic
 

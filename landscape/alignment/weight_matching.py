@@ -13,7 +13,6 @@ from typing import Any, Mapping
 
 import torch
 from scipy.optimize import linear_sum_assignment
-
 from torch import nn
 
 from .graph import Group, PermutationSpec

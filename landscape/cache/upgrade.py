@@ -1,6 +1,6 @@
 """Copy the entries of a format-1 cache file (one HDF5 file) into a cache folder::
 
-    python -m landscape.cache.upgrade old.h5 new-cache
+python -m landscape.cache.upgrade old.h5 new-cache
 """
 from __future__ import annotations
 

@@ -5,9 +5,10 @@ pairs, with the spread); ``checks`` the paper claims; ``connectivity`` "connecte
 permutation" and "connected by a curve". Figures of a verdict's evidence are drawn
 by ``figures.verdicts.verdict_figure``.
 """
+from ..results.barriers import DEFAULT_THRESHOLD
 from .checks import flatter, group_connectivity, shared_basin, transitivity
 from .connectivity import connected_by_curve, connected_modulo_permutation, group_connected_modulo_permutation
-from .verdict import DEFAULT_THRESHOLD, Verdict, replicate
+from .verdict import Verdict, replicate
 
 __all__ = ["DEFAULT_THRESHOLD", "Verdict", "connected_by_curve", "connected_modulo_permutation", "flatter",
            "group_connected_modulo_permutation", "group_connectivity", "replicate", "shared_basin", "transitivity"]

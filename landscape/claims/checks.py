@@ -30,9 +30,10 @@ from ..geometry.paths import interpolate
 from ..geometry.planes import pca_plane, plane
 from ..infra.errors import ConfigError
 from ..results import PathResult
+from ..results.barriers import DEFAULT_THRESHOLD, METRICS
 from ..results.base import Result
 from ..space.params import ModelLike
-from .verdict import DEFAULT_THRESHOLD, METRICS, Verdict
+from .verdict import Verdict
 
 TRANSITIVITY_LEGEND = {
     "barrier_w1_anchor": "barrier of the path w1-anchor (Eq. 4 accuracy / Eq. 3 loss)",

@@ -26,7 +26,6 @@ from ..results.geometry import PathResult
 from .verdict import Verdict
 
 
-
 def _barrier(path: Any, metric: str) -> float:
     return path.accuracy_barrier if metric == "accuracy" else path.loss_barrier
 

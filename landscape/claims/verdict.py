@@ -16,7 +16,6 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..infra.errors import ConfigError
-from ..results.barriers import DEFAULT_THRESHOLD, METRICS
 from ..results.base import jsonable
 from .statistics import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval, decide
 

@@ -12,9 +12,9 @@ are claims: :mod:`landscape.claims.connectivity`.
 from ..alignment.align import Alignment, align, align_group, match
 from ..alignment.graph import PermutationError, PermutationSpec, discover
 from ..alignment.permute import apply_permutation, random_permutations
+from ..results.connectivity import CurveResult, SimplexResult
 from .curves import curve, curve_plane
 from .repair import repaired_interpolate
-from ..results.connectivity import CurveResult, SimplexResult
 from .simplex import simplex
 
 __all__ = ["Alignment", "CurveResult", "PermutationError", "PermutationSpec", "SimplexResult", "align",

@@ -390,7 +390,8 @@ class HessianOperator(CurvatureOperator):
 
 def _resolve_mode(mode: str, evaluator: Any) -> str:
     """``auto``: keep per-batch graphs (about 2x cheaper per product) on CPU when they fit
-    in :data:`RETAINED_BUDGET`; otherwise forward-over-reverse, whose memory stays flat."""
+    in :data:`RETAINED_BUDGET`; otherwise forward-over-reverse, whose memory stays flat.
+    """
     if mode != "auto":
         return mode
     graphs = 3 * evaluator.activation_bytes() * len(evaluator.batches)

@@ -216,7 +216,8 @@ class _Ball:
     def direction(self, u: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         """Steepest feasible ascent direction at ``u``: ``sign(g)`` in the box (clipping removes what
         leaves it); in the L2 ball ``g`` projected onto the tangent cone at ``u`` (its outward radial
-        part removed on the sphere), of unit length."""
+        part removed on the sphere), of unit length.
+        """
         if not self.l2:
             return torch.sign(g)
         radial = float(torch.dot(g, u))
@@ -309,7 +310,8 @@ def _objective(op: HessianOperator, scale: torch.Tensor) -> tuple[Objective, lis
 def _ascend(objective: Objective, ball: _Ball, u: torch.Tensor, steps: int, length: float,
             trajectory: np.ndarray, lengths: np.ndarray) -> tuple[torch.Tensor, float]:
     """One restart: monotone projected ascent with step halving; fills ``trajectory`` (losses at the
-    start and after each step) and ``lengths``; returns the best iterate and its loss."""
+    start and after each step) and ``lengths``; returns the best iterate and its loss.
+    """
     best_value, best_grad = objective(u)
     trajectory[0] = best_value
     for t in range(steps):

@@ -147,7 +147,8 @@ def _directions(model: ModelLike | torch.Tensor, evaluator: Any, eigen: HessianE
                 normalization: str, span: float, params: Params, solver: dict[str, Any]
                 ) -> tuple[torch.Tensor, HessianEigen, dict[str, Any], torch.Tensor, torch.Tensor]:
     """The point, its eigenpairs, the options they were computed with, the mask of the differentiated
-    parameters and ``count`` flat directions (rows)."""
+    parameters and ``count`` flat directions (rows).
+    """
     if normalization not in NORMALIZATIONS:
         raise ConfigError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
     if not (isinstance(span, Real) and not isinstance(span, bool) and math.isfinite(span) and span > 0):

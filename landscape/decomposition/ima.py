@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..results import Decomposition
 from ..evaluation.data import prepare_data
 from ..infra.errors import ConfigError, DataError
+from ..results import Decomposition
 from ..space.params import ModelLike
 
 CHUNK = 2048  # samples per forward pass

@@ -58,7 +58,8 @@ class BatchNormModes:
     @property
     def active(self) -> bool:
         """True when this mode changes anything (the model has buffers and the mode is not
-        ``interpolate``)."""
+        ``interpolate``).
+        """
         return self.space.has_buffers and self.mode != "interpolate"
 
     def apply(self, vecs: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,7 @@ from ..infra.errors import BatchNormWarning, ConfigError, DataError
 from ..results import Metrics
 from ..space.params import ModelLike, ParameterSpace, vector_digest
 from ..space.points import PointSet, check_headroom
+from . import strategies
 from .batchnorm import BatchNormModes
 from .class_major import ClassMetrics
 from .data import DeviceData, check_targets, prepare_data
@@ -44,9 +45,8 @@ from .losses import loss_identity
 from .memory import activation_bytes, default_budget, fitting_chunk
 from .options import EvaluatorOptions
 from .resumable import fill_points
-from .scoring import Scorer, scoring_plan, select_output
-from . import strategies
 from .runner import ChunkRunner
+from .scoring import Scorer, scoring_plan, select_output
 from .strategies import LoopStrategy
 
 ALGORITHM_VERSION = "evaluator-2"
@@ -131,7 +131,8 @@ class Evaluator:
 
     def __getattr__(self, name: str) -> Any:
         """Every :class:`EvaluatorOptions` field (``autocast``, ``compile``, ``backend``, ``n_jobs``,
-        ``progress``, ...) reads as an attribute of the evaluator."""
+        ``progress``, ...) reads as an attribute of the evaluator.
+        """
         if name != "options" and name in EvaluatorOptions.__dataclass_fields__:
             return getattr(self.options, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

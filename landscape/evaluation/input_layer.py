@@ -23,7 +23,7 @@ which the flat module always holds.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -138,7 +138,8 @@ def _combine(base: torch.Tensor, coeffs: Sequence[float], terms: Sequence[torch.
 def _record_inputs(module: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
                    k: int) -> dict[nn.Module, list[torch.Tensor]]:
     """Qualifying layers and their inputs, one per batch: a probe on two samples finds the
-    layers that read the data, then one forward pass per batch records their inputs."""
+    layers that read the data, then one forward pass per batch records their inputs.
+    """
     candidates = [m for m in module.modules() if type(m) in LAYER_TYPES and _plain(m)
                   and _fan_in(m) >= MIN_FAN_IN_PER_TERM * (k + 1)]
     if candidates:
@@ -149,7 +150,8 @@ def _record_inputs(module: nn.Module, batches: Sequence[tuple[torch.Tensor, torc
 def _reading(module: nn.Module, candidates: list[nn.Module], inputs: list[torch.Tensor]
              ) -> dict[nn.Module, list[torch.Tensor]]:
     """Those of ``candidates`` called exactly once per forward pass on a tensor sharing the
-    memory of the input, for every input; with the tensor they were called on."""
+    memory of the input, for every input; with the tensor they were called on.
+    """
     calls: dict[nn.Module, list[torch.Tensor]] = {}
 
     def hook(layer: nn.Module, args: tuple) -> None:

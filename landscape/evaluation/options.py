@@ -3,8 +3,8 @@
 :class:`EvaluatorOptions` is declared with the toolkit's one option mechanism
 (:mod:`landscape.infra.options`, shared with the FL run configuration and the algorithms'
 options): the ``Evaluator`` keyword arguments, their validation (types, choices, ranges, finite
-numbers), the CLI flags and their help (``landscape_cli.evaluator_flags``) all come from the
-field declarations below.
+numbers), the CLI flags and their help (:func:`landscape.infra.flags.add_option_flags`) all
+come from the field declarations below.
 """
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from typing import Any, Callable, Literal
 
 import torch
 
+from ..infra.backends import as_backend
+from ..infra.devices import resolve_device
 from ..infra.errors import ConfigError
 from ..infra.options import Options, option
-from ..infra.backends import as_backend
 
 BN_MODES = ("interpolate", "keep", "recompute")
 STRATEGIES = ("auto", "loop", "vmap")
@@ -48,6 +49,17 @@ def _dtype_problem(what: str, value: Any) -> str:
 
 def _compile(text: str) -> bool | str:
     return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _device(text: str) -> str:
+    """The device as typed, once :func:`~landscape.infra.devices.resolve_device` accepts it."""
+    resolve_device(text)
+    return text
+
+
+def _key_or_index(text: str) -> str | int:
+    """An integer for text made of digits (an index), the text itself otherwise (a key)."""
+    return int(text) if text.lstrip("-").isdigit() else text
 
 
 @dataclass(frozen=True)
@@ -93,7 +105,7 @@ class EvaluatorOptions(Options):
         "cross_entropy", help="per-sample loss: a built-in name or (Python only) a callable "
         "(outputs, targets) -> per-sample losses")
     device: str | torch.device = option(
-        "auto", help="device to evaluate on: auto (CUDA when available), cpu, cuda, cuda:N")
+        "auto", help="device to evaluate on: auto (CUDA when available), cpu, cuda, cuda:N", parse=_device)
     bn: Literal["interpolate", "keep", "recompute"] = option(
         "interpolate", help="BatchNorm running statistics along paths and planes: interpolate (they move "
         "with the weights, as FedAvg averages a state_dict), keep (the reference model's), recompute "
@@ -116,7 +128,8 @@ class EvaluatorOptions(Options):
     compile: bool | str = option(
         False, help="torch.compile the per-batch step: true, false or a backend name", parse=_compile)
     backend: Any = option(
-        None, help="shard missing points over workers: loky, processes, ray, dask (default: this process)")
+        None, help="shard missing points over workers: loky, processes, ray, dask (default: this process)",
+        parse=str)
     n_jobs: int | None = option(None, help="number of workers of the back end", ge=1)
     input_shortcut: bool = option(
         True, help="exact CPU shortcut: expand an input Linear/Conv over the point set's directions")
@@ -126,7 +139,7 @@ class EvaluatorOptions(Options):
         "a run is killed)", ge=0.01)
     output: str | int | Callable[..., Any] | None = option(
         None, help="for models whose forward returns a dict/tuple/list: the key or index of the logits "
-        "(Python: also a callable)")
+        "(Python: also a callable)", parse=_key_or_index, metavar="KEY|INDEX")
 
     def __post_init__(self) -> None:
         for name, table in (("dtype", DTYPES), ("autocast", AUTOCAST_DTYPES)):

@@ -94,7 +94,8 @@ class ChunkRunner:
     def _runs(self, points: PointSet, todo: np.ndarray, ref: torch.Tensor
                       ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Runs of consecutive missing points, each small enough to fit memory and, for the
-        loop, to finish within ``flush_interval`` seconds (measured on the previous run)."""
+        loop, to finish within ``flush_interval`` seconds (measured on the previous run).
+        """
         pos, per_point = 0, None
         while pos < todo.size:
             size = self.ev.chunk_size or self.ev.chunk_limit(self.strategy or "loop")

@@ -98,7 +98,8 @@ class LoopStrategy:
     def _flat_copy(template: nn.Module, space: ParameterSpace) -> tuple[nn.Module, torch.Tensor]:
         """A copy whose floating-point parameters and buffers are views into one flat tensor
         (layout of ``space``); tied weights stay one Parameter; integer buffers are the
-        template's."""
+        template's.
+        """
         module = copy.deepcopy(template).eval()
         ref = next(iter(template.state_dict().values()), torch.zeros(()))
         flat = torch.zeros(space.size, device=ref.device, dtype=_float_dtype(template))
@@ -175,7 +176,8 @@ class LoopStrategy:
         """The loop with a class-major output layer: the ``(C, N)`` logits of up to
         ``CONCAT_OUTPUT_BYTES`` worth of points are stacked and scored by one
         ``ClassMetrics.scores`` call; points with non-finite losses are rescored row-major
-        (the usual NaN and infinity semantics)."""
+        (the usual NaN and infinity semantics).
+        """
         metrics = self.scorer.class_metrics
         y = self.targets if self.targets is not None else self.batches[0][1]
         per_point = metrics.num_classes * y.shape[0] * torch.finfo(self.scorer.dtype).bits // 8

@@ -11,14 +11,14 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..infra.errors import ConfigError
 from ..evaluation.evaluator import Evaluator
+from ..infra.errors import ConfigError
 from ..infra.host_memory import check_fits, points_bytes
+from ..results import BarrierMatrix, PathResult
+from ..results.barriers import warn_nonfinite
 from ..space.params import ModelLike
 from ..space.points import PointSet
-from ..results import BarrierMatrix, PathResult
 from .adaptive import ADAPTIVE, adaptive_search, search_tolerance
-from ..results.barriers import warn_nonfinite
 
 #: What a path function's ``alphas`` accepts: a count, the values, or ``"adaptive"``.
 AlphasLike = int | Sequence[float] | np.ndarray | str

@@ -19,12 +19,12 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from ..infra.errors import ConfigError
 from ..evaluation.evaluator import Evaluator
-from ..space.params import ModelLike, ParameterSpace
-from ..space.points import PointSet
+from ..infra.errors import ConfigError
 from ..infra.host_memory import check_fits, points_bytes
 from ..results import PlaneResult
+from ..space.params import ModelLike, ParameterSpace
+from ..space.points import PointSet
 from .span import AUTO, auto_span, check_span
 
 NORMALIZATIONS = ("filter", "layer", "none")

@@ -1,2 +1,3 @@
 """Infrastructure shared by the whole toolkit: errors, atomic and link-safe file writes, parallel
-back ends, digests and devices. ``fl`` and ``figures`` may import it without loading the analysis core."""
+back ends, digests and devices. ``fl`` and ``figures`` may import it without loading the analysis core.
+"""

@@ -144,7 +144,8 @@ class MetaDeviceError(ConfigError):
 
 class WeightOverflowError(LandscapeError):
     """A model's weights are finite but so large that arithmetic on them (differences of models,
-    distances, plane coordinates) overflows the evaluation dtype."""
+    distances, plane coordinates) overflows the evaluation dtype.
+    """
 
 
 class CurvatureError(LandscapeError):

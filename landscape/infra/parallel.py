@@ -93,7 +93,8 @@ def _slot_folder(token: str) -> tuple[Path, int]:
 
     Created with mode 0700; an existing one is used only if it is a real folder (not a link) of
     this user that no one else may write to, since anyone can create names in the temporary
-    folder. The caller closes the descriptor."""
+    folder. The caller closes the descriptor.
+    """
     folder = Path(tempfile.gettempdir()) / f"landscape-devices-{token}"
     advice = "remove it (or set TMPDIR to a private folder): the device-slot lock files belong in a private folder"
     try:
@@ -200,7 +201,8 @@ def _ray_pass(fn: Callable[[Any], Any], payloads: Sequence[Any], pending: Sequen
 
     Ray tasks rather than ``ray.util.joblib``: Ray keeps its worker processes (and the
     evaluators they rebuilt) between calls, streams results, and a crashed worker fails
-    only its own task."""
+    only its own task.
+    """
     try:
         import ray
     except ImportError:

@@ -13,8 +13,7 @@
 from .base import RESULT_TYPES, Result, register
 from .basin import BasinResult
 from .connectivity import CurveResult, SimplexResult
-from .curvature import (CurvaturePlane, CurvatureProfile, Eigenvalues, HessianEigen, SpectralDensity,
-                        TraceEstimate)
+from .curvature import CurvaturePlane, CurvatureProfile, Eigenvalues, HessianEigen, SpectralDensity, TraceEstimate
 from .curvature_views import BlockCurvature, EigenLine
 from .decomposition import AveragingCurve, CKAMatrix, Decomposition
 from .geometry import BarrierMatrix, GroupResult, Metrics, PathResult, PlaneResult

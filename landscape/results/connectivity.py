@@ -1,5 +1,6 @@
 """Result classes of learned curves and simplices (cacheable like every landscape result; the
-registry gives them the summary ``repr`` and HTML of :class:`landscape.results.base.Result`)."""
+registry gives them the summary ``repr`` and HTML of :class:`landscape.results.base.Result`).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,10 +8,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from .geometry import PathResult
 from .base import Result, register
-
 from .curve_shapes import coefficients
+from .geometry import PathResult
 
 
 @register

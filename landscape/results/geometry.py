@@ -15,8 +15,14 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
-from .barriers import (accuracy_barrier_curve, barrier_from_curve, code_accuracy_barrier,
-                                 group_accuracy_barrier, group_loss_barrier, loss_barrier_curve)
+from .barriers import (
+    accuracy_barrier_curve,
+    barrier_from_curve,
+    code_accuracy_barrier,
+    group_accuracy_barrier,
+    group_loss_barrier,
+    loss_barrier_curve,
+)
 from .base import Result, format_value, register
 from .plane_diagnostics import CENTRED_KINDS, PlaneDiagnostics, diagnose_plane
 from .vtk import write_plane_vtk

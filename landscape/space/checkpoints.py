@@ -183,7 +183,8 @@ def _check_archive(path: Path) -> None:
 
 def _check_format(path: Path, head: bytes) -> None:
     """Refuse a file that neither torch.save nor safetensors can have written (text, an image, ...)
-    by its first bytes ``head``."""
+    by its first bytes ``head``.
+    """
     if path.suffix == ".safetensors" and head[8:9] == b"{":  # the header's length, then its JSON
         return
     if path.suffix != ".safetensors" and head.startswith((b"PK\x03\x04", b"\x80")):  # zip, or legacy pickle

@@ -10,16 +10,22 @@ parameter entries only (``param_mask``); buffers travel along with the same coef
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence, Union
 
 import torch
 from torch import nn
 
-from ..infra.errors import (ArchitectureMismatchError, CheckpointError, ConfigError, MetaDeviceError,
-                            NonFiniteWeightsError)
+from ..infra.errors import (
+    ArchitectureMismatchError,
+    CheckpointError,
+    ConfigError,
+    MetaDeviceError,
+    NonFiniteWeightsError,
+)
 
-ModelLike = Union[nn.Module, Mapping[str, torch.Tensor], str, "os.PathLike[str]"]
+ModelLike = Union[nn.Module, Mapping[str, torch.Tensor], str, os.PathLike[str]]
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,17 @@
 """``landscape align``: permute a model's hidden units to match a reference (Git Re-Basin), write it,
-and compare the line barriers to the reference before and after."""
+and compare the line barriers to the reference before and after.
+"""
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
 from landscape.space.checkpoints import check_save_path
+from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, checked, count_at_least_2, seed_int
-from landscape_cli.commands import COMMANDS
-
 
 #: ``--save``: a file name ending in .safetensors, .pt or .pth, checked by
 #: :func:`landscape.space.checkpoints.check_save_path`.
@@ -28,8 +28,8 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
-    from landscape.connectivity import match
     from landscape.alignment.matchers import MATCHERS
+    from landscape.connectivity import match
 
     p = add_analysis_command(sub, "align", func=run, default_models=None, nmodels=(2, 2),
                              help="permute the hidden units of MODEL to match REFERENCE (Git Re-Basin); "

@@ -10,15 +10,25 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from landscape_cli import runs
+from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.commands.group import check_weights
 from landscape_cli.commands.hessian import lanczos_parent
 from landscape_cli.inputs import Context
 from landscape_cli.limits import MAX_ITERATIONS, check_points, iteration_count
 from landscape_cli.output import emit
-from landscape_cli.commands import COMMANDS
-from landscape_cli.parsing import (Formatter, Parser, api_default, count_at_least_2, finite_float,
-                                   nonnegative_float, number, plane_margin, positive_int, seed_int)
+from landscape_cli.parsing import (
+    Formatter,
+    Parser,
+    api_default,
+    count_at_least_2,
+    finite_float,
+    nonnegative_float,
+    number,
+    plane_margin,
+    positive_int,
+    seed_int,
+)
 
 METRICS = ("accuracy", "loss")
 

@@ -1,5 +1,6 @@
 """``landscape curve``: train a Bezier curve or polygonal chain between two models (Garipov et al. 2018)
-and compare its barriers with the straight line's."""
+and compare its barriers with the straight line's.
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,12 +8,19 @@ from typing import Any
 
 from landscape import ConfigError
 from landscape_cli import datafiles, runs
+from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context, check_labels
 from landscape_cli.output import emit
-from landscape_cli.commands import COMMANDS
-from landscape_cli.parsing import (api_default, count_at_least_2, nonnegative_float, number, positive_float,
-                                   positive_int, seed_int)
+from landscape_cli.parsing import (
+    api_default,
+    count_at_least_2,
+    nonnegative_float,
+    number,
+    positive_float,
+    positive_int,
+    seed_int,
+)
 
 
 @COMMANDS.register("curve")

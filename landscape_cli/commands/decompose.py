@@ -8,12 +8,12 @@ import numpy as np
 
 from landscape import ConfigError
 from landscape_cli import datafiles, runs
+from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.commands.group import check_weights
 from landscape_cli.inputs import Context, check_labels
 from landscape_cli.output import emit
 from landscape_cli.parsing import nonnegative_float
-from landscape_cli.commands import COMMANDS
 
 TERMS = ("bias", "train_bias", "heter_bias", "cross", "variance", "covariance", "wens_loss", "fma_loss", "gap")
 

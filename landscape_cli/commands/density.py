@@ -1,17 +1,18 @@
 """``landscape density``: the eigenvalue density of the Hessian (or GGN, Fisher) by stochastic Lanczos
-quadrature."""
+quadrature.
+"""
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.commands.hessian import curvature_parent, density_figures, operator_options
 from landscape_cli.inputs import Context
 from landscape_cli.limits import MAX_ITERATIONS, MAX_RUNS, iteration_count, probe_count
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, number, positive_float, seed_int
-from landscape_cli.commands import COMMANDS
 
 
 @COMMANDS.register("density")

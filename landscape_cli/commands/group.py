@@ -7,11 +7,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from landscape import ConfigError
+from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, count_at_least_2, nonnegative_float, positive_int, seed_int
-from landscape_cli.commands import COMMANDS
 
 
 @COMMANDS.register("group")

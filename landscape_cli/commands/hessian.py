@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable
 
+from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.limits import MAX_ITERATIONS, iteration_count
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, number, positive_float, positive_int, seed_int
-from landscape_cli.commands import COMMANDS
 
 
 def lanczos_parent(function: Callable[..., Any]) -> argparse.ArgumentParser:
@@ -52,9 +52,9 @@ def curvature_parent() -> argparse.ArgumentParser:
         A parent parser without help of its own.
     """
     from landscape import hessian_eigen
-    from landscape.curvature.registry import OPERATOR_KINDS
     from landscape.curvature.gauss_newton import MAX_MC_SAMPLES
     from landscape.curvature.operators import HVP_MODES
+    from landscape.curvature.registry import OPERATOR_KINDS
 
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("curvature operator")

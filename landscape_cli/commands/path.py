@@ -7,12 +7,12 @@ from typing import Any
 import numpy as np
 
 from landscape import ConfigError
+from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, count_at_least_2, finite_float
-from landscape_cli.commands import COMMANDS
 
 
 @COMMANDS.register("path")

@@ -8,13 +8,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from landscape import ConfigError
+from landscape.geometry.span import AUTO, check_span
+from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
 from landscape_cli.output import emit
-from landscape.geometry.span import AUTO, check_span
 from landscape_cli.parsing import api_default, checked, count_at_least_2, finite_float, plane_margin, seed_int
-from landscape_cli.commands import COMMANDS
 
 KINDS = ("through", "random", "pca")
 

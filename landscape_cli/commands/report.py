@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 
 from landscape import ConfigError
+from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
 from landscape_cli.output import emit
 from landscape_cli.parsing import count_at_least_2
-from landscape_cli.commands import COMMANDS
 
 
 @COMMANDS.register("report")
@@ -51,7 +51,6 @@ def run(args: argparse.Namespace) -> int:
     from figures.paths import path_figure
     from figures.planes import plane_figure
     from figures.report import Report
-
     from landscape import claims, group_barrier, interpolate
 
     if not args.run:

@@ -1,17 +1,18 @@
 """``landscape trace``: the trace of the Hessian (or GGN, Fisher) by Hutchinson or Hutch++, with its
-standard error."""
+standard error.
+"""
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.commands.hessian import curvature_parent, operator_options
 from landscape_cli.inputs import Context
 from landscape_cli.limits import MAX_ITERATIONS, iteration_count
 from landscape_cli.output import emit
 from landscape_cli.parsing import api_default, positive_float, positive_int, seed_int
-from landscape_cli.commands import COMMANDS
 
 
 @COMMANDS.register("trace")

@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from landscape_cli.parsing import Formatter
 from landscape_cli.commands import COMMANDS
+from landscape_cli.parsing import Formatter
 
 
 @COMMANDS.register("train")
