@@ -130,13 +130,14 @@ def test_report_and_claims_on_the_recorded_run(recorded: Path, tmp_path: Path, c
 
 
 ALGORITHMS = {"fedavg": {}, "fedgucci": {"beta": 0.5}, "ima": {"window": 2, "start_round": 2},
-              "fedprox": {"mu": 0.01}}
+              "fedprox": {"mu": 0.01}, "floco": {"tau": 1, "vertices": 3}, "lss": {"members": 2},
+              "ditto": {}}
 SETTINGS = dict(dataset="digits", clients=CLIENTS, rounds=ROUNDS, seed=3, local_epochs=1, save_clients="all")
 
 
 @pytest.fixture(scope="module")
 def on_flower(tmp_path_factory) -> dict[str, Path]:
-    """FedAvg, FedGuCci, IMA and FedProx trained by AlgorithmStrategy in one Flower simulation."""
+    """Each algorithm of ALGORITHMS trained by AlgorithmStrategy, all in one Flower simulation."""
     root = tmp_path_factory.mktemp("flower-alg")
     outs = {name: root / name for name in ALGORITHMS}
 
@@ -194,6 +195,11 @@ def test_fedgucci_on_flower_keeps_its_anchor(on_flower) -> None:
     anchor = {k[len("fedgucci.anchor.0."):]: v for k, v in state.items() if k.startswith("fedgucci.anchor.0.")}
     for key, value in run.global_state(ROUNDS - 1).items():
         torch.testing.assert_close(anchor[key], value)
+
+
+def test_floco_projects_through_the_federation(on_flower) -> None:
+    state = fl.load_run(on_flower["floco"]).algorithm_state(1)
+    assert state["floco.points"].shape[0] == CLIENTS  # subregions from probes trained on the SuperNodes
 
 
 def test_claims_run_on_the_flower_algorithm_runs(on_flower) -> None:

@@ -21,13 +21,12 @@ models and the configuration's dataset.
 from __future__ import annotations
 
 from flwr.app import Context
-from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from .algorithms import AlgorithmStrategy, client_app
 
 server = ServerApp()
-client: ClientApp = client_app()
+client = client_app()
 
 
 @server.main()

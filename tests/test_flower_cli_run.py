@@ -1,0 +1,98 @@
+"""FedGuCci launched with ``flwr run`` (the ServerApp in its own process, a local SuperLink) equals fl.run.
+
+The app folder holds only a ``pyproject.toml`` naming the components ``fl.flower.apps:server``
+and ``fl.flower.apps:client`` and the run's ``[tool.flwr.app.config.fl]`` table, as docs/flower.md
+shows. Flower starts a local SuperLink (simulation runtime, 3 SuperNodes) in the background;
+the test stops it afterwards.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("flwr", reason="Flower is not installed: pip install -c constraints.txt '.[flower]'")
+psutil = pytest.importorskip("psutil")
+
+import fl  # noqa: E402
+
+SETTINGS = {"algorithm": "fedgucci", "dataset": "digits", "clients": 3, "rounds": 2, "seed": 5,
+            "save-clients": "all", "beta": 0.5}
+PYPROJECT = """[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "fedgucci-app"
+version = "1.0.0"
+dependencies = []
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "landscape"
+
+[tool.flwr.app.components]
+serverapp = "fl.flower.apps:server"
+clientapp = "fl.flower.apps:client"
+
+[tool.flwr.app.config.fl]
+{table}
+"""
+FLOWER_CONFIG = """[superlink]
+default = "local"
+
+[superlink.local]
+address = ":local:"
+options.num-supernodes = 3
+"""
+
+
+def _stop_local_superlink(home: Path) -> None:
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(str(home) in part for part in (proc.info["cmdline"] or [])):
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("flwr-run")
+    home, app, out = root / "flwr-home", root / "app", root / "run"
+    home.mkdir()
+    app.mkdir()
+    (home / "config.toml").write_text(FLOWER_CONFIG)
+    table = "\n".join(f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v}"
+                      for k, v in {**SETTINGS, "run-dir": str(out)}.items()).replace("'", '"')
+    (app / "pyproject.toml").write_text(PYPROJECT.format(table=table))
+    env = {**os.environ, "FLWR_HOME": str(home), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    try:
+        done = subprocess.run([str(Path(sys.executable).parent / "flwr"), "run", str(app), "--stream"], env=env,
+                              capture_output=True, text=True, timeout=400)
+    finally:
+        _stop_local_superlink(home)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return out
+
+
+def test_flwr_run_records_the_run(launched: Path) -> None:
+    run = fl.load_run(launched)
+    assert run.complete and run.rounds == [0, 1, 2]
+    assert sorted(run.client_states(2)) == [0, 1, 2]
+    assert '"AlgorithmStrategy"' in (launched / "flower.json").read_text()
+
+
+def test_flwr_run_equals_fl_run(launched: Path, tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    settings = {k.replace("-", "_"): v for k, v in SETTINGS.items()}
+    reference = fl.run(settings.pop("algorithm"), out=tmp_path / "engine", progress=False, **settings)
+    flower = fl.load_run(launched)
+    assert flower.config == reference.config
+    for r in reference.rounds:
+        for key, value in reference.global_state(r).items():
+            # float32 in other processes and thread counts: the tolerance of tests/test_flower_messages.py
+            torch.testing.assert_close(flower.global_state(r)[key], value, atol=1e-5, rtol=1e-4)
