@@ -88,7 +88,8 @@ def device_name(device: torch.device) -> str:
 
 
 def peak_flops(device: torch.device, dtype: str) -> float | None:
-    """Dense peak FLOP/s of ``device`` for ``dtype`` ("float32", "tf32", "bfloat16"), or
+    """Dense peak FLOP/s of ``device`` for ``dtype`` ("float32", "tf32", "bfloat16"), or None.
+
     None when unknown (every CPU: its peak depends on clocks and SIMD units we cannot read).
     """
     if device.type != "cuda":
@@ -101,8 +102,10 @@ def peak_flops(device: torch.device, dtype: str) -> float | None:
 
 
 def forward_flops(module: nn.Module, x: torch.Tensor) -> int:
-    """FLOPs (2 per multiply-add) of one forward pass of ``module`` on ``x``, counted by
-    ``torch.utils.flop_counter.FlopCounterMode`` (matmuls and convolutions only).
+    """FLOPs (2 per multiply-add) of one forward pass of ``module`` on ``x``.
+
+    Counted by ``torch.utils.flop_counter.FlopCounterMode`` (matmuls and convolutions
+    only).
     """
     from torch.utils.flop_counter import FlopCounterMode
 

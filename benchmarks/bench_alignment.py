@@ -1,6 +1,8 @@
-"""Mode-connectivity targets on MNIST-1D: barriers before/after permutation alignment and REPAIR,
-a BatchNorm CNN under each BatchNorm handling, learned curves vs the line, alignment time of
-two ResNet-20s, and a cross-check of weight matching against the ``rebasin`` package.
+"""Mode-connectivity targets on MNIST-1D.
+
+Barriers before/after permutation alignment and REPAIR, a BatchNorm CNN under each BatchNorm
+handling, learned curves vs the line, alignment time of two ResNet-20s, and a cross-check of
+weight matching against the ``rebasin`` package.
 
 Run (one core, low priority; about 10 minutes):
 

@@ -30,8 +30,9 @@ from _workloads import digits, small_cnn
 
 def timed_plane(model: nn.Module, data, resolution: int, backend: str | None, n_jobs: int, repeats: int
                 ) -> tuple[float, float, np.ndarray]:
-    """(cold seconds, best warm seconds of ``repeats``, losses) of the plane on one back end
-    (None: one process, no sharding layer).
+    """Time the plane on one back end: (cold seconds, best warm seconds of ``repeats``, losses).
+
+    Back end None: one process, no sharding layer.
     """
     times = []
     with ExitStack() as stack:

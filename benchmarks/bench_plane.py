@@ -1,5 +1,7 @@
-"""Plane evaluation speed: our Evaluator against the per-point state_dict loop, the
-loss-landscapes package (``planar_interpolation``) and the forward-pass floor.
+"""Plane evaluation speed.
+
+Our Evaluator against the per-point state_dict loop, the loss-landscapes package
+(``planar_interpolation``) and the forward-pass floor.
 
 For each model, three seeded models span a ``resolution`` x ``resolution`` plane; every
 contender evaluates that many points on the same data, side by side in one run
@@ -98,8 +100,10 @@ def forward_floor(model: nn.Module, batches: list, points: int) -> None:
 
 def loss_landscapes_plane(models: list[nn.Module], data: tuple[torch.Tensor, torch.Tensor], steps: int,
                           accuracy: bool = False) -> np.ndarray:
-    """``planar_interpolation`` with its ``Loss`` metric, or (``accuracy``) with a metric of
-    the same form that also counts correct predictions, as ours does.
+    """The plane by loss-landscapes' ``planar_interpolation``.
+
+    With its ``Loss`` metric, or (``accuracy``) with a metric of the same form that also
+    counts correct predictions, as ours does.
     """
     import loss_landscapes
     import loss_landscapes.metrics
@@ -132,8 +136,10 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device) -> str:
     floor_model = copy.deepcopy(models[0]).to(device).eval()
 
     def ours(reuse: bool = False, **options: Any) -> Callable[[], Any]:
-        """A plane with a fresh Evaluator per call (its set-up timed too), or with one
-        Evaluator built on the first call and reused (compile: compiled once, in the warm-up).
+        """A plane with a fresh Evaluator per call, or with one Evaluator reused.
+
+        A fresh Evaluator has its set-up timed too; a reused one is built on the first call
+        (compile: compiled once, in the warm-up).
         """
         made: list[Evaluator] = []
 

@@ -1,6 +1,8 @@
-"""Central-training claims of benchmarks/claims.py (FedGuCci Sec. 3): transitivity with a
-trained anchor (Table 1: individual accuracy, fused accuracy and barrier), with weak anchors
-(Tables 7/9), and the group barrier against the group size K (Fig. 4, K = 2..8).
+"""Central-training claims of benchmarks/claims.py (FedGuCci Sec. 3).
+
+Transitivity with a trained anchor (Table 1: individual accuracy, fused accuracy and
+barrier), with weak anchors (Tables 7/9), and the group barrier against the group size K
+(Fig. 4, K = 2..8).
 
 Per seed: an anchor and a pool of models from their own initialisations, trained
 with plain cross-entropy and with the connectivity loss (beta = 1) to a trained, a
@@ -40,10 +42,12 @@ SCHEDULE = "cosine"
 
 
 def learning_curve(tr: Trainer, folder: Path, key: str, ev: landscape.Evaluator) -> list[dict[str, float]]:
-    """Test accuracy of ``key``'s vanilla model after every epoch (``[{"round": epoch,
-    "test_accuracy": a}, ...]``, the form :func:`fl.convergence.assess` reads), stored beside
-    the cached models and re-read by a later call. The training that records it also stores
-    the model where :meth:`Trainer.cached` finds it, so the model is trained once.
+    """Test accuracy of ``key``'s vanilla model after every epoch.
+
+    ``[{"round": epoch, "test_accuracy": a}, ...]``, the form :func:`fl.convergence.assess`
+    reads, stored beside the cached models and re-read by a later call. The training that
+    records it also stores the model where :meth:`Trainer.cached` finds it, so the model is
+    trained once.
     """
     path = Path(folder) / f"{tr.file_name(key)}-curve.json"
     if path.exists():
@@ -60,8 +64,10 @@ def learning_curve(tr: Trainer, folder: Path, key: str, ev: landscape.Evaluator)
 
 
 def pair_metrics(models: Sequence[Mapping[str, Any]], ev: landscape.Evaluator) -> dict[str, float]:
-    """Table 1's metrics, averaged over all pairs: individual accuracy (mean of the two
-    endpoints), fused accuracy (the midpoint) and the accuracy barrier (Eq. 4, 11 alphas).
+    """Table 1's metrics, averaged over all pairs.
+
+    Individual accuracy (mean of the two endpoints), fused accuracy (the midpoint) and the
+    accuracy barrier (Eq. 4, 11 alphas).
     """
     ind, fused, barrier = [], [], []
     for i in range(len(models)):

@@ -89,8 +89,10 @@ class Context:
         return name
 
     def explicit(self, paper: str, algorithm: str, overrides: dict[str, Any]) -> dict[str, Any]:
-        """The settings passed to ``fl.run`` on top of the recipe: ``overrides``, and in quick
-        mode the shrunk sizes (round-indexed options of the recipe's own algorithm included).
+        """The settings passed to ``fl.run`` on top of the recipe.
+
+        ``overrides``, and in quick mode the shrunk sizes (round-indexed options of the
+        recipe's own algorithm included).
         """
         recipe = RECIPES[self.recipe(paper)].settings
         explicit = {"save_clients": "last", **overrides}
@@ -121,8 +123,10 @@ class Context:
 
     def arm(self, paper: str, label: str, *, algorithm: str | None = None, track: bool = True,
             **overrides: Any) -> list[fl.Run]:
-        """One run per seed; records their convergence under ``label`` unless ``track`` is False
-        (protocols of a few rounds, where a slope over rounds says nothing).
+        """One run per seed.
+
+        Records their convergence under ``label`` unless ``track`` is False (protocols of a few
+        rounds, where a slope over rounds says nothing).
         """
         runs = [self.run(paper, s, algorithm=algorithm, **overrides) for s in self.seeds]
         if track:

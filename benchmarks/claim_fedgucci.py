@@ -1,5 +1,7 @@
-"""FedGuCci's FL claims (benchmarks/claims.py, claim 1): accuracy against FedAvg, with a
-step-size control, and the connectivity of the final client models.
+"""FedGuCci's FL claims (benchmarks/claims.py, claim 1).
+
+Accuracy against FedAvg, with a step-size control, and the connectivity of the final
+client models.
 
 The official code's FedGuCci (the recipe's reading) adds, after each cross-entropy step, a
 step on ``beta * L(alpha w + (1 - alpha) w_anc)`` at ``alpha = 0.5``, whose gradient with
@@ -29,8 +31,10 @@ def plateau(run: Any) -> float:
 
 
 def claim1(ctx: Context) -> list[ClaimRow]:
-    """FedGuCci against FedAvg (and FedAvg at the matched step size): global accuracy; pairwise
-    and group barriers of the final client models on three choices of evaluation data.
+    """FedGuCci against FedAvg (and FedAvg at the matched step size).
+
+    Global accuracy; pairwise and group barriers of the final client models on three choices of
+    evaluation data.
     """
     settings = RECIPES[ctx.recipe("fedgucci")].settings
     factor = 1.0 + settings["beta"] * settings.get("fixed_alpha", 0.5)

@@ -1,6 +1,8 @@
-"""FLOCO's claims (benchmarks/claims.py, claim 5): global accuracy against FedAvg (Table 1,
-"g" columns), personalised local accuracy against two personalised baselines (FedAvg plus
-local fine-tuning, and Ditto, Table 1's "l" columns), and a low-loss simplex.
+"""FLOCO's claims (benchmarks/claims.py, claim 5).
+
+Global accuracy against FedAvg (Table 1, "g" columns), personalised local accuracy against
+two personalised baselines (FedAvg plus local fine-tuning, and Ditto, Table 1's "l"
+columns), and a low-loss simplex.
 
 Local accuracy is the unweighted mean over clients of the accuracy on the client's local
 test split (the recipe's ``local_test_fraction``; every arm of a seed has the same splits):
@@ -33,9 +35,10 @@ SIMPLEX_POINTS = 20
 
 
 def fine_tuned_local_accuracy(run: Any, seed: int) -> float:
-    """Mean over clients of the local test-split accuracy of the final global model after
-    ``local_epochs`` epochs of SGD (the run's lr, momentum, weight decay and batch size) on the
-    client's training split; batch order drawn from ``seed`` and the client id.
+    """Mean local test-split accuracy over clients of the final global model after fine-tuning.
+
+    Fine-tuning: ``local_epochs`` epochs of SGD (the run's lr, momentum, weight decay and batch
+    size) on the client's training split; batch order drawn from ``seed`` and the client id.
     """
     cfg = run.config
     train, test = run.client_datasets(), run.client_test_datasets()

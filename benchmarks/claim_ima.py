@@ -1,6 +1,7 @@
-"""IMA's claims (benchmarks/claims.py, claim 4): the late-round gain over FedAvg, its
-dependence on participation (Fig. 6b), and where IMA's model sits on the line from FedAvg's
-(Fig. 5c/7c).
+"""IMA's claims (benchmarks/claims.py, claim 4).
+
+The late-round gain over FedAvg, its dependence on participation (Fig. 6b), and where IMA's
+model sits on the line from FedAvg's (Fig. 5c/7c).
 
 IMA and FedAvg of one seed share the partition, the initialisation and every round before
 IMA starts (round 300 of 400), so each seed's difference is the effect of the IMA phase.
@@ -31,8 +32,9 @@ def late_accuracy(run: object, rounds: int = LAST) -> float:
 
 
 def line(fedavg: object, ima: object) -> tuple[float, float, float]:
-    """Training loss along ``(1 - t) FedAvg + t IMA`` (final global models, union of the
-    clients' training data): the argmin ``t*`` and the loss above the minimum at each end.
+    """Training loss along ``(1 - t) FedAvg + t IMA`` (final global models, union of the clients' training data).
+
+    The argmin ``t*`` and the loss above the minimum at each end.
     """
     data = fedavg.client_datasets()  # type: ignore[attr-defined]
     x, y = (torch.cat([tensors(d)[i] for d in data.values() if len(d)]) for i in (0, 1))

@@ -1,7 +1,8 @@
-"""LSS's claims (benchmarks/claims.py, claim 6): accuracy against FedAvg from a pretrained
-start (Table 1) and from a random one (Table 11), flatness (Table 7: the dominant Hessian
-eigenvalue falls as the soup grows from 2 to 4 members), the regularisers' ablation (Fig. 5)
-and the connectivity of a client's pool.
+"""LSS's claims (benchmarks/claims.py, claim 6).
+
+Accuracy against FedAvg from a pretrained start (Table 1) and from a random one (Table 11),
+flatness (Table 7: the dominant Hessian eigenvalue falls as the soup grows from 2 to 4
+members), the regularisers' ablation (Fig. 5) and the connectivity of a client's pool.
 
 Both arms train with the same SGD (lr 0.04, momentum 0.9: the engine's FedAvg has no Adam)
 for the recipe's 3 rounds. FedAvg runs twice: at the paper's protocol (8 local epochs, the
@@ -38,9 +39,7 @@ def training_data(run: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def sharpness(run: Any) -> tuple[float, float]:
-    """Log of the top Hessian eigenvalue (Lanczos) of the training loss at the final global model,
-    and that loss.
-    """
+    """Log of the top Hessian eigenvalue (Lanczos) of the training loss at the final global model, and that loss."""
     ev = landscape.Evaluator(run.module(), training_data(run), progress=False)
     state = run.global_state(-1)
     top = float(landscape.hessian_eigenvalues(state, ev, k=1, max_iter=60)[0])
@@ -48,8 +47,10 @@ def sharpness(run: Any) -> tuple[float, float]:
 
 
 def pool_barrier(run: Any) -> float:
-    """Mean accuracy barrier over all member pairs of every client's last-round pool, on that
-    client's training data (``Run.algorithm_state``: ``lss.pool.<client>.<member>.<tensor>``).
+    """Mean accuracy barrier over all member pairs of every client's last-round pool.
+
+    Measured on that client's training data (``Run.algorithm_state``:
+    ``lss.pool.<client>.<member>.<tensor>``).
     """
     state, data = run.algorithm_state(-1), run.client_datasets()
     barriers = []

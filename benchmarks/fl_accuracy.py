@@ -1,5 +1,7 @@
-"""Final test accuracy of every FL algorithm on digits, per seed, with time per round, and the
-group accuracy barrier (FedGuCci Def. 3.6) among the final client models.
+"""Final test accuracy of every FL algorithm on digits, per seed.
+
+With time per round, and the group accuracy barrier (FedGuCci Def. 3.6) among the final client
+models.
 
     python benchmarks/fl_accuracy.py --rounds 20 --seeds 0 1
 

@@ -1,5 +1,4 @@
-"""FLOCO's claim (Sec. 4): personalised (local) accuracy above FedAvg's global model on each
-client's local test split.
+"""FLOCO's claim (Sec. 4): personalised (local) accuracy above FedAvg's global model on each client's local test split.
 
     python benchmarks/floco_local.py --seeds 0 1 2
     python benchmarks/floco_local.py --seeds 0 1 2 --clients 10 --alpha 0.3 --set momentum=0.9

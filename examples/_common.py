@@ -169,10 +169,12 @@ def _union(parts: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Te
 
 def pairwise_barrier_values(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options: Any
                             ) -> dict[str, np.ndarray]:
-    """Accuracy barrier (FedGuCci Eq. 4: a supremum over 11 alphas with the endpoints
-    included, so never negative) of every pair of final-round client models, per evaluation
-    set: the global test set, the union of the clients' training data, or, for a pair (i, j),
-    the union of D_i and D_j. ``options`` go to every ``landscape.Evaluator`` (e.g. ``cache``).
+    """Accuracy barrier of every pair of final-round client models, per evaluation set.
+
+    The barrier is FedGuCci Eq. 4: a supremum over 11 alphas with the endpoints included, so
+    never negative. Evaluation sets: the global test set, the union of the clients' training
+    data, or, for a pair (i, j), the union of D_i and D_j. ``options`` go to every
+    ``landscape.Evaluator`` (e.g. ``cache``).
 
     Parameters
     ----------
@@ -204,9 +206,10 @@ def pairwise_barrier_values(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **op
 
 
 def barrier_resolution(run: Any) -> dict[str, float]:
-    """The resolution of an accuracy barrier per evaluation set: one sample's share of the
-    accuracy at the run's plateau, ``1 / (n * plateau)``, ``n`` the size of the data (for a
-    pair's own data, two clients' mean size).
+    """The resolution of an accuracy barrier per evaluation set.
+
+    One sample's share of the accuracy at the run's plateau, ``1 / (n * plateau)``, ``n``
+    the size of the data (for a pair's own data, two clients' mean size).
 
     Parameters
     ----------
@@ -242,10 +245,11 @@ def pairwise_barriers(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options:
 
 
 def group_barriers(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options: Any) -> dict[str, float]:
-    """Group accuracy barrier (FedGuCci Eq. 10, uniform centroid: ``1 - A(centroid) / mean_k
-    A(w_k)``, a ratio that is negative when the centroid beats its members) of the final-round
-    client models per evaluation set; on each client's own data it is ``1 - sum_k A_k(centroid)
-    / sum_k A_k(w_k)``, ``A_k`` the accuracy on client k's training data.
+    """Group accuracy barrier of the final-round client models per evaluation set.
+
+    FedGuCci Eq. 10 with the uniform centroid: ``1 - A(centroid) / mean_k A(w_k)``, a ratio
+    that is negative when the centroid beats its members; on each client's own data it is ``1 -
+    sum_k A_k(centroid) / sum_k A_k(w_k)``, ``A_k`` the accuracy on client k's training data.
 
     Parameters
     ----------
@@ -283,10 +287,11 @@ def run_fl(ex: Example, algorithm: str, tag: str, dataset: str = "digits", **kwa
 
 
 def connecting_level(loss: np.ndarray, cells: np.ndarray) -> float:
-    """Smallest level ``c`` at which all ``cells`` (grid indices) lie in one connected component
-    of the sublevel set ``{loss <= c}`` (4-neighbours): the minimax loss of a grid path joining
-    them. ``c`` minus the highest loss at the cells is a barrier measured along the best
-    path in the plane, not only the straight line.
+    """Smallest level ``c`` at which all ``cells`` (grid indices) lie in one connected component.
+
+    Components of the sublevel set ``{loss <= c}`` (4-neighbours): ``c`` is the minimax loss of
+    a grid path joining the cells. ``c`` minus the highest loss at the cells is a barrier
+    measured along the best path in the plane, not only the straight line.
     """
     from landscape.geometry.basin import sublevel_components
 

@@ -1,5 +1,6 @@
-"""Curvature views of a small MNIST-1D model: the loss along its top Hessian eigenvectors and
-the curvature of each layer.
+"""Curvature views of a small MNIST-1D model.
+
+The loss along its top Hessian eigenvectors and the curvature of each layer.
 
 Trains the MNIST-1D paper's MLP (``mnist1d_mlp``, width 32 here) centrally with SGD, then, on a
 fixed subset of its training data:

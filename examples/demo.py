@@ -89,8 +89,10 @@ def log(message: str) -> None:
 
 
 def run_settings(out: Path, dataset: str, rounds: int, seed: int) -> dict[str, dict[str, Any]]:
-    """The ``fl.run`` arguments of FedAvg, FedGuCci and IMA (from its default round 0.75 R) in
-    the setting :data:`SETTINGS`, each with its own run folder under ``<out>/runs``.
+    """The ``fl.run`` arguments of FedAvg, FedGuCci and IMA in the setting :data:`SETTINGS`.
+
+    IMA starts at its default round 0.75 R; each run has its own run folder under
+    ``<out>/runs``.
     """
     options = {"fedavg": {}, "fedgucci": FEDGUCCI, "ima": {}}
     return {name: {"algorithm": name, "dataset": dataset, "model": MODELS[dataset], "rounds": rounds, **SETTINGS,
@@ -100,8 +102,9 @@ def run_settings(out: Path, dataset: str, rounds: int, seed: int) -> dict[str, d
 
 
 def train(out: Path, dataset: str, rounds: int, seed: int) -> dict[str, fl.Run]:
-    """Train the three runs of :func:`run_settings` (a finished run in its folder is reopened)
-    and log each run's convergence.
+    """Train the three runs of :func:`run_settings` and log each run's convergence.
+
+    A finished run in its folder is reopened.
     """
     runs = {}
     for name, kwargs in run_settings(out, dataset, rounds, seed).items():
@@ -156,10 +159,11 @@ def retrain_clients(run: fl.Run, tag: str) -> dict[int, dict[str, torch.Tensor]]
 
 
 def realisations(run: fl.Run, count: int, folder: Path) -> tuple[list[list[dict[str, torch.Tensor]]], list[Any]]:
-    """Per client of the last round, ``count`` realisations: the stored client model, then
-    :func:`retrain_clients` with tags ``realisation-1`` .. ``realisation-{count-1}``, each
-    stored in ``folder`` (named by the run folder, its config digest and the tag) and re-read
-    by a later call.
+    """Per client of the last round, ``count`` realisations.
+
+    The stored client model, then :func:`retrain_clients` with tags ``realisation-1`` ..
+    ``realisation-{count-1}``, each stored in ``folder`` (named by the run folder, its config
+    digest and the tag) and re-read by a later call.
 
     Parameters
     ----------
@@ -206,10 +210,11 @@ def convergence_rows(runs: dict[str, fl.Run]) -> list[dict[str, Any]]:
 
 def connectivity_verdicts(pairs: dict[str, dict[str, np.ndarray]], resolution: dict[str, float],
                           converged: bool) -> list[dict[str, Any]]:
-    """FedGuCci's claim (Sec. 3.3) that its client models are more connected, per evaluation
-    data, by the rule of :mod:`landscape.claims.statistics`: the paired interval of the pairwise
-    accuracy barriers (FedGuCci - FedAvg, paired by client pair) decided by ``decide`` with
-    ``claimed="less"`` and tolerance :data:`TOL`; ``not testable`` when both arms sit at or
+    """FedGuCci's claim (Sec. 3.3) that its client models are more connected, per evaluation data.
+
+    Decided by the rule of :mod:`landscape.claims.statistics`: the paired interval of the
+    pairwise accuracy barriers (FedGuCci - FedAvg, paired by client pair) decided by ``decide``
+    with ``claimed="less"`` and tolerance :data:`TOL`; ``not testable`` when both arms sit at or
     below ``resolution`` (``below_resolution``); no verdict unless both runs converged.
     """
     rows = []

@@ -74,9 +74,10 @@ def key_seed(seed: int, *keys: str) -> int:
 
 @dataclass
 class Trainer:
-    """Central mini-batch SGD (momentum 0.9) on a training set, optionally with FedGuCci's
-    connectivity loss to a fixed anchor (Eq. 8: ``CE(w) + beta * CE(alpha w + (1 - alpha) w_anc)``,
-    one ``alpha ~ U[0, 1]`` per mini-batch).
+    """Central mini-batch SGD (momentum 0.9) on a training set.
+
+    Optionally with FedGuCci's connectivity loss to a fixed anchor (Eq. 8: ``CE(w) + beta *
+    CE(alpha w + (1 - alpha) w_anc)``, one ``alpha ~ U[0, 1]`` per mini-batch).
 
     ``schedule``: ``"constant"`` keeps ``lr``; ``"cosine"`` anneals it per step from ``lr`` to 0
     over the whole run (``lr_t = lr (1 + cos(pi t / T)) / 2``, Loshchilov & Hutter 2017), so the
@@ -104,11 +105,12 @@ class Trainer:
     def train(self, key: str, *, anchor: Mapping[str, torch.Tensor] | None = None, beta: float = 0.0,
               steps: int | None = None, on_epoch: Callable[[int, torch.nn.Module], None] | None = None
               ) -> dict[str, torch.Tensor]:
-        """Train the model initialised from ``key``; the data order also depends on ``key`` only,
-        so the vanilla and the connectivity model of one key differ only by the loss.
-        ``steps``: one pass over ``steps * batch_size`` random samples instead of ``epochs``.
-        ``on_epoch(epoch, module)`` is called after every epoch (1-based), e.g. to record a
-        learning curve; it must not change the module.
+        """Train the model initialised from ``key``.
+
+        The data order also depends on ``key`` only, so the vanilla and the connectivity model of
+        one key differ only by the loss. ``steps``: one pass over ``steps * batch_size`` random
+        samples instead of ``epochs``. ``on_epoch(epoch, module)`` is called after every epoch
+        (1-based), e.g. to record a learning curve; it must not change the module.
         """
         module = self.init(key).train()
         data_gen = torch.Generator().manual_seed(key_seed(self.seed, key, "data"))
@@ -141,16 +143,19 @@ class Trainer:
         return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
     def file_name(self, key: str, tag: str = "vanilla") -> str:
-        """The stem under which :meth:`cached` stores ``key``'s model: the model, epochs, learning
-        rate and schedule, batch size, seed, data size, key and ``tag``.
+        """The stem under which :meth:`cached` stores ``key``'s model.
+
+        The model, epochs, learning rate and schedule, batch size, seed, data size, key and
+        ``tag``.
         """
         sched = "" if self.schedule == "constant" else f"-{self.schedule}"
         return (f"{self.model}-n{len(self.y)}-e{self.epochs}-lr{self.lr}{sched}-b{self.batch_size}-seed{self.seed}-"
                 f"{key}-{tag}").replace(" ", "_")
 
     def cached(self, folder: Path, key: str, tag: str = "vanilla", **kwargs: Any) -> dict[str, torch.Tensor]:
-        """``train(key, **kwargs)`` stored in ``folder`` as :meth:`file_name` and re-read by a later
-        call (``tag`` must name what ``kwargs`` change, e.g. the anchor and beta).
+        """``train(key, **kwargs)`` stored in ``folder`` as :meth:`file_name` and re-read by a later call.
+
+        ``tag`` must name what ``kwargs`` change, e.g. the anchor and beta.
         """
         path = Path(folder) / f"{self.file_name(key, tag)}.safetensors"
         if path.exists():

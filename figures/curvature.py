@@ -1,5 +1,7 @@
-"""Curvature figures: Hessian eigenvalue density, top eigenvalues along an interpolation path, and
-the loss along the top Hessian eigenvector beside its quadratic model.
+"""Curvature figures.
+
+Hessian eigenvalue density, top eigenvalues along an interpolation path, and the loss along the
+top Hessian eigenvector beside its quadratic model.
 
 Duck-typed on the result classes of :mod:`landscape.curvature_results`: a spectral density
 has ``.grid`` and ``.density`` (stochastic Lanczos quadrature, Ghorbani et al. 2019 /

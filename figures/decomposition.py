@@ -92,9 +92,10 @@ def _averaging(curves: Any, metric: str) -> list[tuple[str, np.ndarray, np.ndarr
 
 def averaging_figure(curves: Any, *, metric: str = "error", title: str | None = None, width: float = 4.6,
                      height: float = 3.2) -> Figure:
-    """Matplotlib: test error (or loss) of the weight average of m random client models against m
-    (IMA Fig. 4), mean ± std over the random subsets; a mapping draws one line per entry
-    (e.g. per round). Input: ``AveragingCurve``-like objects (``sizes``, ``{metric}_mean``,
+    """Matplotlib: test error (or loss) of the weight average of m random client models against m.
+
+    IMA Fig. 4: mean ± std over the random subsets; a mapping draws one line per entry (e.g. per
+    round). Input: ``AveragingCurve``-like objects (``sizes``, ``{metric}_mean``,
     ``{metric}_std``).
     """
     rows = _averaging(curves, metric)

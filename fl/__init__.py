@@ -1,5 +1,7 @@
-"""Embedded federated-learning engine: train FedAvg, FedProx, IMA, FedGuCci(+), FLOCO(+)
-and LSS on a partitioned dataset and store every round's checkpoints for analysis.
+"""Embedded federated-learning engine.
+
+Train FedAvg, FedProx, IMA, FedGuCci(+), FLOCO(+) and LSS on a partitioned dataset and
+store every round's checkpoints for analysis.
 
 >>> run = fl.run("fedavg", dataset="digits", clients=10, rounds=20, out="runs/fedavg")
 >>> run.metrics[-1]["test_accuracy"], run.global_state(), run.client_states(5)

@@ -105,9 +105,11 @@ _UNREADABLE = (ValueError, OSError, EOFError, RuntimeError, NotImplementedError,
 
 
 def _load(fh: BinaryIO, path: Path) -> dict[str, np.ndarray]:
-    """The four arrays of an open ``.npz`` file. Every array's header is checked before any data
-    is read: no Python objects (pickles), no more data declared than stored (zipfile never reads
-    past a member's stored size), and at most the data-file limit in all.
+    """The four arrays of an open ``.npz`` file.
+
+    Every array's header is checked before any data is read: no Python objects (pickles), no
+    more data declared than stored (zipfile never reads past a member's stored size), and at
+    most the data-file limit in all.
     """
     try:
         npz = np.load(fh, allow_pickle=False)

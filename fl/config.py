@@ -1,5 +1,7 @@
-"""The run configuration: :class:`RunConfig` (every ``fl.run`` setting, typed), its digest,
-and the schema of a stored ``config.json``.
+"""The run configuration.
+
+:class:`RunConfig` (every ``fl.run`` setting, typed), its digest, and the schema of a
+stored ``config.json``.
 
 Bounds (a value outside gives a one-line ``ConfigError``): they refuse what cannot be
 meant, not what is unusual. Learning rates lie in ``(0, 100]``, momentum in ``[0, 1)``
@@ -41,8 +43,10 @@ MAX_CLASSES = 100_000
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig(Options):
-    """Every setting of ``fl.run`` except the algorithm's own options (see
-    ``fl.algorithms.registry()``; each algorithm declares its options next to its code).
+    """Every setting of ``fl.run`` except the algorithm's own options.
+
+    See ``fl.algorithms.registry()``; each algorithm declares its options next to its
+    code.
 
     Parameters
     ----------
@@ -97,8 +101,10 @@ class RunConfig(Options):
                                                            "dict of IMA options")
 
     def check(self) -> None:
-        """Rounds named by ``save_clients`` exist; ``partition_options`` are arguments of the
-        partition function; ``init`` is not an empty path.
+        """Rounds named by ``save_clients`` exist.
+
+        ``partition_options`` are arguments of the partition function; ``init`` is not an
+        empty path.
         """
         if self.init is not None and not self.init.strip():
             raise ConfigError("init is an empty path; name a checkpoint file or a finished run folder, or leave "

@@ -47,8 +47,10 @@ _DEFAULT_ROOT_ENV = "LANDSCAPE_DATA"
 
 @dataclass(frozen=True)
 class DataBundle:
-    """A dataset held in memory: inputs float32 (images ``(N, C, H, W)``, MNIST-1D signals
-    ``(N, 1, L)``), labels ``(N,)`` int64.
+    """A dataset held in memory.
+
+    Inputs float32 (images ``(N, C, H, W)``, MNIST-1D signals ``(N, 1, L)``), labels
+    ``(N,)`` int64.
     """
 
     name: str
@@ -113,8 +115,10 @@ def load_dataset(name: str = "digits", *, root: str | os.PathLike | None = None,
 
 
 def default_root() -> Path:
-    """Folder of downloaded and generated data sets: ``$LANDSCAPE_DATA`` when set, else
-    ``$XDG_CACHE_HOME/landscape-fl/data`` (``~/.cache/landscape-fl/data`` without it).
+    """Folder of downloaded and generated data sets.
+
+    ``$LANDSCAPE_DATA`` when set, else ``$XDG_CACHE_HOME/landscape-fl/data``
+    (``~/.cache/landscape-fl/data`` without it).
 
     The folder may be a symbolic link (for example to a larger disk): it is the user's own
     choice, so it is followed and the data cache is written where it points. Links inside it
@@ -184,8 +188,10 @@ def _read_mnist_like(key: str, root: Path, download: bool) -> tuple[_Split, _Spl
 
 
 def _read_cifar(key: str, root: Path, download: bool) -> tuple[_Split, _Split, int]:
-    """CIFAR python batches. torchvision verifies each batch file's md5 before unpickling it,
-    which is what makes reading this pickled format safe; we keep that check.
+    """CIFAR python batches.
+
+    torchvision verifies each batch file's md5 before unpickling it, which is what makes
+    reading this pickled format safe; we keep that check.
     """
     from torchvision import datasets
 
@@ -199,9 +205,7 @@ def _read_cifar(key: str, root: Path, download: bool) -> tuple[_Split, _Split, i
 
 
 def _read_svhn(key: str, root: Path, download: bool) -> tuple[_Split, _Split, int]:
-    """SVHN cropped digits (``root/train_32x32.mat``, ``root/test_32x32.mat``); torchvision
-    maps label 10 to digit 0.
-    """
+    """SVHN cropped digits (``root/train_32x32.mat``, ``root/test_32x32.mat``); torchvision maps label 10 to digit 0."""
     from torchvision import datasets
 
     cls = datasets.SVHN

@@ -1,5 +1,7 @@
-"""The FL round loop (sequential back end): sampling, local training, aggregation,
-evaluation, and writing each round to the run store.
+"""The FL round loop (sequential back end).
+
+Sampling, local training, aggregation, evaluation, and writing each round to the
+run store.
 
 All randomness derives from the run seed: client sampling of round r from
 ``(seed, "sample", r)``, client k's training generator in round r from
@@ -293,8 +295,10 @@ class Engine:
     # ------------------------------------------------------------------ output
     def _write(self, r: int, clients: Mapping[int, State], client_states: Mapping[int, State],
                record: Mapping[str, Any]) -> None:
-        """Write every file of round r, then the metrics line, the manifest, the progress marker
-        (nothing when the global model or a metric is not finite: ``RunDivergedError``).
+        """Write every file of round r, then the metrics line, the manifest, the progress marker.
+
+        Nothing is written when the global model or a metric is not finite:
+        ``RunDivergedError``.
         """
         check_round_finite(r, self.global_state, record)
         st = self.store

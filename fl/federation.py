@@ -63,8 +63,10 @@ class Federation:
 
 
 def sample_clients(seed: int, round: int, num_clients: int, participation: float) -> list[int]:
-    """The clients of a round: ``max(1, round(participation * K))`` drawn uniformly without
-    replacement from the generator of ``(seed, "sample", round)``.
+    """The clients of a round.
+
+    ``max(1, round(participation * K))`` drawn uniformly without replacement from the
+    generator of ``(seed, "sample", round)``.
 
     Parameters
     ----------

@@ -26,8 +26,7 @@ from .template import state_digest
 
 
 class InitMismatchError(ArchitectureMismatchError):
-    """The ``init`` weights do not fit the run's model; the message names the first tensor that
-    differs and both shapes.
+    """The ``init`` weights do not fit the run's model; the message names the first tensor that differs and both shapes.
 
     Parameters
     ----------
@@ -106,8 +105,9 @@ def _read(path: Path, keys: list[str]) -> dict[str, torch.Tensor]:
 
 def _matched(state: Mapping[str, torch.Tensor], model: Mapping[str, torch.Tensor], source: str
              ) -> dict[str, torch.Tensor]:
-    """``state`` in the model's dtypes, refused unless its names, shapes and kinds are the model's
-    and every value is finite.
+    """``state`` in the model's dtypes.
+
+    Refused unless its names, shapes and kinds are the model's and every value is finite.
     """
     missing = [k for k in model if k not in state]
     unexpected = [k for k in state if k not in model]

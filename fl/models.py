@@ -49,10 +49,11 @@ class MLP(nn.Module):
 
 
 class Mnist1dMLP(nn.Module):
-    """The MNIST-1D paper's MLP (Greydanus and Kobak 2024, models of its benchmark code):
-    ``h1 = relu(W1 x)``, ``h2 = h1 + relu(W2 h1)`` (a residual second layer), logits
-    ``W3 h2``; ``width`` hidden units (100 in the paper). Parameters: ``w^2 + (d + C + 2) w + C``
-    for ``d`` inputs and ``C`` classes.
+    """The MNIST-1D paper's MLP (Greydanus and Kobak 2024, models of its benchmark code).
+
+    ``h1 = relu(W1 x)``, ``h2 = h1 + relu(W2 h1)`` (a residual second layer), logits ``W3 h2``;
+    ``width`` hidden units (100 in the paper). Parameters: ``w^2 + (d + C + 2) w + C`` for ``d``
+    inputs and ``C`` classes.
     """
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int, width: int = 100):
@@ -71,10 +72,12 @@ class Mnist1dMLP(nn.Module):
 
 
 class Mnist1dCNN(nn.Module):
-    """The MNIST-1D paper's 1-D CNN: three ``Conv1d`` + ReLU layers with ``width`` channels
-    (25 in the paper; kernel 5 stride 2 pad 1, then kernel 3 stride 2 pad 1 twice), flatten,
-    linear classifier. On length-40 signals the lengths are 19, 10, 5, so the classifier
-    reads ``5 * width`` features; parameters ``6 w^2 + (6 + 5C) w + C`` for one input channel.
+    """The MNIST-1D paper's 1-D CNN.
+
+    Three ``Conv1d`` + ReLU layers with ``width`` channels (25 in the paper; kernel 5 stride 2
+    pad 1, then kernel 3 stride 2 pad 1 twice), flatten, linear classifier. On length-40
+    signals the lengths are 19, 10, 5, so the classifier reads ``5 * width`` features;
+    parameters ``6 w^2 + (6 + 5C) w + C`` for one input channel.
     """
 
     def __init__(self, input_shape: tuple[int, ...], num_classes: int, width: int = 25):
@@ -139,8 +142,10 @@ class ConvNet(nn.Module):
 
 
 def fedgucci_cnn(input_shape: tuple[int, ...], num_classes: int) -> ConvNet:
-    """FedGuCci's SimpleCNN (FedGuCci App. A.5): conv3-32, pool, conv3-64, pool, conv3-64,
-    FC(1024->64), FC(64->C); ReLU, PyTorch default init. Minimum input side 18.
+    """FedGuCci's SimpleCNN (FedGuCci App. A.5).
+
+    conv3-32, pool, conv3-64, pool, conv3-64, FC(1024->64), FC(64->C); ReLU, PyTorch
+    default init. Minimum input side 18.
     """
     c = input_shape[0]
     features = nn.Sequential(nn.Conv2d(c, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
@@ -150,9 +155,11 @@ def fedgucci_cnn(input_shape: tuple[int, ...], num_classes: int) -> ConvNet:
 
 
 def floco_cnn(input_shape: tuple[int, ...], num_classes: int) -> ConvNet:
-    """FLOCO's CifarCNN (the FLOCO authors' code): conv5-16 (pad 0), conv5-32 (pad 1), conv3-64 (pad 1),
-    each with LeakyReLU and maxpool 2; FC(576->128), LeakyReLU, classifier(128->C).
-    Xavier-normal weights, zero biases. Minimum input side 16.
+    """FLOCO's CifarCNN (the FLOCO authors' code).
+
+    conv5-16 (pad 0), conv5-32 (pad 1), conv3-64 (pad 1), each with LeakyReLU and maxpool 2;
+    FC(576->128), LeakyReLU, classifier(128->C). Xavier-normal weights, zero biases. Minimum input side
+    16.
     """
     c = input_shape[0]
     features = nn.Sequential(nn.Conv2d(c, 16, 5), nn.LeakyReLU(), nn.MaxPool2d(2),
@@ -167,11 +174,13 @@ def floco_cnn(input_shape: tuple[int, ...], num_classes: int) -> ConvNet:
 
 
 def ima_cnn(input_shape: tuple[int, ...], num_classes: int) -> ConvNet:
-    """IMA's FedAvg CNN (IMA Table 4): two conv5 + ReLU + maxpool 2 blocks, then
-    FC(->384), FC(384->128), FC(128->C). 32 channels for 1-channel inputs (FMNIST CNN,
-    flatten 512 on 28x28), 64 for colour inputs (CIFAR-10 CNN, flatten 1600 on 32x32).
-    ReLU after FC(384->128) as in the released code (Table 4 omits it). No normalisation
-    layers (the paper's GroupNorm is in its VGG/ResNet/Digit-Five models). Min side 16.
+    """IMA's FedAvg CNN (IMA Table 4).
+
+    Two conv5 + ReLU + maxpool 2 blocks, then FC(->384), FC(384->128), FC(128->C). 32
+    channels for 1-channel inputs (FMNIST CNN, flatten 512 on 28x28), 64 for colour
+    inputs (CIFAR-10 CNN, flatten 1600 on 32x32). ReLU after FC(384->128) as in the
+    released code (Table 4 omits it). No normalisation layers (the paper's GroupNorm is
+    in its VGG/ResNet/Digit-Five models). Min side 16.
     """
     c = input_shape[0]
     width = 32 if c == 1 else 64
@@ -181,8 +190,9 @@ def ima_cnn(input_shape: tuple[int, ...], num_classes: int) -> ConvNet:
 
 
 def ima_digit_cnn(input_shape: tuple[int, ...], num_classes: int, groups: int = 2) -> ConvNet:
-    """IMA's Digit-Five CNN (IMA Table 4; FedBN's DigitModel with GroupNorm(2)):
-    three conv5 (stride 1, pad 2) + GN + ReLU blocks, max-pool 2 after the first two,
+    """IMA's Digit-Five CNN (IMA Table 4; FedBN's DigitModel with GroupNorm(2)).
+
+    Three conv5 (stride 1, pad 2) + GN + ReLU blocks, max-pool 2 after the first two,
     FC(->2048), FC(2048->128), classifier(128->C); flatten 6272 on 28x28 inputs. ReLU after
     both hidden FCs as in the code. Min side 4 (no upsampling needed for 8x8 digits).
     """
@@ -234,8 +244,10 @@ class BasicBlock(nn.Module):
 
 
 class ResNet(nn.Module):
-    """CIFAR-style ResNet: 3x3 stem (no max-pool), stages of BasicBlocks, global average
-    pooling, optional linear ``projector`` + ReLU, and the ``classifier``.
+    """CIFAR-style ResNet.
+
+    3x3 stem (no max-pool), stages of BasicBlocks, global average pooling, optional
+    linear ``projector`` + ReLU, and the ``classifier``.
     """
 
     def __init__(self, in_channels: int, num_classes: int, widths: tuple[int, ...],
@@ -264,9 +276,11 @@ class ResNet(nn.Module):
 
 def resnet20(input_shape: tuple[int, ...], num_classes: int, norm: str = "bn",
              groups: int = 2) -> ResNet:
-    """CIFAR ResNet-20 (He et al. 2016, §4.2): 3 stages x 3 blocks, widths 16/32/64,
-    option-A shortcuts, Kaiming-normal conv/linear init, as FedGuCci's code (about 0.27M
-    parameters). ``norm="gn"`` uses GroupNorm with ``groups`` groups (IMA uses 2).
+    """CIFAR ResNet-20 (He et al. 2016, §4.2).
+
+    3 stages x 3 blocks, widths 16/32/64, option-A shortcuts, Kaiming-normal conv/linear
+    init, as FedGuCci's code (about 0.27M parameters). ``norm="gn"`` uses GroupNorm with
+    ``groups`` groups (IMA uses 2).
     """
     model = ResNet(input_shape[0], num_classes, (16, 32, 64), (3, 3, 3), norm, groups, "A")
     for m in model.modules():
@@ -276,9 +290,11 @@ def resnet20(input_shape: tuple[int, ...], num_classes: int, norm: str = "bn",
 
 
 def resnet18_gn(input_shape: tuple[int, ...], num_classes: int, groups: int = 2) -> ResNet:
-    """IMA's ResNet-18 (IMA Table 4): CIFAR variant (3x3 stem, no max-pool), 4 stages x 2
-    blocks of widths 64/128/256/512 with projection shortcuts, GroupNorm(2) everywhere,
-    linear projector 512->128 (+ReLU, as in the code) and classifier 128->C.
+    """IMA's ResNet-18 (IMA Table 4).
+
+    CIFAR variant (3x3 stem, no max-pool), 4 stages x 2 blocks of widths 64/128/256/512
+    with projection shortcuts, GroupNorm(2) everywhere, linear projector 512->128 (+ReLU,
+    as in the code) and classifier 128->C.
     """
     return ResNet(input_shape[0], num_classes, (64, 128, 256, 512), (2, 2, 2, 2), "gn", groups,
                   "B", projector=128)
@@ -358,9 +374,10 @@ def _torchvision_model(name: str, num_classes: int, input_shape: tuple[int, ...]
 
 
 def default_model(dataset: str) -> str:
-    """Default zoo model for a dataset: the MLP for digits, the MNIST-1D paper's CNN for
-    MNIST-1D, IMA's CNN for (Fashion-)MNIST,
-    FedGuCci's CNN for CIFAR-10/100 and SVHN.
+    """Default zoo model for a dataset.
+
+    The MLP for digits, the MNIST-1D paper's CNN for MNIST-1D, IMA's CNN for
+    (Fashion-)MNIST, FedGuCci's CNN for CIFAR-10/100 and SVHN.
     """
     key = canonical_name(dataset)
     if key not in _DEFAULT_MODEL:  # every embedded or torchvision dataset has a default model

@@ -181,10 +181,11 @@ def _dirichlet(labels: np.ndarray, k: int, alpha: float, min_size: int, max_redr
 
 def _inner_dirichlet(labels: np.ndarray, sizes: np.ndarray, alpha: float,
                      rng: np.random.Generator) -> list[np.ndarray]:
-    """Sequential semantics (one sample per turn, class ~ the client's prior restricted to
-    classes with samples left), evaluated in blocks: between two class exhaustions the
-    restricted priors are fixed, so a whole block of turns is drawn at once (at most one
-    block per class).
+    """Sequential semantics, evaluated in blocks.
+
+    One sample per turn, class ~ the client's prior restricted to classes with samples
+    left. Between two class exhaustions the restricted priors are fixed, so a whole block
+    of turns is drawn at once (at most one block per class).
     """
     classes = np.unique(labels)
     pools = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
@@ -293,10 +294,11 @@ def _fold(labels: np.ndarray, k: int, folds: int, q: float, client_sizes: Sequen
 
 
 def _fold_quotas(sizes: np.ndarray, groups: list[np.ndarray], num_classes: int, q: float) -> np.ndarray:
-    """Samples per (client, class index): ``round(q n)`` spread evenly over the client's primary
-    classes, the rest evenly over the others. All primary shares are set first; a share's
-    remainder goes to the classes drawn least so far (ties: lowest index), so the totals
-    per class stay as even as possible.
+    """Samples per (client, class index).
+
+    ``round(q n)`` spread evenly over the client's primary classes, the rest evenly over the
+    others. All primary shares are set first; a share's remainder goes to the classes drawn
+    least so far (ties: lowest index), so the totals per class stay as even as possible.
     """
     quotas = np.zeros((len(sizes), num_classes), dtype=np.int64)
     for primary_pass in (True, False):

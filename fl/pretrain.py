@@ -153,9 +153,10 @@ def pretrain(dataset: str = "mnist1d", model: str | None = None, *, out: str | o
 
 
 def _train(ctx: LocalContext, opts: PretrainOptions, progress: bool) -> None:
-    """``opts.epochs`` epochs of :func:`local_sgd`, one call per epoch (the generator and the
-    momentum carry over, so the steps are those of one call over all epochs); the state ends
-    in ``ctx.global_state``.
+    """``opts.epochs`` epochs of :func:`local_sgd`, one call per epoch.
+
+    The generator and the momentum carry over, so the steps are those of one call over all
+    epochs; the state ends in ``ctx.global_state``.
     """
     from tqdm.auto import tqdm
 

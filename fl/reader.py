@@ -1,5 +1,7 @@
-"""Reading a stored run: :func:`load_run` and :class:`Run` (configuration, metrics,
-checkpoints and data, read lazily from the run folder).
+"""Reading a stored run.
+
+:func:`load_run` and :class:`Run` (configuration, metrics, checkpoints and data,
+read lazily from the run folder).
 """
 from __future__ import annotations
 
@@ -237,8 +239,10 @@ class Run:
         return self._read(r, self.store.state_path(r), optional=True)
 
     def training_state(self, round: int = -1) -> State:
-        """The global state in the training architecture (differs from :meth:`global_state`
-        only for algorithms that train another architecture, e.g. FLOCO).
+        """The global state in the training architecture.
+
+        It differs from :meth:`global_state` only for algorithms that train another
+        architecture, e.g. FLOCO.
 
         Parameters
         ----------
@@ -284,8 +288,9 @@ class Run:
         return self._partition_datasets(1)
 
     def _partition_datasets(self, part: int) -> dict[int, TensorDataset]:
-        """Client id -> dataset of part ``part`` of the stored partition (0: training, 1: local test),
-        checked against the partition drawn from the run's seed (once per ``Run``).
+        """Client id -> dataset of part ``part`` of the stored partition (0: training, 1: local test).
+
+        Checked against the partition drawn from the run's seed (once per ``Run``).
         """
         b = self._data()
         if self._partition is None:

@@ -60,8 +60,9 @@ class Recipe:
 
 
 def scaled_decay(gamma: float, paper_rounds: int, rounds: int) -> float:
-    """Per-round decay that shrinks the learning rate over ``rounds`` rounds by the factor that
-    ``gamma`` gives over ``paper_rounds``: ``1 - (1 - gamma)^(paper_rounds / rounds)``.
+    """Per-round decay that shrinks the learning rate over ``rounds`` rounds as ``gamma`` does over ``paper_rounds``.
+
+    The decay is ``1 - (1 - gamma)^(paper_rounds / rounds)``.
 
     Parameters
     ----------

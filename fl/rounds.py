@@ -1,6 +1,8 @@
-"""The pieces of one round that the engine and a remote client share: the server's plan of a
-round (:class:`RoundPlan`), what a client receives to train (:class:`TrainRequest`) and the
-:class:`~fl.algorithms.base.LocalContext` built from it (:func:`client_context`).
+"""The pieces of one round that the engine and a remote client share.
+
+The server's plan of a round (:class:`RoundPlan`), what a client receives to train
+(:class:`TrainRequest`) and the :class:`~fl.algorithms.base.LocalContext` built from it
+(:func:`client_context`).
 """
 from __future__ import annotations
 

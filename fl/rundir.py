@@ -1,7 +1,9 @@
-"""The run-folder protocol of ``fl.run``: whether a folder holds this run (resume or reopen),
-another one (refused), unrelated files or run files without a run configuration (refused) or
-nothing yet (start), the client split written with a new run and checked on every read, and
-the rounds whose client models a run keeps. The file layout itself is :mod:`fl.store`'s.
+"""The run-folder protocol of ``fl.run``.
+
+Whether a folder holds this run (resume or reopen), another one (refused), unrelated files or
+run files without a run configuration (refused) or nothing yet (start), the client split
+written with a new run and checked on every read, and the rounds whose client models a run
+keeps. The file layout itself is :mod:`fl.store`'s.
 """
 from __future__ import annotations
 

@@ -123,8 +123,9 @@ class RunStore:
         write_atomic(self.config_path, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
 
     def read_config(self) -> dict[str, Any]:
-        """The stored configuration, checked with ``fl.config.check_stored_config`` (types and
-        ranges of every field); returned exactly as stored.
+        """The stored configuration, checked with ``fl.config.check_stored_config`` (types and ranges of every field).
+
+        Returned exactly as stored.
         """
         from .config import check_stored_config
 
@@ -280,8 +281,10 @@ class RunStore:
         return self.read_state(path, digest) if path.exists() or path.is_symlink() or digest else {}
 
     def client_checkpoints(self, round: int) -> dict[int, Path]:
-        """``{client id: path}`` of the client models stored for ``round`` (strict names, see
-        :func:`fl.run_schema.client_files`); empty when the round stored none.
+        """``{client id: path}`` of the client models stored for ``round``.
+
+        Strict names, see :func:`fl.run_schema.client_files`; empty when the round stored
+        none.
 
         Raises
         ------

@@ -1,6 +1,7 @@
-"""The run's template module: built from the configuration (zoo name or the user's module),
-checked against the data before any file is written, and digested (to tell two custom
-models of one class apart).
+"""The run's template module.
+
+Built from the configuration (zoo name or the user's module), checked against the data
+before any file is written, and digested (to tell two custom models of one class apart).
 """
 from __future__ import annotations
 

@@ -62,8 +62,10 @@ def unsupported_reason(alg: Algorithm, module: nn.Module) -> str | None:
 
 def _schedule(contexts: Sequence[LocalContext], offsets: Sequence[int]
               ) -> tuple[Tensor, Tensor, Tensor, list[int]]:
-    """(indices (S, K, B) into the pooled data, weights (S, K, B), counts (S, K), and the
-    number of clients still training at each step).
+    """The batch schedule of the vectorised clients.
+
+    Indices (S, K, B) into the pooled data, weights (S, K, B), counts (S, K), and the
+    number of clients still training at each step.
 
     ``contexts`` must be sorted by decreasing number of steps, so the clients training at
     step ``t`` are a prefix. Each client's batches come from its own generator, as in the

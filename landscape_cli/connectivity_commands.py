@@ -1,5 +1,7 @@
-"""Entry points for command-line tools: align a checkpoint to another and write it; train a curve
-between two checkpoints and summarise it. Each returns a JSON-ready dict.
+"""Entry points for command-line tools.
+
+Align a checkpoint to another and write it; train a curve between two checkpoints and summarise
+it. Each returns a JSON-ready dict.
 """
 from __future__ import annotations
 

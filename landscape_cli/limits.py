@@ -1,5 +1,7 @@
-"""Early refusal of sizes the host cannot hold (``plane --resolution 10001``, ``path --alphas 10**8``)
-and the documented bounds of counts typed on the command line.
+"""Early refusal of sizes the host cannot hold, and the bounds of counts typed on the command line.
+
+Sizes such as ``plane --resolution 10001`` or ``path --alphas 10**8`` are refused early; the bounds of
+the counts are documented.
 
 The estimate is :func:`landscape.infra.host_memory.points_bytes` (the analysis itself) plus
 :data:`FIGURE_POINT_BYTES` per point when the command draws its figures.

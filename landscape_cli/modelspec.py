@@ -120,8 +120,10 @@ def _resolve(target: str, attr: str) -> Any:
 
 
 def _unknown_module(target: str, attr: str) -> str:
-    """The message for a ``package.module:factory`` spec whose module does not exist: the spec
-    syntax, and the closest known prefix (torchvision's models for ``tv``, as ``fl-run`` names them).
+    """The message for a ``package.module:factory`` spec whose module does not exist.
+
+    The spec syntax, and the closest known prefix (torchvision's models for ``tv``, as ``fl-run``
+    names them).
     """
     prefixes = {"fl.models": "fl.models", "torchvision.models": "torchvision.models",
                 "torchvision": "torchvision.models", "tv": "torchvision.models"}

@@ -1,5 +1,7 @@
-"""What a command leaves behind: the numbers on stdout (a table or JSON), ``<out>/<command>.json``,
-the figures and the result objects in the HDF5 cache.
+"""What a command leaves behind.
+
+The numbers on stdout (a table or JSON), ``<out>/<command>.json``, the figures and the result
+objects in the HDF5 cache.
 """
 from __future__ import annotations
 

@@ -70,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _campaigns(label: str, campaign: Callable[[int, int], int], total: int, per_campaign: int,
                count: list[int]) -> None:
-    """Run ``campaign(index, kills wanted)`` (returns the kills survived) until ``total``
-    kills; ``count`` is updated in place as ``[kills, campaigns]``.
+    """Run ``campaign(index, kills wanted)`` (returns the kills survived) until ``total`` kills.
+
+    ``count`` is updated in place as ``[kills, campaigns]``.
     """
     while count[0] < total:
         kills = campaign(count[1], min(per_campaign, total - count[0]))

@@ -1,5 +1,6 @@
-"""Tallies of the fault-injection cases (kills survived, corrupt inputs tried, bad inputs and
-hostile files refused), shared by every test module that injects faults.
+"""Tallies of the fault-injection cases, shared by every test module that injects faults.
+
+Kills survived, corrupt inputs tried, bad inputs and hostile files refused.
 
 ``conftest.pytest_terminal_summary`` prints the totals once at the end of the run, so the
 summary line counts the cases of every module that ran.

@@ -1,5 +1,7 @@
-"""Adaptive barrier search (``alphas="adaptive"``): exact cases with the peak between grid points,
-agreement with a 201-point grid on trained models, batching, determinism, cache, bad options.
+"""Adaptive barrier search (``alphas="adaptive"``).
+
+Exact cases with the peak between grid points, agreement with a 201-point grid on trained models,
+batching, determinism, cache, bad options.
 """
 from __future__ import annotations
 
@@ -124,8 +126,10 @@ def test_interval_bound_is_exact_for_a_concave_parabola():
 
 
 def _noisy_accuracy(seed: int, sigma: float = 0.05, fine: int = 2 ** 14):
-    """Accuracy = a smooth dip peaking (as a barrier) at alpha = 0.4 plus a seeded random-walk bridge of scale sigma,
-    defined on a 2^14-point grid (each alpha reads its nearest point): a step function like a real accuracy.
+    """Accuracy = a smooth dip peaking (as a barrier) at alpha = 0.4 plus a random-walk bridge.
+
+    The bridge is seeded, of scale sigma, defined on a 2^14-point grid (each alpha reads its nearest point): a step
+    function like a real accuracy.
     """
     rng = np.random.default_rng(seed)
     walk = np.r_[0.0, np.cumsum(rng.normal(0.0, sigma / np.sqrt(fine), fine))]
@@ -140,8 +144,9 @@ def _noisy_accuracy(seed: int, sigma: float = 0.05, fine: int = 2 ** 14):
 
 @pytest.mark.parametrize("tol", [1e-2, 5e-3])
 def test_random_walk_accuracy_agrees_with_a_201_point_grid(tol):
-    """The 201-point grid's maximum picks up the walk's excursions; the roughness allowance makes the search
-    sample densely enough near the top to come within tol of it.
+    """The 201-point grid's maximum picks up the walk's excursions.
+
+    The roughness allowance makes the search sample densely enough near the top to come within tol of it.
     """
     grid = np.linspace(0.0, 1.0, 201)
     for seed in range(8):

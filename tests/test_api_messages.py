@@ -87,8 +87,10 @@ class Divided(nn.Module):
 
 
 class Attention(nn.Module):
-    """A token embedding, one attention layer (nn.MultiheadAttention or a direct
-    scaled_dot_product_attention call) and a classifier of the mean token.
+    """A token embedding, one attention layer and a classifier of the mean token.
+
+    The attention layer is nn.MultiheadAttention or a direct
+    scaled_dot_product_attention call.
     """
 
     def __init__(self, direct: bool, seed: int = 0):
@@ -119,8 +121,10 @@ def _mean_loss(model: nn.Module, params: dict[str, torch.Tensor], x: torch.Tenso
 
 
 def _dense_hessian_eigenvalues(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
-    """Eigenvalues (descending) of the dense Hessian of the mean loss over every parameter, from
-    ``torch.func.hessian`` of a ``functional_call`` closure (float64, math attention kernel).
+    """Eigenvalues (descending) of the dense Hessian of the mean loss over every parameter.
+
+    From ``torch.func.hessian`` of a ``functional_call`` closure (float64, math attention
+    kernel).
     """
     model = model.double()
     names = [n for n, _ in model.named_parameters()]
@@ -325,8 +329,10 @@ def test_nonfinite_points_on_a_path_warn_and_keep_the_nan_barrier(digits):
 # --------------------------------------------------------------------------- the CLI
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, str]:
-    """Zoo MLP checkpoints (a, c, and one of 3e38 weights), a text file named .pt, bad data files, a
-    folder, and the Divided model's module file with checkpoints of gain 1 and -1.
+    """Zoo MLP checkpoints, bad files and folders, and the Divided model's checkpoints.
+
+    Checkpoints a, c, and one of 3e38 weights; a text file named .pt, bad data files, a folder, and
+    the Divided model's module file with checkpoints of gain 1 and -1.
     """
     from fl.models import build_model
     from landscape import save_state_dict

@@ -1,6 +1,7 @@
-"""HDF5 cache: resume after SIGKILL, no recomputation, concurrent writers, corrupt files,
-result round trips, key stability, one file per entry (cost independent of the number of
-entries), links never followed, format-1 files read and upgraded.
+"""HDF5 cache: resume after SIGKILL, no recomputation, concurrent writers, corrupt files.
+
+Also result round trips, key stability, one file per entry (cost independent of the
+number of entries), links never followed, format-1 files read and upgraded.
 """
 from __future__ import annotations
 
@@ -278,8 +279,10 @@ def _plane_result(seed: int, size: int = 5):
 
 
 def test_each_entry_is_read_and_written_without_touching_the_others(tmp_path):
-    """Reads and writes of one entry never open another: with every other entry file destroyed,
-    entry 0 still reads, updates and is replaced (the format-1 file re-hashed all of them).
+    """Reads and writes of one entry never open another.
+
+    With every other entry file destroyed, entry 0 still reads, updates and is replaced (the
+    format-1 file re-hashed all of them).
     """
     cache = Cache(tmp_path / "c", flush_interval=0.0)
     for i in range(12):
@@ -351,8 +354,9 @@ def test_links_in_the_cache_folder_are_never_written_through(tmp_path):
 
 
 def test_a_full_disk_leaves_no_temporary_file_and_a_later_write_works(tmp_path, monkeypatch):
-    """Once: an uncaught h5py error, then a segmentation fault on the next run, and
-    temporary files filling the disk. Now: one clear error, nothing left, the next write works.
+    """Once: an uncaught h5py error, then a segmentation fault on the next run, and temporary files filling the disk.
+
+    Now: one clear error, nothing left, the next write works.
     """
     cache = Cache(tmp_path / "c", flush_interval=0.0)
     cache.add_points("k", 4, np.arange(2), np.ones(2), np.ones(2))

@@ -244,8 +244,9 @@ def test_replicate_reports_mean_spread_and_disagreement(xor_free_data):
 
 
 def test_replicate_decides_on_the_margin_interval_not_on_agreement(xor_free_data):
-    """Replicates that all hold by a hair, with a wide spread, are inconclusive; a tight
-    interval above 0 holds; one below 0 fails.
+    """Replicates that all hold by a hair, with a wide spread, are inconclusive.
+
+    A tight interval above 0 holds; one below 0 fails.
     """
     models = linear_models(4)
     ev = evaluator(models[0], xor_free_data)

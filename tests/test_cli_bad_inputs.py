@@ -1,5 +1,7 @@
-"""A corpus of bad ``landscape`` invocations: each exits non-zero with exactly one line on stderr,
-no traceback, and a message naming the offending option (or file).
+"""A corpus of bad ``landscape`` invocations.
+
+Each exits non-zero with exactly one line on stderr, no traceback, and a message naming the
+offending option (or file).
 
 Most cases run in-process through ``main(argv)``; a few go through the installed console
 scripts to check what a shell user sees.
@@ -19,7 +21,8 @@ import torch
 from landscape import ConfigError
 from landscape.evaluation.options import EvaluatorOptions
 from landscape.infra import host_memory
-from landscape_cli.evaluator_flags import ELSEWHERE, evaluator_options, literal_choices
+from landscape.infra.flags import literal_choices
+from landscape_cli.evaluator_flags import ELSEWHERE, evaluator_options
 from landscape_cli.main import build_parser, main
 
 NETS = ("import torch\n"
@@ -66,8 +69,9 @@ def files(tmp_path_factory) -> dict[str, str]:
 
 
 def models(f: dict[str, str], *ckpts: str, data: str = "data.npz") -> list[str]:
-    """Module, checkpoints and data arguments, plus quiet output without a cache (figures on: the size
-    limits count them).
+    """Module, checkpoints and data arguments, plus quiet output without a cache.
+
+    Figures stay on: the size limits count them.
     """
     names = ckpts or ("m0.pt", "m1.pt", "m2.pt")
     return ["--module", f["module"], "--checkpoints", *(f[c] for c in names), "--data", f[data],

@@ -1,8 +1,10 @@
-"""The curvature package's design: solvers see only the operator interface, the registry finds
-methods by name, thick-restart Lanczos converges in bounded memory, BatchNorm modes and frozen
-parameters are honoured at a single point, and non-convergence is reported. The operator kinds
-(Hessian, GGN, empirical and Monte-Carlo Fisher) equal independent dense references, are told
-apart by the cache, and refuse bad kinds, options and losses in one line.
+"""The curvature package's design.
+
+Solvers see only the operator interface, the registry finds methods by name, thick-restart
+Lanczos converges in bounded memory, BatchNorm modes and frozen parameters are honoured at a
+single point, and non-convergence is reported. The operator kinds (Hessian, GGN, empirical and
+Monte-Carlo Fisher) equal independent dense references, are told apart by the cache, and
+refuse bad kinds, options and losses in one line.
 
 References are independent: numpy ``eigvalsh`` and scipy ``eigsh`` on explicit matrices,
 ``torch.func.hessian`` of a hand-written loss, explicit Jacobians with closed-form output Hessians,

@@ -190,8 +190,9 @@ def test_command_entry_points_write_and_summarise(pair, tmp_path) -> None:
 @pytest.mark.parametrize("name", ["mnist1d_mlp", "mnist1d_cnn", "fedgucci_cnn", "floco_cnn", "ima_cnn",
                                   "resnet20_bn", "resnet20_gn"])
 def test_curves_and_simplexes_train_on_zoo_models(name: str) -> None:
-    """The curve and simplex machinery runs on the zoo's architectures (no curve version of any of
-    them): endpoints stay exact, every point is finite, training moves the bend. (ima_digit_cnn and
+    """The curve and simplex machinery runs on the zoo's architectures (no curve version of any of them).
+
+    Endpoints stay exact, every point is finite, training moves the bend. (ima_digit_cnn and
     resnet18_gn work the same but take 6 s and 70 s on a CPU core.)
     """
     from fl.models import build_model

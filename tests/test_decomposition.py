@@ -240,9 +240,10 @@ def test_decompose_run_uses_the_round_clients_and_datasets():
 
 
 def test_theorem_1_identities_hold_on_every_round_of_a_real_fedavg_run(tmp_path):
-    """IMA Theorem 1 on a stored FL run (what benchmarks/claims.py once listed as a claim, an
-    algebraic identity, so a test): WEns loss = bias + variance + covariance and bias =
-    TrainBias + HeterBias + cross, every round. All terms are float64 sums over the same
+    """IMA Theorem 1 on a stored FL run, every round.
+
+    WEns loss = bias + variance + covariance and bias = TrainBias + HeterBias + cross (an
+    algebraic identity, so a test, not a claim). All terms are float64 sums over the same
     float64 probabilities; each identity regroups about 4 terms of size <= 2 per sample over
     n samples, so its residual is below gamma_(4n) in float64 relative to the loss.
     """

@@ -1,6 +1,8 @@
-"""Defaults that train: with no recipe and no option, every algorithm reaches
-0.6 test accuracy on digits after 4 rounds (5 clients, Dirichlet 0.5, seed 0). The 20-round
-target (0.85) is measured by ``benchmarks/default_accuracy.py``.
+"""Defaults that train.
+
+With no recipe and no option, every algorithm reaches 0.6 test accuracy on digits after 4
+rounds (5 clients, Dirichlet 0.5, seed 0). The 20-round target (0.85) is measured by
+``benchmarks/default_accuracy.py``.
 """
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Units of examples/demo.py: the decomposition's realisations, the connectivity verdicts and
-the argument check (the whole demo runs in tests/test_report_render.py).
+"""Units of examples/demo.py.
+
+The decomposition's realisations, the connectivity verdicts and the argument check (the whole
+demo runs in tests/test_report_render.py).
 """
 from __future__ import annotations
 

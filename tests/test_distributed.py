@@ -1,5 +1,7 @@
-"""Sharding layer: every back end gives the single-process numbers, failed shards are retried,
-only the calling process writes the cache, FL client updates run through Ray unchanged.
+"""Sharding layer: every back end gives the single-process numbers.
+
+Failed shards are retried, only the calling process writes the cache, FL client updates run
+through Ray unchanged.
 """
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Ditto (fl/algorithms/ditto.py): FedAvg's global model plus persistent personal models trained on
-``F_k(v) + lam/2 |v - w_received|^2``; ``local_accuracy`` as FLOCO's.
+"""Ditto (fl/algorithms/ditto.py).
+
+FedAvg's global model plus persistent personal models trained on ``F_k(v) + lam/2 |v -
+w_received|^2``; ``local_accuracy`` as FLOCO's.
 """
 from __future__ import annotations
 
@@ -66,8 +68,9 @@ def test_global_model_is_fedavgs_bit_for_bit(tmp_path) -> None:
 
 
 def test_lam_zero_personal_model_is_plain_local_sgd(tmp_path) -> None:
-    """With lam = 0 the personal model of a client that takes part every round is plain SGD from the
-    initial global model on its own data: an independent torch.optim.SGD loop over the same
+    """With lam = 0 a client's personal model is plain SGD from the initial global model on its data.
+
+    For a client that takes part every round: an independent torch.optim.SGD loop over the same
     mini-batches (the run's per-round batch stream (seed, "client", round, client), momentum restarted
     every round) reproduces it.
     """
@@ -101,12 +104,13 @@ def test_lam_zero_personal_model_is_plain_local_sgd(tmp_path) -> None:
 
 
 def test_large_lam_pins_personal_models_to_the_received_model(tmp_path) -> None:
-    """lam -> infinity gives v_k = w. Plain SGD on lam/2 |v - w|^2 is stable only for lr * lam < 2;
-    at lam = 1/lr every step lands on v = w - lr grad F_k(v), the SGD image of the limit, so v stays
+    """lam -> infinity gives v_k = w. Plain SGD on lam/2 |v - w|^2 is stable only for lr * lam < 2.
+
+    At lam = 1/lr every step lands on v = w - lr grad F_k(v), the SGD image of the limit, so v stays
     one small step from w. Bound: v's prediction on a sample can differ from the received model w's
-    only where w's top-2 logit margin is at most twice the largest change of a logit, so on a
-    client's split |acc(v) - acc(w)| <= the share of such samples. From a trained initial model with a
-    small step (margins of several units, logit changes of a few hundredths) that share is small.
+    only where w's top-2 logit margin is at most twice the largest change of a logit, so on a client's
+    split |acc(v) - acc(w)| <= the share of such samples. From a trained initial model with a small
+    step (margins of several units, logit changes of a few hundredths) that share is small.
     """
     lr = 0.0005
     net = train_digits_mlp(load_dataset("digits"), 0, width=32, epochs=3)

@@ -1,5 +1,7 @@
-"""Evaluator: strategies agree, every BatchNorm mode matches an independent serial computation,
-losses are sample-weighted, the user's module is never modified, bad data fail early.
+"""Evaluator: strategies agree, BatchNorm modes match a serial computation, the module is untouched.
+
+Every BatchNorm mode matches an independent serial computation, losses are sample-weighted, the
+user's module is never modified, bad data fail early.
 """
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Fast paths of the Evaluator: the flat-view loop equals an independent functional_call
-computation (BatchNorm buffers, tied weights, integer buffers), out-of-memory retry with a
-smaller chunk, bf16 autocast and torch.compile options.
+"""Fast paths of the Evaluator.
+
+The flat-view loop equals an independent functional_call computation (BatchNorm buffers,
+tied weights, integer buffers), out-of-memory retry with a smaller chunk, bf16 autocast
+and torch.compile options.
 """
 from __future__ import annotations
 

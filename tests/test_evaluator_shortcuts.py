@@ -1,6 +1,8 @@
-"""The loop's CPU shortcuts against independent computations: the input-layer expansion
-(``landscape.input_layer``) and class-major logits and metrics (``landscape.class_major``).
-Each test also checks that the shortcut was actually taken (or refused), so it can fail.
+"""The loop's CPU shortcuts against independent computations.
+
+The input-layer expansion (``landscape.input_layer``) and class-major logits and metrics
+(``landscape.class_major``). Each test also checks that the shortcut was actually taken (or
+refused), so it can fail.
 """
 from __future__ import annotations
 
@@ -193,8 +195,10 @@ class _Interrupt(Exception):
 
 
 def test_a_resumed_plane_takes_the_uninterrupted_code_path_bit_for_bit(digits, tmp_path):
-    """The shortcut is decided for the whole point set: the few points left after an
-    interruption are computed exactly as in an uninterrupted run (no float tolerance).
+    """The shortcut is decided for the whole point set.
+
+    The few points left after an interruption are computed exactly as in an
+    uninterrupted run (no float tolerance).
     """
     from landscape import Cache
 

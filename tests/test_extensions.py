@@ -1,7 +1,9 @@
-"""Every extension point is one file: a throw-away alignment method, result type and command-line
-command, each written to a temporary module in a folder appended to its package's path, are
-found by the registry and used by the public functions; the registry's rules and messages.
-(The throw-away FL algorithm is in tests/test_fl_registry.py.)
+"""Every extension point is one file.
+
+A throw-away alignment method, result type and command-line command, each written to a temporary
+module in a folder appended to its package's path, are found by the registry and used by the
+public functions; the registry's rules and messages. (The throw-away FL algorithm is in
+tests/test_fl_registry.py.)
 """
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Fault injection: SIGKILL during plane computations and FL runs, concurrent
-writers, full and read-only disks, malicious and corrupt inputs, bad data, numeric overflow.
+"""Fault injection.
+
+SIGKILL during plane computations and FL runs, concurrent writers, full and read-only disks,
+malicious and corrupt inputs, bad data, numeric overflow.
 
 Every test adds to ``fault_counts.COUNTS`` (kills survived, corrupt inputs tried, bad inputs
 rejected); the totals of all fault modules are printed once at the end of the run.
@@ -264,9 +266,11 @@ def test_pickle_payloads_are_never_executed(tmp_path):
 
 # ------------------------------------------------------------------------ planted links
 def test_links_planted_where_files_are_written_are_never_followed(tmp_path):
-    """Every writer (checkpoints, cache entries, figures, report pages, JSON)
-    refuses a target that is a link and ignores links at the fixed temporary names older
-    writers used; the file the links point to never changes.
+    """Every writer refuses a target that is a link and ignores links at old temporary names.
+
+    Writers: checkpoints, cache entries, figures, report pages, JSON. The links at the
+    fixed temporary names older writers used are ignored; the file the links point to
+    never changes.
     """
     import figures
     from landscape.infra.files import write_json
@@ -303,8 +307,10 @@ def test_links_planted_where_files_are_written_are_never_followed(tmp_path):
 
 # ----------------------------------------------------------------------- corrupt inputs
 def _mutations(data: bytes, rng: np.random.Generator, flips: int, cuts: int) -> list[tuple[str, bytes]]:
-    """Single-bit flips at random offsets and in every byte of the first 8 and last 22 bytes
-    (length headers, a zip's end record), and truncations at random lengths.
+    """Single-bit flips and truncations of a file.
+
+    Flips at random offsets and in every byte of the first 8 and last 22 bytes (length
+    headers, a zip's end record), and truncations at random lengths.
     """
     out = []
     edges = [*range(8), *range(len(data) - 22, len(data))]
@@ -653,9 +659,10 @@ def _check_plane_cache(cache: Path, reference: PlaneResult) -> int:
 
 def plane_campaign(zygote: Zygote, cache: Path, reference: PlaneResult, rng: np.random.Generator,
                    kills: int, max_delay: float = 0.15) -> tuple[int, int]:
-    """Kill the plane job up to ``kills`` times, checking the cache after each kill, then
-    resume it to the end and compare with ``reference``. Returns (kills, points done before
-    the final resume).
+    """Kill the plane job up to ``kills`` times, then resume it to the end and compare.
+
+    The cache is checked after each kill, the result compared with ``reference``. Returns
+    (kills, points done before the final resume).
     """
     n = PLANE["resolution"] ** 2
     done, killed = 0, 0
@@ -676,8 +683,9 @@ def plane_campaign(zygote: Zygote, cache: Path, reference: PlaneResult, rng: np.
 
 
 def until_killed(target: int, campaign: Callable[[int, int], int], campaigns: int = 3) -> int:
-    """Run ``campaign(kills wanted, index)`` until ``target`` kills happened (a fast machine
-    may finish a job before all its kills); returns the number of kills.
+    """Run ``campaign(kills wanted, index)`` until ``target`` kills happened; the number of kills.
+
+    A fast machine may finish a job before all its kills.
     """
     kills = 0
     for i in range(campaigns):
@@ -731,9 +739,10 @@ def fl_reference(tmp_path_factory) -> fl.Run:
 
 def fl_campaign(zygote: Zygote, out: Path, reference: fl.Run, rng: np.random.Generator, kills: int,
                 max_delay: float = 0.12) -> tuple[int, int]:
-    """Kill the FL job up to ``kills`` times, checking the run directory after each kill, then
-    resume it to the end and compare with ``reference``. Returns (kills, last complete round
-    before the final resume).
+    """Kill the FL job up to ``kills`` times, then resume it to the end and compare.
+
+    The run directory is checked after each kill, the result compared with ``reference``.
+    Returns (kills, last complete round before the final resume).
     """
     last, killed = -1, 0
     for _ in range(kills):

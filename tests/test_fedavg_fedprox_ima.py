@@ -1,6 +1,8 @@
-"""FedAvg, FedProx and IMA: stored global models are the documented functions of the stored
-client models, FedProx(mu=0) is FedAvg, IMA's model is the mean of its stored window, the
-local SGD equals torch.optim.SGD, and the IMA learning-rate schedules match §3.3.
+"""FedAvg, FedProx and IMA.
+
+Stored global models are the documented functions of the stored client models,
+FedProx(mu=0) is FedAvg, IMA's model is the mean of its stored window, the local SGD equals
+torch.optim.SGD, and the IMA learning-rate schedules match §3.3.
 """
 from __future__ import annotations
 
@@ -56,8 +58,10 @@ def test_fedavg_global_is_data_size_weighted_average(fedavg_run):
 
 
 def test_client_model_is_sgd_from_previous_global(fedavg_run):
-    """Re-train a round-2 client independently (nn.Module + torch.optim.SGD from global(1) on
-    the client's data, batches from the documented seed (seed, "client", round, client)).
+    """Re-train a round-2 client independently.
+
+    nn.Module + torch.optim.SGD from global(1) on the client's data, batches from the
+    documented seed (seed, "client", round, client).
     """
     datasets = fedavg_run.client_datasets()
     for k, stored in fedavg_run.client_states(2).items():

@@ -58,8 +58,10 @@ def test_algorithms_train_above_chance(runs) -> None:
 
 
 def test_first_full_batch_step_equals_fedavg_with_scaled_lr(tmp_path) -> None:
-    """Round 1, one anchor (= the received w), fixed alpha, one full-batch step: the
-    interpolated point is w itself, so Eq. 12's gradient is (1 + beta * alpha) * grad L(w).
+    """Round 1, one anchor (= the received w), fixed alpha, one full-batch step.
+
+    The interpolated point is w itself, so Eq. 12's gradient is (1 + beta * alpha) * grad
+    L(w).
     """
     common = dict(dataset="digits", clients=2, rounds=1, batch_size=5000, local_epochs=1, momentum=0.0, seed=3,
                   progress=False, save_clients="none")
@@ -78,8 +80,9 @@ def test_first_full_batch_step_equals_fedavg_with_scaled_lr(tmp_path) -> None:
 
 @pytest.mark.parametrize("update", ["joint", "sequential"])
 def test_fedgucci_plus_sam_steps_match_a_hand_computation(tmp_path, update) -> None:
-    """FedGuCci+, one client, one anchor (the received w0), alpha 0.5, one full batch, plain SGD:
-    the paper reading takes one SAM step on CE_tau(w) + beta CE_tau(w/2 + w0/2); the official
+    """FedGuCci+, one client, one anchor (the received w0), alpha 0.5, one full batch, plain SGD.
+
+    The paper reading takes one SAM step on CE_tau(w) + beta CE_tau(w/2 + w0/2); the official
     code's takes a SAM step on CE_tau(w), then one on beta CE_tau(w/2 + w0/2) (N + 1 steps).
     """
     lr, beta, rho, tau = 0.1, 1.0, 0.05, 0.1

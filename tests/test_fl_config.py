@@ -1,7 +1,9 @@
-"""Typed options: validation generated from RunConfig and the algorithms' Options (NaN,
-infinity, ranges, types, unknown keys with did-you-mean), the config digest, the schema of a
-stored config.json, recipes (recipe first, explicit arguments override), and the generated
-command line (flags for every setting, one-line errors).
+"""Typed options: validation, the config digest, the stored config schema, recipes, the command line.
+
+Validation is generated from RunConfig and the algorithms' Options (NaN, infinity, ranges,
+types, unknown keys with did-you-mean); the schema is that of a stored config.json; recipes
+apply first, explicit arguments override them; the generated command line has flags for
+every setting and one-line errors.
 """
 from __future__ import annotations
 
@@ -194,9 +196,10 @@ def test_help_shows_every_setting_with_its_default():
 
 
 def test_a_folder_written_before_recipes_existed_is_reopened(tmp_path):
-    """config.json of the previous writer (no ``recipe`` key, no run manifest): it is refused
-    with the way out, sealed once, and then the same call reopens the run instead of retraining
-    it; its digest is the previous formula's.
+    """config.json of the previous writer (no ``recipe`` key, no run manifest).
+
+    It is refused with the way out, sealed once, and then the same call reopens the run instead
+    of retraining it; its digest is the previous formula's.
     """
     first = fl.run("fedprox", out=tmp_path, mu=0.2, **TINY)
     old = {k: v for k, v in first.config.items() if k not in ("recipe", "recipe_dropped", "init")}

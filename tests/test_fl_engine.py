@@ -1,5 +1,7 @@
-"""The FL round loop: determinism from the seed, resume after an interruption equals an
-uninterrupted run bit for bit, configuration checks, client sampling, and the CLI.
+"""The FL round loop.
+
+Determinism from the seed, resume after an interruption equals an uninterrupted run bit
+for bit, configuration checks, client sampling, and the CLI.
 """
 from __future__ import annotations
 
@@ -179,8 +181,10 @@ def test_custom_module_model(tmp_path):
 
 
 def test_a_round_of_empty_clients_keeps_the_global_model(tmp_path):
-    """min_size=0 partitions can give a round whose participants hold no samples: FedAvg's
-    weights are then all zero, the round carries no information and the model is kept.
+    """min_size=0 partitions can give a round whose participants hold no samples.
+
+    FedAvg's weights are then all zero, the round carries no information and the model is
+    kept.
     """
     run = fl.run("fedavg", clients=3, rounds=3, participation=0.34, partition="iid", seed=0,
                  out=tmp_path, device="cpu", model="mlp",
@@ -194,8 +198,10 @@ def test_a_round_of_empty_clients_keeps_the_global_model(tmp_path):
 
 
 def test_a_diverging_run_stops_at_the_round_and_stays_resumable(tmp_path):
-    """A model whose logits are cubed overflows after one step at lr 10: the round is not
-    stored, the run is not complete, and a rerun stops at the same round again.
+    """A model whose logits are cubed overflows after one step at lr 10.
+
+    The round is not stored, the run is not complete, and a rerun stops at the same round
+    again.
     """
     from torch import nn
 

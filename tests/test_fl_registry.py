@@ -1,7 +1,9 @@
-"""An FL algorithm is one file: a throw-away algorithm written to a temporary module is
-discovered, listed by the command line with its generated flags, and trained by fl.run;
-registration rules; IMA composed around any base without special cases; fl's imports of
-the analysis core stay light.
+"""An FL algorithm is one file.
+
+A throw-away algorithm written to a temporary module is discovered, listed by the
+command line with its generated flags, and trained by fl.run; registration rules; IMA
+composed around any base without special cases; fl's imports of the analysis core stay
+light.
 """
 from __future__ import annotations
 
@@ -138,8 +140,9 @@ def test_no_algorithm_special_cases_outside_the_algorithms():
 
 
 def test_fl_imports_only_the_light_layers_of_landscape():
-    """At module level fl imports the top-level package (lazy), the infrastructure layer and
-    the parameter utilities; nothing of the analysis core.
+    """At module level fl imports the top-level package (lazy), the infrastructure layer and the parameter utilities.
+
+    Nothing of the analysis core.
     """
     for path in sorted(FL_DIR.rglob("*.py")):
         for module, names, top in _imports(path):

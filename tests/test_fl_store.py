@@ -1,5 +1,7 @@
-"""The run directory: load_run round trip, datasets rebuilt from the stored partition,
-selective client checkpoints, progress marker and metrics truncation, safe formats.
+"""The run directory.
+
+load_run round trip, datasets rebuilt from the stored partition, selective client
+checkpoints, progress marker and metrics truncation, safe formats.
 """
 from __future__ import annotations
 

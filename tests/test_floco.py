@@ -174,9 +174,11 @@ def test_global_model_is_simplex_centre_and_starts_like_fedavg(runs) -> None:
 
 
 def test_client_checkpoints_are_personalised_models_at_their_points(runs) -> None:
-    """From tau on, client k's checkpoint is its model at alpha_k: the shared layers are its
-    trained upload (their sample-weighted mean is the global model's, FedAvg Eq. 4), the
-    classifier is not the centre's; for FLOCO+ it is the personal model at alpha_k.
+    """From tau on, client k's checkpoint is its model at alpha_k.
+
+    The shared layers are its trained upload (their sample-weighted mean is the global
+    model's, FedAvg Eq. 4), the classifier is not the centre's; for FLOCO+ it is the
+    personal model at alpha_k.
     """
     run = runs["floco"]
     points = run.algorithm_state(TAU)["floco.points"]
@@ -209,8 +211,10 @@ def test_vertices_is_the_papers_m_plus_one_and_endpoints_is_refused(tmp_path) ->
 
 
 def test_literal_eq11_aggregation_damps_the_step_under_partial_participation(tmp_path) -> None:
-    """theta_new = theta + sum_{k in S} N_k / N (theta_k - theta), N over all clients, checked on
-    the shared layers of the stored client uploads (before tau they are the plain uploads).
+    """theta_new = theta + sum_{k in S} N_k / N (theta_k - theta), N over all clients.
+
+    Checked on the shared layers of the stored client uploads (before tau they are the plain
+    uploads).
     """
     args = {**RUN, "rounds": 1, "participation": 0.5, "tau": 5, "vertices": 3}
     run = fl.api.run("floco", out=tmp_path / "lit", aggregation="literal", **args)
@@ -257,9 +261,11 @@ class _BNNet(torch.nn.Module):
 
 
 def test_local_buffers_stay_with_their_client(tmp_path) -> None:
-    """local_buffers=True: a client's BatchNorm counter after round 2 is its own steps of both
-    rounds (its buffers were never replaced by the average); without it, the average of
-    round 1's counters plus its round-2 steps.
+    """local_buffers=True.
+
+    A client's BatchNorm counter after round 2 is its own steps of both rounds (its buffers
+    were never replaced by the average); without it, the average of round 1's counters plus
+    its round-2 steps.
     """
     args = {**RUN, "rounds": 2, "vertices": 3, "tau": 5, "batch_size": 32, "local_epochs": 1}
     local = fl.api.run("floco", out=tmp_path / "local", model=_BNNet(), local_buffers=True, **args)

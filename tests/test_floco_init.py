@@ -1,5 +1,7 @@
-"""FLOCO's endpoint initialisation (``endpoint_init``): independent Xavier-normal endpoints as in
-the official code (default), or the template's classifier plus zero-mean noise (``"centred"``).
+"""FLOCO's endpoint initialisation (``endpoint_init``).
+
+Independent Xavier-normal endpoints as in the official code (default), or the template's
+classifier plus zero-mean noise (``"centred"``).
 """
 from __future__ import annotations
 

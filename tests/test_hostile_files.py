@@ -1,7 +1,9 @@
-"""Hostile run folders, caches and temporary folders: links below the output folder, FIFOs,
-character devices and folders where files belong, oversized files, cache files without a seal,
-a planted device-slot folder. Each is refused with one clear line naming the file and what it is,
-before anything is written and without hanging (every read that could block runs under an alarm).
+"""Hostile run folders, caches and temporary folders.
+
+Links below the output folder, FIFOs, character devices and folders where files belong, oversized
+files, cache files without a seal, a planted device-slot folder. Each is refused with one clear
+line naming the file and what it is, before anything is written and without hanging (every read
+that could block runs under an alarm).
 """
 from __future__ import annotations
 
@@ -99,8 +101,10 @@ def _plane_free_result() -> PathResult:
 
 # ------------------------------------------------------------- links below the output folder
 def test_report_into_a_linked_report_folder_writes_nothing_there(run, tmp_path, capsys):
-    """``r/report`` a link elsewhere: the default cache (``report/landscape_cache``) used to write
-    about ten files there before ``index.html`` was refused.
+    """``r/report`` a link elsewhere.
+
+    The default cache (``report/landscape_cache``) used to write about ten files there before
+    ``index.html`` was refused.
     """
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -289,8 +293,9 @@ def _zero_seal(path: Path) -> bytes:
 
 
 def test_cache_files_without_a_seal_are_refused(cache_dir, tmp_path):
-    """A format-1 file with its user block zeroed used to be parsed unchecked (byte flips gave wrong
-    numbers); a sealed entry with its seal zeroed likewise.
+    """A format-1 file with its user block zeroed used to be parsed unchecked (byte flips gave wrong numbers).
+
+    A sealed entry with its seal zeroed likewise.
     """
     legacy = tmp_path / "old.h5"
     shutil.copyfile(Path(__file__).parent / "data" / "cache_format1.h5", legacy)

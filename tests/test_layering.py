@@ -83,8 +83,10 @@ LAYERS = ("infra", "space", "results", "cache", "evaluation", "alignment", "geom
 
 
 def _project_targets(target: str, names: list[str]) -> list[str]:
-    """Project modules an import statement reaches (``from pkg import sub`` reaches ``pkg.sub``;
-    ``from landscape import name`` reaches the module the facade loads ``name`` from).
+    """Project modules an import statement reaches.
+
+    ``from pkg import sub`` reaches ``pkg.sub``; ``from landscape import name`` reaches the
+    module the facade loads ``name`` from.
     """
     if target == "landscape":
         return [f"landscape.{EXPORTS[n]}" if n in EXPORTS else f"landscape.{n}" for n in names

@@ -104,9 +104,11 @@ def test_paper_literal_lambda_warns_that_regularisers_dominate(tmp_path) -> None
 
 
 def test_regulariser_gradient_ratio_is_affinity_gradient_over_task_gradient(tmp_path) -> None:
-    """One member, one full-batch step: the affinity gradient is lambda * unit vector (norm
-    lambda) at any point but f_p itself, where it is 0, so the reported ratio is 0 there;
-    with the squared distance it is 0 at f_p too (an analytic value for both forms).
+    """One member, one full-batch step.
+
+    The affinity gradient is lambda * unit vector (norm lambda) at any point but f_p
+    itself, where it is 0, so the reported ratio is 0 there; with the squared distance it
+    is 0 at f_p too (an analytic value for both forms).
     """
     for form in ({"distance": "l2"}, {"distance": "sq_l2"}):
         run = fl.api.run("lss", out=tmp_path / form["distance"], members=1, affinity=5.0, diversity=0.0,
@@ -116,8 +118,10 @@ def test_regulariser_gradient_ratio_is_affinity_gradient_over_task_gradient(tmp_
 
 
 def test_split_budget_member_trains_on_fedavgs_batches(tmp_path) -> None:
-    """budget="split", 2 members, 2 local epochs, no regularisers: member 0 (alone in the pool,
-    so plain SGD) takes the first half of FedAvg's batches, i.e. equals FedAvg with 1 epoch.
+    """budget="split", 2 members, 2 local epochs, no regularisers.
+
+    Member 0 (alone in the pool, so plain SGD) takes the first half of FedAvg's batches, i.e.
+    equals FedAvg with 1 epoch.
     """
     lss = fl.api.run("lss", out=tmp_path / "lss", members=2, affinity=0.0, diversity=0.0, budget="split",
                      **{**ONE, "save_clients": "all"})

@@ -1,5 +1,7 @@
-"""LSS's calibrated regularisers (``regulariser_calibration`` in fl/algorithms/lss.py) and the
-metrics that show them acting: ``regulariser_gradient_ratio`` and ``pool_mean_distance``.
+"""LSS's calibrated regularisers and the metrics that show them acting.
+
+The calibration is ``regulariser_calibration`` in fl/algorithms/lss.py; the metrics are
+``regulariser_gradient_ratio`` and ``pool_mean_distance``.
 """
 from __future__ import annotations
 
@@ -94,9 +96,10 @@ def _context(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> LocalContex
 
 
 def _absolute_algorithm_1(ctx: LocalContext, seed: int, lam_a: float, lam_d: float, members: int) -> list[dict]:
-    """Algorithm 1 with absolute coefficients (the paper's L2 form), written out: each member starts
-    at the pool mean and takes SGD steps on CE at a random combination of the pool plus
-    ``lam_a dist(f_a, f_p) - lam_d mean_j dist(f_a, f_j)``, the two gradients added.
+    """Algorithm 1 with absolute coefficients (the paper's L2 form), written out.
+
+    Each member starts at the pool mean and takes SGD steps on CE at a random combination of the
+    pool plus ``lam_a dist(f_a, f_p) - lam_d mean_j dist(f_a, f_j)``, the two gradients added.
     """
     anchor, buffers = split_state(ctx.module, ctx.global_state, ctx.device)
     batches = [list(minibatches(len(ctx.y), ctx.batch_size, ctx.local_epochs, ctx.generator)) for _ in range(members)]
@@ -153,10 +156,11 @@ def test_without_calibration_the_coefficients_are_absolute_bit_for_bit() -> None
 
 
 def test_calibrated_regularisers_spread_the_pool_on_mnist1d(tmp_path) -> None:
-    """The ablation: 2 clients, 1 round, 2 members of 1 epoch, MNIST-1D MLP, same seed. Without
-    regularisers and with the official code's absolute 1e-3 on squared distances the pools are
-    equally spread (their gradient is ~1% of the task gradient); the paper's form calibrated to a
-    tenth of the task gradient spreads them by more than 10%.
+    """The ablation: 2 clients, 1 round, 2 members of 1 epoch, MNIST-1D MLP, same seed.
+
+    Without regularisers and with the official code's absolute 1e-3 on squared distances the
+    pools are equally spread (their gradient is ~1% of the task gradient); the paper's form
+    calibrated to a tenth of the task gradient spreads them by more than 10%.
     """
     base = dict(dataset="mnist1d", model="mnist1d_mlp", clients=2, rounds=1, members=2, local_epochs=1, seed=0,
                 progress=False, save_clients="none", store_pools=False)

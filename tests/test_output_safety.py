@@ -1,5 +1,6 @@
-"""Reports and figures are written through the link-safe primitive:
-links planted in a report folder never redirect a write, and a full or read-only output folder
+"""Reports and figures are written through the link-safe primitive.
+
+Links planted in a report folder never redirect a write, and a full or read-only output folder
 gives one clear line naming the path.
 """
 from __future__ import annotations
@@ -39,8 +40,9 @@ def _figures():
 
 
 def test_report_page_never_follows_planted_links(tmp_path, outside):
-    """The old writer used the fixed name ``.index.html.tmp``: a link there overwrote the outside
-    file and ``index.html`` became a link to it.
+    """The old writer used the fixed name ``.index.html.tmp``.
+
+    A link there overwrote the outside file and ``index.html`` became a link to it.
     """
     report = tmp_path / "report"
     report.mkdir()
@@ -170,8 +172,9 @@ def checkpoints(tmp_path_factory) -> list[Path]:
 
 
 def test_cli_cache_on_a_full_disk_fails_in_one_line_twice_and_leaves_nothing(full_fs, checkpoints, tmp_path):
-    """Once: an uncaught h5py OSError, then a segmentation fault (exit 139) on the
-    second run, and temporary cache files filling the rest of the disk.
+    """Once: an uncaught h5py OSError, then a segmentation fault (exit 139) on the second run.
+
+    And temporary cache files filling the rest of the disk.
     """
     args = ["path", "--module", "mlp", "--checkpoints", *checkpoints, "--data", "digits", "--alphas", 5,
             "--out", tmp_path / "out", "--cache", full_fs / "cache"]

@@ -1,5 +1,6 @@
-"""Planes: geometry of the plane through three models, projections, random filter-normalised
-planes, orthogonalisation and PCA planes.
+"""Planes: geometry of the plane through three models, projections, random planes.
+
+Random planes are filter-normalised; also orthogonalisation and PCA planes.
 """
 from __future__ import annotations
 

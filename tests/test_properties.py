@@ -1,8 +1,9 @@
-"""Property-based tests (hypothesis) not covered elsewhere: parameter-space round trips with
-tied weights, integer buffers, wrapper prefixes and key order; the partition + local-test
-split as fl.run uses it; barrier invariances (affine loss terms, scaling, reversal,
-permutation); cache-key stability (pinned values, sensitivity) and result round trips
-with non-finite values.
+"""Property-based tests (hypothesis) not covered elsewhere.
+
+parameter-space round trips with tied weights, integer buffers, wrapper prefixes and key
+order; the partition + local-test split as fl.run uses it; barrier invariances (affine loss
+terms, scaling, reversal, permutation); cache-key stability (pinned values, sensitivity) and
+result round trips with non-finite values.
 """
 from __future__ import annotations
 

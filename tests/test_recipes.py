@@ -36,6 +36,7 @@ def test_scaled_decay_keeps_the_total_decay():
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_recipe_is_a_valid_run_configuration(name, data_root, tmp_path, monkeypatch):
     """fl.run accepts every setting (option names and values are checked); round 0 only.
+
     Recipes on data sets that are not embedded are checked on MNIST-1D with its MLP.
     """
     monkeypatch.setenv("LANDSCAPE_DATA", str(data_root))
@@ -53,9 +54,10 @@ def test_recipe_is_a_valid_run_configuration(name, data_root, tmp_path, monkeypa
 @pytest.mark.parametrize("name, algorithm", [("fedgucci-mnist1d", "fedavg"), ("ima-mnist1d", "fedprox"),
                                              ("floco-mnist1d", "fedavg"), ("lss-mnist1d", "fedgucci")])
 def test_a_recipe_is_a_setting_any_algorithm_runs_in(name, algorithm, data_root, tmp_path, monkeypatch):
-    """The baseline keeps the recipe's data, model, optimiser and partition; the recipe
-    algorithm's own options are dropped and recorded, and the run's partition is the one the
-    recipe's own algorithm draws (same seed): the two arms are paired.
+    """The baseline keeps the recipe's data, model, optimiser and partition.
+
+    The recipe algorithm's own options are dropped and recorded, and the run's partition is
+    the one the recipe's own algorithm draws (same seed): the two arms are paired.
     """
     from fl.resolve import foreign_recipe_options
 

@@ -1,6 +1,7 @@
-"""Run-folder hardening: no reads or writes through planted links, a
-diverged run is stopped and never stored as complete, and a tampered folder gives a clear
-error instead of a silently different run.
+"""Run-folder hardening.
+
+No reads or writes through planted links, a diverged run is stopped and never stored as
+complete, and a tampered folder gives a clear error instead of a silently different run.
 """
 from __future__ import annotations
 
@@ -96,8 +97,10 @@ def test_non_finite_or_absurd_options_are_refused(tmp_path, option):
 
 
 class ExpLogits(torch.nn.Module):
-    """A linear model with exponentiated logits: at a large learning rate they overflow to inf
-    and the weights become NaN (a ReLU MLP only dies, with finite weights).
+    """A linear model with exponentiated logits.
+
+    At a large learning rate they overflow to inf and the weights become NaN (a ReLU MLP only
+    dies, with finite weights).
     """
 
     def __init__(self) -> None:

@@ -1,5 +1,6 @@
-"""Run folders and data caches refuse silently wrong content that they hold the data to catch:
-a deleted client checkpoint, checkpoints without or with another digest, a swapped partition,
+"""Run folders and data caches refuse silently wrong content that they hold the data to catch.
+
+A deleted client checkpoint, checkpoints without or with another digest, a swapped partition,
 another run's or swapped models, edited metrics or configuration (the run manifest), an edited
 MNIST-1D cache, and run files in a folder that holds no run.
 """
@@ -113,8 +114,10 @@ def test_a_deleted_client_checkpoint_is_refused_not_a_smaller_group(run_dir, tmp
 
 # ------------------------------------------------------ checkpoints without their digest
 def test_sealing_a_folder_with_an_unsealable_checkpoint_writes_nothing(run_dir):
-    """fl.seal_run checks every file before it writes the manifest once: a refused seal leaves
-    the folder as it was, and sealing again after the file is restored works.
+    """fl.seal_run checks every file before it writes the manifest once.
+
+    A refused seal leaves the folder as it was, and sealing again after the file is restored
+    works.
     """
     (run_dir / "manifest.json").unlink()
     path = run_dir / "global/round_0002.safetensors"
@@ -355,8 +358,9 @@ def test_edited_mnist1d_inputs_or_labels_do_not_match_the_generator(generated, e
 
 
 def test_the_fingerprint_tolerates_one_float32_rounding_per_value(generated):
-    """Another CPU's float64 kernels may round the generator's inputs differently in the last
-    float32 bit: one ulp on every value, in a random direction, still matches.
+    """Another CPU's float64 kernels may round the generator's inputs differently in the last float32 bit.
+
+    One ulp on every value, in a random direction, still matches.
     """
     rng = np.random.default_rng(0)
     nudged = {k: v.copy() for k, v in generated.items()}

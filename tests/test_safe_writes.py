@@ -1,6 +1,8 @@
-"""Link-safe atomic writes: links planted at the target, at temporary
-names and as the folder never redirect a write; a full or read-only disk gives one clear error,
-leaves no temporary file and keeps the previous file.
+"""Link-safe atomic writes.
+
+Links planted at the target, at temporary names and as the folder never redirect a write; a
+full or read-only disk gives one clear error, leaves no temporary file and keeps the previous
+file.
 """
 from __future__ import annotations
 
@@ -57,8 +59,10 @@ def test_symlink_at_the_target_is_refused_and_the_outside_file_untouched(tmp_pat
 
 
 def test_links_planted_at_temporary_names_are_never_followed(tmp_path, outside, monkeypatch):
-    """The old writers used fixed names (``.index.html.tmp``, ``.<name>.tmp-<pid>``); plant links at
-    those and at the first random names the writer will draw: it skips them and writes its own file.
+    """The old writers used fixed names (``.index.html.tmp``, ``.<name>.tmp-<pid>``).
+
+    Plant links at those and at the first random names the writer will draw: it skips them and
+    writes its own file.
     """
     target = tmp_path / "index.html"
     for name in (".index.html.tmp", f".index.html.tmp-{os.getpid()}"):

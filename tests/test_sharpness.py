@@ -54,8 +54,10 @@ def quadratic(hessian: np.ndarray, centre: np.ndarray, gradient: np.ndarray, **o
 
 
 def trust_region_max(hessian: np.ndarray, gradient: np.ndarray, rho: float) -> float:
-    """``max_{||e|| <= rho} g^T e + e^T H e / 2`` for PSD ``H``: ``e = (mu I - H)^-1 g`` with ``mu > lambda_1``
-    solving the secular equation ``||e(mu)|| = rho`` (the easy case: ``g`` not orthogonal to the top eigenvector).
+    """``max_{||e|| <= rho} g^T e + e^T H e / 2`` for PSD ``H``.
+
+    ``e = (mu I - H)^-1 g`` with ``mu > lambda_1`` solving the secular equation ``||e(mu)|| = rho`` (the easy
+    case: ``g`` not orthogonal to the top eigenvector).
     """
     lam, q = np.linalg.eigh(hessian)
     gq = q.T @ gradient
@@ -191,9 +193,10 @@ def bias_losses(model: nn.Module, x: torch.Tensor, y: torch.Tensor, e: np.ndarra
 
 def grid_maximum(model: nn.Module, x: torch.Tensor, y: torch.Tensor, norm: str, rho: float,
                  scale: np.ndarray) -> float:
-    """Brute force ``max L(w + T u) - L(w)`` over ``||u||_p <= rho`` on ``1.bias``: a grid of the ball
-    (polar for L2, the circle included; Cartesian for the box, its edges included), then a grid 40 times
-    finer around the best point (and the arc of the circle through it).
+    """Brute force ``max L(w + T u) - L(w)`` over ``||u||_p <= rho`` on ``1.bias``.
+
+    A grid of the ball (polar for L2, the circle included; Cartesian for the box, its edges included),
+    then a grid 40 times finer around the best point (and the arc of the circle through it).
     """
     def gain(u: np.ndarray) -> np.ndarray:
         return bias_losses(model, x, y, u * scale) - bias_losses(model, x, y, np.zeros((1, 2)))[0]

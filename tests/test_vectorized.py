@@ -1,6 +1,7 @@
-"""The vectorised FL back end (fl.vectorized) against the sequential one: same client models
-and losses to floating-point tolerance for clients of different sizes, through fl.run too,
-and clear refusals where padding would change the result.
+"""The vectorised FL back end (fl.vectorized) against the sequential one.
+
+Same client models and losses to floating-point tolerance for clients of different sizes,
+through fl.run too, and clear refusals where padding would change the result.
 """
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Averaging of model states: FedAvg's sample-weighted mean and the general weighted mean
-(IMA Eq. 5 window mean, LSS pool averages).
+"""Averaging of model states.
+
+FedAvg's sample-weighted mean and the general weighted mean (IMA Eq. 5 window mean, LSS
+pool averages).
 """
 from __future__ import annotations
 

@@ -199,8 +199,10 @@ class Algorithm:
 
     # -- schedules ---------------------------------------------------------------
     def lr(self, round: int) -> float:
-        """Client learning rate of a training round: ``lr * (1 - lr_decay)^(round - 1)``
-        (IMA Sec. 7.1.3's exponential decay with rate gamma = ``lr_decay``).
+        """Client learning rate of a training round.
+
+        ``lr * (1 - lr_decay)^(round - 1)`` (IMA Sec. 7.1.3's exponential decay with
+        rate gamma = ``lr_decay``).
 
         Parameters
         ----------

@@ -1,6 +1,8 @@
-"""What the round loop hands to an algorithm's hooks (:class:`LocalContext`,
-:class:`RoundContext`, :class:`EvalContext`) and what a client sends back
-(:class:`ClientUpdate`). See :mod:`fl.algorithms.base` for the round structure.
+"""What the round loop hands to an algorithm's hooks and what a client sends back.
+
+The hooks get a :class:`LocalContext`, :class:`RoundContext` or
+:class:`EvalContext`; a client sends back a :class:`ClientUpdate`. See
+:mod:`fl.algorithms.base` for the round structure.
 """
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ State = dict[str, Tensor]
 
 @dataclass
 class LocalContext:
-    """Everything a client update may use (tensors of the state dicts are on ``device``;
-    do not modify ``global_state`` or ``server_state`` in place).
+    """Everything a client update may use.
+
+    Tensors of the state dicts are on ``device``; do not modify ``global_state`` or
+    ``server_state`` in place.
 
     Parameters
     ----------

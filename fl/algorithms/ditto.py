@@ -1,5 +1,4 @@
-"""Ditto (Li, Hu, Beirami & Smith, "Ditto: Fair and Robust Federated Learning Through
-Personalization", ICML 2021).
+"""Ditto (Li, Hu, Beirami & Smith, "Ditto: Fair and Robust Federated Learning Through Personalization", ICML 2021).
 
 Objective (Ditto Eq. 2): a global model ``w* = argmin_w G(F_1(w), ..., F_K(w))`` (here
 FedAvg's sample-weighted mean) and, for every client ``k``, a personal model
@@ -59,9 +58,10 @@ class DittoOptions(Options):
                                          "(default: the run's local epochs)", source="Ditto: E_Ditto = E")
 
     def resolved(self, config: Mapping[str, Any]) -> "DittoOptions":
-        """The other bases' derived defaults (a subclass may combine these options with another
-        algorithm's), then ``personal_epochs`` = the run's local epochs when it is None
-        (``E_Ditto = E``, FLOCO App. B).
+        """The other bases' derived defaults, then ``personal_epochs``.
+
+        A subclass may combine these options with another algorithm's; ``personal_epochs``
+        becomes the run's local epochs when it is None (``E_Ditto = E``, FLOCO App. B).
 
         Parameters
         ----------
@@ -88,8 +88,10 @@ class Ditto(Algorithm):
     personalised = True
 
     def client_update(self, ctx: LocalContext) -> ClientUpdate:
-        """FedAvg's local update (uploaded), then the personal update of ``v_k`` on the same
-        mini-batches with the proximal term to the received model.
+        """FedAvg's local update (uploaded), then the personal update of ``v_k``.
+
+        The personal update runs on the same mini-batches with the proximal term to the
+        received model.
 
         Parameters
         ----------
@@ -134,8 +136,9 @@ class Ditto(Algorithm):
         return dict(client_state) if client is not None and client_state else state
 
     def local_metrics(self, ctx: EvalContext) -> dict[str, float]:
-        """Unweighted means over clients of each personal model's loss and accuracy on its
-        client's local test split (the global model for clients without one).
+        """Unweighted means over clients of each personal model's loss and accuracy.
+
+        Each on its client's local test split (the global model for clients without one).
 
         Parameters
         ----------

@@ -1,6 +1,8 @@
-"""FedAvg (McMahan et al. 2017): local SGD, then the data-size-weighted average
-``w = sum_k n_k / sum_j n_j * w_k`` of the participants' whole state_dicts (BatchNorm
-buffers included). Everything is inherited from :class:`~fl.algorithms.base.Algorithm`.
+"""FedAvg (McMahan et al. 2017).
+
+Local SGD, then the data-size-weighted average ``w = sum_k n_k / sum_j n_j * w_k`` of
+the participants' whole state_dicts (BatchNorm buffers included). Everything is
+inherited from :class:`~fl.algorithms.base.Algorithm`.
 """
 from __future__ import annotations
 

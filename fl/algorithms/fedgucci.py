@@ -1,5 +1,6 @@
-"""FedGuCci and FedGuCci+ (Li et al., "Improving Group Connectivity for Generalization of
-Federated Deep Learning", ICLR draft / KDD '25).
+"""FedGuCci and FedGuCci+ (Li et al., ICLR draft / KDD '25).
+
+"Improving Group Connectivity for Generalization of Federated Deep Learning".
 
 Anchor pool (Eq. 11/12): in round ``t`` every client uses the ``N = anchors`` most recent
 global models, the one it just received included: ``{w_g^j : j = max(1, t-N+1) .. t}``.
@@ -69,8 +70,10 @@ UPDATES = ("joint", "sequential")
 
 
 def calibrated_cross_entropy(labels: Tensor, num_classes: int, tau: float) -> LossFn:
-    """FedLC logit calibration: ``CE(z - tau * n^{-1/4}, y)`` with ``n`` the per-class counts
-    of ``labels`` (classes with no samples get ``-inf`` logits, i.e. are masked).
+    """FedLC logit calibration.
+
+    ``CE(z - tau * n^{-1/4}, y)`` with ``n`` the per-class counts of ``labels`` (classes with
+    no samples get ``-inf`` logits, i.e. are masked).
     """
     if tau == 0:
         return F.cross_entropy
@@ -165,8 +168,9 @@ class FedGuCci(Algorithm):
 
     # -- anchor pool (Eq. 11) -------------------------------------------------------
     def begin_round(self, ctx: RoundContext) -> State:
-        """Append the model broadcast this round (``Run.global_state(round - 1)``) to the pool
-        and keep the newest ``anchors`` entries.
+        """Append the model broadcast this round to the pool and keep the newest ``anchors`` entries.
+
+        The broadcast model is ``Run.global_state(round - 1)``.
         """
         pool, rounds = anchor_pool(ctx.server_state)
         pool.append({n: t.detach().clone() for n, t in ctx.global_state.items()})

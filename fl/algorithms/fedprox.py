@@ -1,7 +1,8 @@
-"""FedProx (Li et al. 2020): each client minimises
-``L_k(w) + mu / 2 * ||w - w_g||^2`` where ``w_g`` is the model it received (during IMA, the
-IMA model; IMA §3.4) and the norm runs over the trainable parameters. Aggregation is
-FedAvg's.
+"""FedProx (Li et al. 2020).
+
+Each client minimises ``L_k(w) + mu / 2 * ||w - w_g||^2`` where ``w_g`` is the model it
+received (during IMA, the IMA model; IMA §3.4) and the norm runs over the trainable
+parameters. Aggregation is FedAvg's.
 """
 from __future__ import annotations
 
@@ -24,8 +25,10 @@ class FedProxOptions(Options):
 
 
 class FedProx(Algorithm):
-    """FedProx with proximal coefficient ``mu``; its extra loss depends only on the
-    parameters and the received model, so the vectorised back end runs it.
+    """FedProx with proximal coefficient ``mu``.
+
+    Its extra loss depends only on the parameters and the received model, so the
+    vectorised back end runs it.
     """
 
     name = "fedprox"

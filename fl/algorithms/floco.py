@@ -1,5 +1,4 @@
-"""FLOCO and FLOCO+ (Grinwald, Wiesner & Nakajima, "Federated Learning over Connected Modes",
-NeurIPS 2024).
+"""FLOCO and FLOCO+ (Grinwald, Wiesner & Nakajima, "Federated Learning over Connected Modes", NeurIPS 2024).
 
 Architecture (Sec. 3.1, Eq. 6): the model's final ``nn.Linear`` becomes a
 :class:`SimplexLinear` with ``vertices`` weight matrices ``W_1..W_V`` (its endpoints; a
@@ -189,8 +188,10 @@ class FlocoOptions(Options):
 
 @dataclasses.dataclass(frozen=True)
 class FlocoPlusOptions(DittoOptions, FlocoOptions):
-    """Options of FLOCO+ (App. C): FLOCO's plus Ditto's personal-model options (``lam``: the
-    official code's 1.0, the paper gives none; ``personal_epochs``: the run's local epochs).
+    """Options of FLOCO+ (App. C).
+
+    FLOCO's plus Ditto's personal-model options (``lam``: the official code's 1.0, the paper
+    gives none; ``personal_epochs``: the run's local epochs).
     """
 
 
@@ -211,8 +212,9 @@ class Floco(Algorithm):
 
     # -- architecture -------------------------------------------------------------
     def build_module(self, template: nn.Module) -> nn.Module:
-        """A copy of ``template`` whose final ``nn.Linear`` is a :class:`SimplexLinear` with the
-        endpoints of :meth:`initial_endpoints` and the template's bias (shared).
+        """A copy of ``template`` whose final ``nn.Linear`` is a :class:`SimplexLinear`.
+
+        Its endpoints are those of :meth:`initial_endpoints`, its bias the template's (shared).
         """
         from ..models import classifier_name
 
@@ -271,8 +273,10 @@ class Floco(Algorithm):
 
     def export_state(self, state: State, server_state: State, client: int | None = None,
                      client_state: State | None = None) -> State:
-        """The global model at the simplex centre (Sec. 3.4); a client's personalised model
-        (:meth:`client_model`) at its point ``alpha_k`` (the centre before assignment).
+        """The global model at the simplex centre (Sec. 3.4).
+
+        A client's personalised model (:meth:`client_model`) at its point ``alpha_k`` (the
+        centre before assignment).
         """
         if client is None:
             return self.point_state(state, simplex_centre(self.n))
@@ -289,9 +293,7 @@ class Floco(Algorithm):
 
     # -- subregion assignment ---------------------------------------------------------
     def begin_round(self, ctx: RoundContext) -> State:
-        """Record the clients' total sample count (Eq. 11's N); at round ``tau`` assign the
-        subregions (Sec. 3.2).
-        """
+        """Record the clients' total sample count (Eq. 11's N); at round ``tau`` assign the subregions (Sec. 3.2)."""
         ctx = dataclasses.replace(ctx, server_state={
             **ctx.server_state, f"{PREFIX}total_samples": torch.tensor(sum(ctx.client_sizes), dtype=torch.float64)})
         if ctx.round != int(self.opts.tau) or f"{PREFIX}points" in ctx.server_state:
@@ -329,8 +331,10 @@ class Floco(Algorithm):
             return local_sgd(ctx, **kwargs)
 
     def received(self, ctx: LocalContext) -> State:
-        """The model a client starts from: the global one, with the client's own BatchNorm
-        buffers under ``local_buffers`` (once it has some).
+        """The model a client starts from.
+
+        The global one, with the client's own BatchNorm buffers under ``local_buffers``
+        (once it has some).
         """
         own = {n: ctx.client_state[PREFIX + "buffer." + n] for n in self.buffer_keys
                if PREFIX + "buffer." + n in ctx.client_state}
@@ -350,9 +354,7 @@ class Floco(Algorithm):
 
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate], server_state: State,
                   round: int) -> tuple[State, State]:
-        """Eq. 11 (participant-normalised, or literal with the total N); the global point
-        stays the centre.
-        """
+        """Eq. 11 (participant-normalised, or literal with the total N); the global point stays the centre."""
         new = sample_weighted_average(global_state, updates)
         if self.opts.aggregation == "literal" and updates:
             total = float(server_state.get(f"{PREFIX}total_samples", 0.0))
@@ -370,8 +372,9 @@ class Floco(Algorithm):
 
     # -- evaluation -------------------------------------------------------------------
     def personal_state(self, ctx: EvalContext, client: int) -> State:
-        """The training state evaluated for ``client``'s local accuracy: the global one (with
-        the client's own buffers under ``local_buffers``).
+        """The training state evaluated for ``client``'s local accuracy.
+
+        The global one (with the client's own buffers under ``local_buffers``).
         """
         own = ctx.client_states.get(client, {})
         return {**ctx.global_state, **{n: own[PREFIX + "buffer." + n] for n in self.buffer_keys
@@ -401,8 +404,9 @@ class FlocoPlus(Floco):
     Options = FlocoPlusOptions
 
     def client_update(self, ctx: LocalContext) -> ClientUpdate:
-        """The FLOCO update, then ``personal_epochs`` of
-        ``F_k(v_alpha) + lam/2 |v - w_received|^2`` from the client's personal model.
+        """The FLOCO update, then ``personal_epochs`` from the client's personal model.
+
+        The personal epochs minimise ``F_k(v_alpha) + lam/2 |v - w_received|^2``.
         """
         alpha_gen = make_generator(self.seed, "floco-alpha", ctx.round, ctx.client)
         result = self._simplex_sgd(ctx, alpha_gen, state=self.received(ctx))

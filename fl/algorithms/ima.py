@@ -81,8 +81,10 @@ class IMAOptions(Options):
 
 
 class IMA(Wrapper):
-    """IMA composed around a base algorithm (default FedAvg): window mean of the base's
-    server outputs (Eq. 5) and mild client exploration (Sec. 3.3).
+    """IMA composed around a base algorithm (default FedAvg).
+
+    Window mean of the base's server outputs (Eq. 5) and mild client exploration (Sec.
+    3.3).
     """
 
     name = "ima"
@@ -130,8 +132,9 @@ class IMA(Wrapper):
         return {**self.base.init_server_state(global_state), PREFIX + "rounds": torch.zeros(0, dtype=torch.int64)}
 
     def local_metrics(self, ctx: EvalContext) -> dict[str, float]:
-        """The base's metrics plus, once IMA is active, the plain aggregate's test loss and
-        accuracy (``fma_test_loss``, ``fma_test_accuracy``).
+        """The base's metrics plus, once IMA is active, the plain aggregate's test loss and accuracy.
+
+        Named ``fma_test_loss`` and ``fma_test_accuracy``.
 
         Parameters and return value: see :meth:`Algorithm.local_metrics`.
         """
@@ -145,8 +148,10 @@ class IMA(Wrapper):
     # -- the IMA server step (Eq. 5) ----------------------------------------------------
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate],
                   server_state: State, round: int) -> tuple[State, State]:
-        """Push the base's aggregate into the window; broadcast the window mean once IMA is
-        active and the window is full (Eq. 5), else the plain aggregate.
+        """Push the base's aggregate into the window.
+
+        Broadcast the window mean once IMA is active and the window is full (Eq. 5), else
+        the plain aggregate.
 
         Parameters and return value: see :meth:`Algorithm.aggregate`.
         """

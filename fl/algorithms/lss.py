@@ -136,8 +136,10 @@ def distance(a: Mapping[str, Tensor], b: Mapping[str, Tensor], kind: str = "l2")
 
 
 def simplex_volume_sq(members: Sequence[Mapping[str, Tensor]]) -> Tensor:
-    """Squared volume of the simplex spanned by ``members``: the Cayley-Menger determinant of
-    their squared pairwise L2 distances, ``|det CM| / (((n-1)!)^2 2^(n-1))`` (official code).
+    """Squared volume of the simplex spanned by ``members``.
+
+    The Cayley-Menger determinant of their squared pairwise L2 distances, ``|det CM| /
+    (((n-1)!)^2 2^(n-1))`` (official code).
     """
     n = len(members)
     device = next(iter(members[0].values())).device
@@ -281,8 +283,10 @@ class LSS(Algorithm):
         return sum(distance(active, m, self.opts.distance) for m in pool) / len(pool)
 
     def _member_batches(self, ctx: LocalContext) -> list[list[Tensor]]:
-        """Mini-batch index tensors of each member: ``epochs_per_member`` epochs each, or the
-        run's ``local_epochs`` of batches split into ``members`` consecutive chunks.
+        """Mini-batch index tensors of each member.
+
+        ``epochs_per_member`` epochs each, or the run's ``local_epochs`` of batches split
+        into ``members`` consecutive chunks.
         """
         members = int(self.opts.members)
         if self.opts.budget == "split":

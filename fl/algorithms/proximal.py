@@ -63,8 +63,7 @@ def proximal_term(params: Mapping[str, Tensor], anchor: Mapping[str, Tensor], co
 
 
 def proximal_loss(anchor: Mapping[str, Tensor], coef: float) -> ExtraLoss:
-    """:func:`proximal_term` to a fixed ``anchor`` as an ``extra_loss`` of
-    :func:`~fl.algorithms.sgd.local_sgd`.
+    """:func:`proximal_term` to a fixed ``anchor`` as an ``extra_loss`` of :func:`~fl.algorithms.sgd.local_sgd`.
 
     Parameters
     ----------

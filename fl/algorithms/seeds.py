@@ -1,6 +1,8 @@
-"""Seeds of the FL engine: every random stream derives from the run seed and string or
-integer keys (``(seed, "client", round, client)``, ``(seed, "sample", round)``, ...), so a
-resumed run equals an uninterrupted one and nothing touches the global RNG.
+"""Seeds of the FL engine.
+
+Every random stream derives from the run seed and string or integer keys (``(seed,
+"client", round, client)``, ``(seed, "sample", round)``, ...), so a resumed run equals an
+uninterrupted one and nothing touches the global RNG.
 """
 from __future__ import annotations
 

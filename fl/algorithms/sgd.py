@@ -1,4 +1,6 @@
-"""Functional local SGD: the pieces of a client update (state split, forward pass through
+"""Functional local SGD.
+
+The pieces of a client update (state split, forward pass through
 ``torch.func.functional_call``, seeded mini-batches, an SGD step equal to
 ``torch.optim.SGD``'s) and :func:`local_sgd`, FedAvg's local training.
 """
@@ -152,8 +154,9 @@ def local_sgd(ctx: LocalContext, *, state: Mapping[str, Tensor] | None = None,
               extra_loss: ExtraLoss | None = None, loss_fn: LossFn = F.cross_entropy,
               momentum_state: Mapping[str, Tensor] | None = None, lr: float | None = None,
               epochs: int | None = None, module: nn.Module | None = None) -> LocalResult:
-    """Mini-batch SGD on the client's data: FedAvg's local step (FedProx Eq. 2 with the
-    proximal term as ``extra_loss``).
+    """Mini-batch SGD on the client's data.
+
+    FedAvg's local step (FedProx Eq. 2 with the proximal term as ``extra_loss``).
 
     The loss of a batch is ``loss_fn(logits, y) + extra_loss(params, x, y, logits)``;
     batches come from ``ctx.generator`` (:func:`minibatches`), steps from :func:`sgd_step`

@@ -160,8 +160,9 @@ def pca_scores(signals: torch.Tensor, n_components: int) -> torch.Tensor:
 
 
 def riesz_energy(points: torch.Tensor) -> torch.Tensor:
-    """``log(mean_{i<j} 1 / max(|p_i - p_j|_2, 1e-4)^2)`` for point sets ``(..., K, E)``
-    (Eq. 8 with s = 2, up to the constant ``log(#pairs)``).
+    """``log(mean_{i<j} 1 / max(|p_i - p_j|_2, 1e-4)^2)`` for point sets ``(..., K, E)``.
+
+    Eq. 8 with s = 2, up to the constant ``log(#pairs)``.
     """
     k = points.shape[-2]
     i, j = torch.triu_indices(k, k, offset=1)

@@ -38,8 +38,10 @@ class PermutationError(ConfigError):
 
 @dataclass(frozen=True)
 class Member:
-    """Where a group's units sit in one tensor: along ``axis`` viewed as (outer, units, inner),
-    positions ``start:start + size`` of the units dimension.
+    """Where a group's units sit in one tensor.
+
+    Along ``axis`` viewed as (outer, units, inner), positions ``start:start + size`` of the
+    units dimension.
 
     Attributes
     ----------
@@ -64,10 +66,12 @@ class Member:
 
 @dataclass(frozen=True)
 class Group:
-    """Hidden units permuted together. ``block``: permutations stay within contiguous blocks
-    of that many units (GroupNorm groups); 0 means free. ``probes`` are the activations (graph
-    node name and unit view) that activation matching correlates: the last few nonlinearity
-    outputs and residual sums carrying the units (else the last value carrying them).
+    """Hidden units permuted together.
+
+    ``block``: permutations stay within contiguous blocks of that many units (GroupNorm
+    groups); 0 means free. ``probes`` are the activations (graph node name and unit view) that
+    activation matching correlates: the last few nonlinearity outputs and residual sums
+    carrying the units (else the last value carrying them).
 
     Attributes
     ----------

@@ -197,6 +197,7 @@ def leaf_runs(layout: Layout) -> list[tuple[Run, int]]:
 
 def _restrict(run: Run, block: int, why: str) -> None:
     """Add a block constraint (blocks aligned at the run's start; ``block`` divides its size).
+
     Blocks of one unit allow no permutation: the run is fixed.
     """
     block = gcd(run.block, block) if run.block else block

@@ -1,5 +1,6 @@
-"""Curvature: operators (the Hessian, GGN and Fisher of an evaluator's loss), eigen-solvers, trace
-estimators and spectral densities.
+"""Curvature: operators, eigen-solvers, trace estimators and spectral densities.
+
+The operators are the Hessian, GGN and Fisher of an evaluator's loss.
 
 * ``linear`` -- the operator interface every solver sees, and explicit matrices;
 * ``operators`` -- the curvature operator base class and the Hessian-vector products;

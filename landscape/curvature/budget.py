@@ -1,5 +1,6 @@
-"""Limits of the curvature computations: how many products one call may ask for, and the memory of
-the vectors a solver holds at once.
+"""Limits of the curvature computations.
+
+How many products one call may ask for, and the memory of the vectors a solver holds at once.
 
 * :data:`MAX_ITERATIONS` bounds ``max_iter`` of :func:`~landscape.hessian_eigen` and
   :func:`~landscape.hessian_trace` and ``iterations`` of :func:`~landscape.hessian_density`;

@@ -301,9 +301,11 @@ def spec_of(evaluator: Any, **options: Any) -> dict[str, Any]:
 
 def computed_at_point(kind: str, model: ModelLike | torch.Tensor, evaluator: Any, options: dict[str, Any],
                       compute: Callable[[CurvatureOperator], Result], *, point_ready: bool = False) -> Any:
-    """The result for (kind, point, options): from the evaluator's cache, or computed on the
-    curvature operator at the point (BatchNorm mode applied) and stored, its spec naming the
-    attention kernel the products ran with (``attention_kernel``, a fixed choice left out of the key).
+    """The result for (kind, point, options).
+
+    From the evaluator's cache, or computed on the curvature operator at the point (BatchNorm mode
+    applied) and stored, its spec naming the attention kernel the products ran with
+    (``attention_kernel``, a fixed choice left out of the key).
 
     The key is the given point's digest: the evaluator's fingerprint in it already fixes what the
     BatchNorm mode does to the point, so a cache hit never re-estimates BatchNorm statistics.

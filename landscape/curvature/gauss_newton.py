@@ -116,8 +116,9 @@ def _output_loss(evaluator: Any, kind: str) -> Any:
 
 
 class OuterProductOperator(CurvatureOperator):
-    """``(1/N) sum_n J_n^T Lambda_n J_n`` with ``J_n`` the Jacobian of a per-sample output: the common
-    product of the GGN, the Fisher and the empirical Fisher's ``"jvp-vjp"`` mode.
+    """``(1/N) sum_n J_n^T Lambda_n J_n`` with ``J_n`` the Jacobian of a per-sample output.
+
+    The common product of the GGN, the Fisher and the empirical Fisher's ``"jvp-vjp"`` mode.
 
     Subclasses give the outputs (:meth:`batch_outputs`, default the model's) and the output-space
     product ``Lambda u`` (:meth:`output_product`).
@@ -236,8 +237,10 @@ class GGNOperator(OuterProductOperator):
 
 @operator_kind("fisher")
 class FisherOperator(OuterProductOperator):
-    """The Monte-Carlo Fisher: ``mc_samples`` labels per input drawn from the model's predictive
-    distribution (once, seeded); its expectation is the GGN for cross-entropy and MSE.
+    """The Monte-Carlo Fisher.
+
+    ``mc_samples`` labels per input drawn from the model's predictive distribution (once,
+    seeded); its expectation is the GGN for cross-entropy and MSE.
 
     Parameters
     ----------

@@ -1,5 +1,6 @@
-"""The interface every curvature solver sees: a symmetric linear operator, its SciPy view, and an
-explicit matrix as one.
+"""The interface every curvature solver sees.
+
+A symmetric linear operator, its SciPy view, and an explicit matrix as one.
 
 Solvers (:mod:`.lanczos`, :mod:`.power`, :mod:`.trace`, :mod:`.density`) take any object with
 ``size``, ``dtype``, ``device``, ``matvecs``, ``matvec`` and ``to_scipy``

@@ -304,8 +304,9 @@ class CurvatureOperator:
 
 
 def jvp_quietly(fn: Callable[[torch.Tensor], Any], primal: torch.Tensor, tangent: torch.Tensor) -> tuple[Any, Any]:
-    """``torch.func.jvp(fn, (primal,), (tangent,))`` without the warning torch's first jvp issues
-    when it jit-scripts its decompositions.
+    """``torch.func.jvp(fn, (primal,), (tangent,))`` without torch's first-call warning.
+
+    Torch warns on its first jvp, when it jit-scripts its decompositions.
 
     Parameters
     ----------
@@ -389,8 +390,9 @@ class HessianOperator(CurvatureOperator):
 
 
 def _resolve_mode(mode: str, evaluator: Any) -> str:
-    """``auto``: keep per-batch graphs (about 2x cheaper per product) on CPU when they fit
-    in :data:`RETAINED_BUDGET`; otherwise forward-over-reverse, whose memory stays flat.
+    """``auto``: keep per-batch graphs (about 2x cheaper per product) on CPU when they fit in :data:`RETAINED_BUDGET`.
+
+    Otherwise forward-over-reverse, whose memory stays flat.
     """
     if mode != "auto":
         return mode

@@ -31,7 +31,9 @@ _NO_SECOND_DERIVATIVE = re.compile(r"derivative for (\S+) is not implemented"
 
 @contextlib.contextmanager
 def second_order(mode: str, kind: str = "hessian") -> Iterator[None]:
-    """Context of a curvature product: the twice-differentiable attention kernel, and a
+    """Context of a curvature product.
+
+    The twice-differentiable attention kernel, and a
     :class:`~landscape.infra.errors.CurvatureError` naming an operation that lacks a derivative the
     product needs (a double backward, or forward-mode AD).
 

@@ -214,9 +214,10 @@ class _Ball:
         return self.rho * (2.0 * torch.rand(dim, generator=generator, dtype=torch.float64) - 1.0)
 
     def direction(self, u: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        """Steepest feasible ascent direction at ``u``: ``sign(g)`` in the box (clipping removes what
-        leaves it); in the L2 ball ``g`` projected onto the tangent cone at ``u`` (its outward radial
-        part removed on the sphere), of unit length.
+        """Steepest feasible ascent direction at ``u``.
+
+        ``sign(g)`` in the box (clipping removes what leaves it); in the L2 ball ``g`` projected onto
+        the tangent cone at ``u`` (its outward radial part removed on the sphere), of unit length.
         """
         if not self.l2:
             return torch.sign(g)
@@ -309,8 +310,10 @@ def _objective(op: HessianOperator, scale: torch.Tensor) -> tuple[Objective, lis
 
 def _ascend(objective: Objective, ball: _Ball, u: torch.Tensor, steps: int, length: float,
             trajectory: np.ndarray, lengths: np.ndarray) -> tuple[torch.Tensor, float]:
-    """One restart: monotone projected ascent with step halving; fills ``trajectory`` (losses at the
-    start and after each step) and ``lengths``; returns the best iterate and its loss.
+    """One restart: monotone projected ascent with step halving.
+
+    Fills ``trajectory`` (losses at the start and after each step) and ``lengths``; returns the best
+    iterate and its loss.
     """
     best_value, best_grad = objective(u)
     trajectory[0] = best_value

@@ -146,8 +146,10 @@ def eigen_plane(model: ModelLike | torch.Tensor, evaluator: Any, *, eigen: Hessi
 def _directions(model: ModelLike | torch.Tensor, evaluator: Any, eigen: HessianEigen | None, count: int,
                 normalization: str, span: float, params: Params, solver: dict[str, Any]
                 ) -> tuple[torch.Tensor, HessianEigen, dict[str, Any], torch.Tensor, torch.Tensor]:
-    """The point, its eigenpairs, the options they were computed with, the mask of the differentiated
-    parameters and ``count`` flat directions (rows).
+    """The point, its eigenpairs, their options, the differentiated mask and ``count`` directions.
+
+    The options are those the eigenpairs were computed with; the mask is that of the differentiated
+    parameters; the ``count`` flat directions are rows.
     """
     if normalization not in NORMALIZATIONS:
         raise ConfigError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")

@@ -1,5 +1,6 @@
-"""The IMA paper's bias-variance-covariance decomposition of a federated model's loss (``ima``), and what
-averaging does to client models (``similarity``: averaging curves, linear CKA).
+"""The IMA paper's bias-variance-covariance decomposition, and what averaging does to client models.
+
+``ima``: the decomposition of a federated model's loss; ``similarity``: averaging curves, linear CKA.
 """
 from .ima import decompose, decompose_run
 from .similarity import averaging_curve, cka_matrix, linear_cka

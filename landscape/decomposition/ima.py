@@ -229,8 +229,9 @@ def client_weights(weights: Sequence[float] | None, sizes: np.ndarray) -> np.nda
 
 # ------------------------------------------------------------------ FL runs
 def round_clients(run: Any, round: int = -1) -> tuple[list[Any], list[Mapping[str, torch.Tensor]], list[Any]]:
-    """``(client_ids, client_states, client_datasets)`` of the clients trained in ``round``
-    of an FL run (anything with ``client_states(round)`` and ``client_datasets()``).
+    """``(client_ids, client_states, client_datasets)`` of the clients trained in ``round`` of an FL run.
+
+    The run is anything with ``client_states(round)`` and ``client_datasets()``.
 
     Parameters
     ----------

@@ -23,10 +23,12 @@ from .ima import client_weights
 def averaging_curve(client_models: Sequence[ModelLike], evaluator: Any, *,
                     weights: Sequence[float] | None = None, sizes: Sequence[int] | None = None,
                     subsets: int = 10, seed: int = 0) -> AveragingCurve:
-    """Loss and error (1 - accuracy) on the evaluator's data of weight averages of ``m``
-    client models, for ``m`` in ``sizes`` (default ``1..K``), over up to ``subsets`` random
-    subsets each (all subsets when there are at most that many). A subset ``T`` is averaged
-    with weights ``weights[k] / sum_T weights`` (uniform by default). IMA paper Fig. 4.
+    """Loss and error of weight averages of ``m`` client models, for ``m`` in ``sizes`` (IMA paper Fig. 4).
+
+    Error is 1 - accuracy, both on the evaluator's data; ``sizes`` defaults to ``1..K``.
+    Each size takes up to ``subsets`` random subsets (all subsets when there are at most
+    that many). A subset ``T`` is averaged with weights ``weights[k] / sum_T weights``
+    (uniform by default).
 
     Parameters
     ----------
@@ -118,8 +120,10 @@ def linear_cka(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> fl
 
 def cka_matrix(models: Sequence[ModelLike], evaluator: Any, *, outputs: str = "softmax",
                labels: Sequence[str] | None = None) -> CKAMatrix:
-    """Pairwise linear CKA of the models' outputs (``"softmax"`` or ``"logits"``) on the
-    evaluator's data, the IMA paper's proxy for the covariance term (Fig. 4).
+    """Pairwise linear CKA of the models' outputs on the evaluator's data.
+
+    Outputs are ``"softmax"`` or ``"logits"``; CKA is the IMA paper's proxy for the
+    covariance term (Fig. 4).
 
     Parameters
     ----------

@@ -57,9 +57,7 @@ class BatchNormModes:
 
     @property
     def active(self) -> bool:
-        """True when this mode changes anything (the model has buffers and the mode is not
-        ``interpolate``).
-        """
+        """True when this mode changes anything (the model has buffers and the mode is not ``interpolate``)."""
         return self.space.has_buffers and self.mode != "interpolate"
 
     def apply(self, vecs: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:

@@ -46,8 +46,10 @@ class ClassMetrics:
         self._identity: torch.Tensor | None = None
 
     def prepare(self, targets: Sequence[torch.Tensor]) -> None:
-        """Precompute, per target tensor (kept alive by the caller), the gather index of
-        the labels in the class-major layout and the mask of the classes before each label.
+        """Precompute the gather index and class mask of one target tensor.
+
+        Per target tensor (kept alive by the caller): the gather index of the labels in the
+        class-major layout and the mask of the classes before each label.
 
         Parameters
         ----------
@@ -68,9 +70,10 @@ class ClassMetrics:
         return self._identity
 
     def __call__(self, logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(summed loss as float64, correct count as float64) of ``(N, C)`` logits, or None
-        when ``y`` was not prepared or the loss is not finite (then the caller's row-major
-        path decides).
+        """(summed loss as float64, correct count as float64) of ``(N, C)`` logits, or None.
+
+        None when ``y`` was not prepared or the loss is not finite (then the caller's
+        row-major path decides).
 
         Parameters
         ----------
@@ -93,9 +96,11 @@ class ClassMetrics:
         return (loss, correct) if math.isfinite(loss.item()) else None  # CPU: no synchronisation cost
 
     def scores(self, cols: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """``(M, 2)`` float64 (summed loss, correct count) of ``M`` points' class-major
-        logits ``cols`` ``(M, C, N)`` for prepared targets ``y``; a point whose logits are
-        not all finite may get a non-finite or wrong row (check the loss column).
+        """``(M, 2)`` float64 (summed loss, correct count) of ``M`` points' class-major logits.
+
+        The logits ``cols`` are ``(M, C, N)`` for prepared targets ``y``; a point whose
+        logits are not all finite may get a non-finite or wrong row (check the loss
+        column).
 
         Parameters
         ----------
@@ -120,8 +125,10 @@ class ClassMetrics:
 
 
 def install_class_major_head(module: nn.Module, x: torch.Tensor) -> str | None:
-    """Make the output ``nn.Linear`` of ``module`` (the layer whose result is the model's
-    output on ``x``) return class-major logits; its name, or None when there is none.
+    """Make the output ``nn.Linear`` of ``module`` return class-major logits.
+
+    The output layer is the one whose result is the model's output on ``x``. Returns its
+    name, or None when there is none.
 
     A fixed rule, not a timing, so that results never depend on machine load: on the
     development CPU (MKL, AVX2) ``W @ x^T + b`` took 85 us against 253 us for ``F.linear``

@@ -130,8 +130,9 @@ class Evaluator:
         return self.options.strategy
 
     def __getattr__(self, name: str) -> Any:
-        """Every :class:`EvaluatorOptions` field (``autocast``, ``compile``, ``backend``, ``n_jobs``,
-        ``progress``, ...) reads as an attribute of the evaluator.
+        """Every :class:`EvaluatorOptions` field reads as an attribute of the evaluator.
+
+        For example ``autocast``, ``compile``, ``backend``, ``n_jobs``, ``progress``.
         """
         if name != "options" and name in EvaluatorOptions.__dataclass_fields__:
             return getattr(self.options, name)
@@ -173,8 +174,9 @@ class Evaluator:
         return self.loop.class_major_head
 
     def measure_strategies(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
-        """Time loop and vmap on the first points of ``vecs`` and keep the faster
-        (see :meth:`.runner.ChunkRunner.measure_strategies`).
+        """Time loop and vmap on the first points of ``vecs`` and keep the faster.
+
+        See :meth:`.runner.ChunkRunner.measure_strategies`.
 
         Parameters
         ----------

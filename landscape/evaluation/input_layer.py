@@ -37,9 +37,11 @@ LAYER_TYPES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
 class InputLayerShortcut:
-    """Replaces the forward of the qualifying input layers of ``module`` (the evaluator's
-    private flat-view copy) by the expansion for the points ``origin + coeffs @ directions``;
-    ``set(coeffs)`` selects the point before each forward pass.
+    """Replaces the forward of the qualifying input layers of ``module`` by the expansion.
+
+    ``module`` is the evaluator's private flat-view copy; the expansion is for the points
+    ``origin + coeffs @ directions``, and ``set(coeffs)`` selects the point before each
+    forward pass.
 
     Nothing is installed when the layers' ``k + 2`` outputs per batch exceed ``budget_bytes``
     (then :attr:`active` is False).
@@ -137,8 +139,10 @@ def _combine(base: torch.Tensor, coeffs: Sequence[float], terms: Sequence[torch.
 
 def _record_inputs(module: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
                    k: int) -> dict[nn.Module, list[torch.Tensor]]:
-    """Qualifying layers and their inputs, one per batch: a probe on two samples finds the
-    layers that read the data, then one forward pass per batch records their inputs.
+    """Qualifying layers and their inputs, one per batch.
+
+    A probe on two samples finds the layers that read the data, then one forward pass per
+    batch records their inputs.
     """
     candidates = [m for m in module.modules() if type(m) in LAYER_TYPES and _plain(m)
                   and _fan_in(m) >= MIN_FAN_IN_PER_TERM * (k + 1)]
@@ -149,8 +153,9 @@ def _record_inputs(module: nn.Module, batches: Sequence[tuple[torch.Tensor, torc
 
 def _reading(module: nn.Module, candidates: list[nn.Module], inputs: list[torch.Tensor]
              ) -> dict[nn.Module, list[torch.Tensor]]:
-    """Those of ``candidates`` called exactly once per forward pass on a tensor sharing the
-    memory of the input, for every input; with the tensor they were called on.
+    """Those of ``candidates`` called exactly once per forward pass on the input, with that tensor.
+
+    Called, for every input, on a tensor sharing the memory of the input.
     """
     calls: dict[nn.Module, list[torch.Tensor]] = {}
 

@@ -1,5 +1,7 @@
-"""How an evaluator computes a chunk of points: runs sized by memory and time, the loop or vmap
-strategy (chosen by device or by timing), the input-layer shortcut, and out-of-memory retries.
+"""How an evaluator computes a chunk of points.
+
+Runs sized by memory and time, the loop or vmap strategy (chosen by device or by timing), the
+input-layer shortcut, and out-of-memory retries.
 
 :class:`ChunkRunner` belongs to one :class:`~landscape.evaluation.evaluator.Evaluator` and reads
 its public attributes (device, dtype, space, batches, scorer, options, BatchNorm modes).
@@ -93,8 +95,10 @@ class ChunkRunner:
 
     def _runs(self, points: PointSet, todo: np.ndarray, ref: torch.Tensor
                       ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Runs of consecutive missing points, each small enough to fit memory and, for the
-        loop, to finish within ``flush_interval`` seconds (measured on the previous run).
+        """Runs of consecutive missing points, each small enough to fit memory and time.
+
+        Small enough to fit memory and, for the loop, to finish within ``flush_interval``
+        seconds (measured on the previous run).
         """
         pos, per_point = 0, None
         while pos < todo.size:
@@ -125,11 +129,12 @@ class ChunkRunner:
         return self._run(vecs, coeffs, self.strategy)
 
     def plans_shortcut(self, points: PointSet) -> bool:
-        """Whether the input-layer expansion is worth its set-up for ``points``: enabled,
-        applicable (loop strategy, no autocast, compile or output selector) and at least
-        ``4 (k + 1)`` points. Decided from the whole set, never from which of its points are
-        missing, so an interrupted, resumed or sharded evaluation computes every point on
-        the same code path as an uninterrupted one (bit-identical results).
+        """Whether the input-layer expansion is worth its set-up for ``points``.
+
+        Enabled, applicable (loop strategy, no autocast, compile or output selector) and at
+        least ``4 (k + 1)`` points. Decided from the whole set, never from which of its
+        points are missing, so an interrupted, resumed or sharded evaluation computes every
+        point on the same code path as an uninterrupted one (bit-identical results).
 
         Parameters
         ----------

@@ -96,9 +96,9 @@ class LoopStrategy:
 
     @staticmethod
     def _flat_copy(template: nn.Module, space: ParameterSpace) -> tuple[nn.Module, torch.Tensor]:
-        """A copy whose floating-point parameters and buffers are views into one flat tensor
-        (layout of ``space``); tied weights stay one Parameter; integer buffers are the
-        template's.
+        """A copy whose floating-point parameters and buffers are views into one flat tensor (layout of ``space``).
+
+        Tied weights stay one Parameter; integer buffers are the template's.
         """
         module = copy.deepcopy(template).eval()
         ref = next(iter(template.state_dict().values()), torch.zeros(()))
@@ -173,10 +173,11 @@ class LoopStrategy:
             self.shortcut.set(coeffs)
 
     def _sums_class_major(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> torch.Tensor:
-        """The loop with a class-major output layer: the ``(C, N)`` logits of up to
-        ``CONCAT_OUTPUT_BYTES`` worth of points are stacked and scored by one
-        ``ClassMetrics.scores`` call; points with non-finite losses are rescored row-major
-        (the usual NaN and infinity semantics).
+        """The loop with a class-major output layer.
+
+        The ``(C, N)`` logits of up to ``CONCAT_OUTPUT_BYTES`` worth of points are stacked
+        and scored by one ``ClassMetrics.scores`` call; points with non-finite losses are
+        rescored row-major (the usual NaN and infinity semantics).
         """
         metrics = self.scorer.class_metrics
         y = self.targets if self.targets is not None else self.batches[0][1]

@@ -1,5 +1,6 @@
-"""What the command-line entry points (``landscape``, ``fl-run``) share: bounded JSON options and the
-last-resort error line.
+"""What the command-line entry points (``landscape``, ``fl-run``) share.
+
+Bounded JSON options and the last-resort error line.
 
 JSON given on the command line (``--module-kwargs``, ``--partition-options``, ``--option KEY=JSON``)
 is checked for size and nesting depth before it is parsed, so a hostile value is refused with

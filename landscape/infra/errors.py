@@ -143,8 +143,9 @@ class MetaDeviceError(ConfigError):
 
 
 class WeightOverflowError(LandscapeError):
-    """A model's weights are finite but so large that arithmetic on them (differences of models,
-    distances, plane coordinates) overflows the evaluation dtype.
+    """A model's weights are finite but so large that arithmetic on them overflows.
+
+    Differences of models, distances and plane coordinates overflow the evaluation dtype.
     """
 
 

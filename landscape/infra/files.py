@@ -321,8 +321,10 @@ def exclusive_lock(path: str | os.PathLike, *, timeout: float, busy: Callable[[]
 
 
 def _open_folder(folder: Path, size: int | None, root: str | os.PathLike | None = None) -> int:
-    """Open ``folder`` (created if missing); it and every folder below ``root`` down to it are opened
-    one at a time relative to the one above, never through a link. Returns its descriptor.
+    """Open ``folder`` (created if missing).
+
+    It and every folder below ``root`` down to it are opened one at a time relative to the one above,
+    never through a link. Returns its descriptor.
     """
     if not folder.name:  # "/" or ".": nothing above it to check
         top, parts = folder, ()

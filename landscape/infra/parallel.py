@@ -88,8 +88,9 @@ def _devices_token(devices: tuple[str, ...]) -> str:
 
 
 def _slot_folder(token: str) -> tuple[Path, int]:
-    """The private folder of the slot lock files of the devices ``token`` names, in the temporary
-    folder, and its descriptor.
+    """The private folder of the slot lock files of the devices ``token`` names, and its descriptor.
+
+    The folder lies in the temporary folder.
 
     Created with mode 0700; an existing one is used only if it is a real folder (not a link) of
     this user that no one else may write to, since anyone can create names in the temporary
@@ -300,9 +301,10 @@ def run_shards(fn: Callable[[Any], Any], payloads: Sequence[Any],
 
 # ------------------------------------------------------------------ function calls
 def to_device(obj: Any, device: str | torch.device) -> Any:
-    """``obj`` with every tensor, module and ``torch.device`` inside dicts, lists, tuples and
-    dataclasses moved to ``device``; other values (generators, numbers) are kept as they are.
-    Modules are copied before moving, never moved in place.
+    """``obj`` with every tensor, module and ``torch.device`` inside it moved to ``device``.
+
+    Containers searched: dicts, lists, tuples and dataclasses; other values (generators,
+    numbers) are kept as they are. Modules are copied before moving, never moved in place.
 
     Parameters
     ----------
@@ -348,8 +350,10 @@ class Call:
 
 
 def call_on_worker(call: Call) -> Any:
-    """Run a :class:`Call` in a worker; when the backend assigned the worker a device, the
-    arguments are moved there and the result back to the CPU.
+    """Run a :class:`Call` in a worker.
+
+    When the backend assigned the worker a device, the arguments are moved there and the
+    result back to the CPU.
 
     Parameters
     ----------

@@ -134,8 +134,10 @@ class Result:
 
     # ------------------------------------------------------------------ summaries
     def summary(self) -> dict[str, str]:
-        """The numbers a reader wants, formatted: ``summary_fields`` first, then the other scalar
-        fields, then the shapes of the arrays (never their contents).
+        """The numbers a reader wants, formatted.
+
+        ``summary_fields`` first, then the other scalar fields, then the shapes of the arrays
+        (never their contents).
 
         Returns
         -------

@@ -1,5 +1,6 @@
-"""The result of a basin analysis (:func:`landscape.geometry.basin.basin`): sublevel-set components
-of a plane's or a path's grid and where a set of models sits in them.
+"""The result of a basin analysis (:func:`landscape.geometry.basin.basin`).
+
+sublevel-set components of a plane's or a path's grid and where a set of models sits in them.
 """
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Result classes of learned curves and simplices (cacheable like every landscape result; the
-registry gives them the summary ``repr`` and HTML of :class:`landscape.results.base.Result`).
+"""Result classes of learned curves and simplices.
+
+Cacheable like every landscape result; the registry gives them the summary ``repr`` and HTML
+of :class:`landscape.results.base.Result`.
 """
 from __future__ import annotations
 

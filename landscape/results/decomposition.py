@@ -72,9 +72,7 @@ class Decomposition(Result):
 
     @property
     def variance_estimated(self) -> bool:
-        """False with one realization per client: variance and covariance are then 0 by
-        construction, not measured.
-        """
+        """False with one realization per client: variance and covariance are then 0 by construction, not measured."""
         return self.realizations > 1
 
     @property

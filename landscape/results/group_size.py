@@ -1,5 +1,6 @@
-"""The group barrier against the group size K (FedGuCci Figure 4), of
-:func:`landscape.geometry.groups.group_barrier_by_size`.
+"""The group barrier against the group size K (FedGuCci Figure 4).
+
+Computed by :func:`landscape.geometry.groups.group_barrier_by_size`.
 """
 from __future__ import annotations
 

@@ -119,22 +119,28 @@ class SharpnessResult(Result):
 
     @property
     def first_order(self) -> float:
-        """``rho ||T grad L(w)||_q``: the maximum of the linearised loss over the ball, attained at
-        SAM's dual-norm step (Foret et al. 2021, Eq. (2)).
+        """``rho ||T grad L(w)||_q``.
+
+        The maximum of the linearised loss over the ball, attained at SAM's dual-norm step (Foret
+        et al. 2021, Eq. (2)).
         """
         return self.rho * self.gradient_norm
 
     @property
     def second_order(self) -> float:
-        """``rho^2 lambda_max / 2``: the exact sharpness of the quadratic model at a critical point
-        (NaN when ``lambda_max`` was not computed). Only a second-order approximation of the loss.
+        """``rho^2 lambda_max / 2``.
+
+        The exact sharpness of the quadratic model at a critical point (NaN when ``lambda_max`` was
+        not computed). Only a second-order approximation of the loss.
         """
         return 0.5 * self.rho ** 2 * self.lambda_max
 
     @property
     def quadratic_bound(self) -> float:
-        """``rho ||T g|| + rho^2 max(lambda_max, 0) / 2``: an upper bound on the maximum of the
-        second-order Taylor model over the L2 ball (NaN when ``lambda_max`` was not computed).
+        """``rho ||T g|| + rho^2 max(lambda_max, 0) / 2``.
+
+        An upper bound on the maximum of the second-order Taylor model over the L2 ball (NaN
+        when ``lambda_max`` was not computed).
         """
         if not np.isfinite(self.lambda_max):
             return float("nan")

@@ -109,8 +109,9 @@ def state_digest(state: Mapping[str, torch.Tensor]) -> str:
 
 
 def stored_digest(path: str | os.PathLike) -> str | None:
-    """The SHA-256 a ``.safetensors`` file carries in its metadata (:data:`DIGEST_KEY`), read
-    from its header without loading the tensors.
+    """The SHA-256 a ``.safetensors`` file carries in its metadata (:data:`DIGEST_KEY`).
+
+    Read from its header without loading the tensors.
 
     Parameters
     ----------
@@ -182,8 +183,9 @@ def _check_archive(path: Path) -> None:
 
 
 def _check_format(path: Path, head: bytes) -> None:
-    """Refuse a file that neither torch.save nor safetensors can have written (text, an image, ...)
-    by its first bytes ``head``.
+    """Refuse a file that neither torch.save nor safetensors can have written.
+
+    Judged by its first bytes ``head`` (text, an image, ...).
     """
     if path.suffix == ".safetensors" and head[8:9] == b"{":  # the header's length, then its JSON
         return

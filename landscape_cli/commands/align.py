@@ -1,5 +1,7 @@
-"""``landscape align``: permute a model's hidden units to match a reference (Git Re-Basin), write it,
-and compare the line barriers to the reference before and after.
+"""``landscape align``.
+
+Permute a model's hidden units to match a reference (Git Re-Basin), write it, and compare the line
+barriers to the reference before and after.
 """
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ checkpoint_path = checked(check_save_path)
 
 @COMMANDS.register("align")
 def register(sub: Any) -> None:
-    """Add ``align`` to the subcommands (options of ``landscape.connectivity.align_file``, defaults from
-    ``landscape.connectivity.match``).
+    """Add ``align`` to the subcommands.
+
+    Options of ``landscape.connectivity.align_file``, defaults from ``landscape.connectivity.match``.
 
     Parameters
     ----------

@@ -1,5 +1,7 @@
-"""``landscape curve``: train a Bezier curve or polygonal chain between two models (Garipov et al. 2018)
-and compare its barriers with the straight line's.
+"""``landscape curve``.
+
+Train a Bezier curve or polygonal chain between two models (Garipov et al. 2018) and compare its
+barriers with the straight line's.
 """
 from __future__ import annotations
 

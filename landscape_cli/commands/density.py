@@ -1,6 +1,4 @@
-"""``landscape density``: the eigenvalue density of the Hessian (or GGN, Fisher) by stochastic Lanczos
-quadrature.
-"""
+"""``landscape density``: the eigenvalue density of the Hessian (or GGN, Fisher) by stochastic Lanczos quadrature."""
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,6 @@
-"""``landscape hessian``: top Hessian (or GGN, Fisher) eigenvalues (Lanczos or power iteration), optionally
-trace and density.
+"""``landscape hessian``.
+
+Top Hessian (or GGN, Fisher) eigenvalues (Lanczos or power iteration), optionally trace and density.
 
 Also the flag groups shared by the curvature commands (``trace``, ``density``) and by
 ``check flatter``: :func:`lanczos_parent` and :func:`curvature_parent`.
@@ -43,8 +44,9 @@ def lanczos_parent(function: Callable[..., Any]) -> argparse.ArgumentParser:
 
 
 def curvature_parent() -> argparse.ArgumentParser:
-    """The flags of the curvature operator: ``--kind``, ``--mc-samples``, ``--hvp``, ``--params`` and
-    ``--include-frozen``.
+    """The flags of the curvature operator.
+
+    ``--kind``, ``--mc-samples``, ``--hvp``, ``--params`` and ``--include-frozen``.
 
     Returns
     -------
@@ -138,8 +140,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def operator_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The curvature operator's keyword arguments of the API functions, from the flags of
-    :func:`curvature_parent`.
+    """The curvature operator's keyword arguments of the API functions, from the flags of :func:`curvature_parent`.
 
     Parameters
     ----------

@@ -1,6 +1,4 @@
-"""``landscape trace``: the trace of the Hessian (or GGN, Fisher) by Hutchinson or Hutch++, with its
-standard error.
-"""
+"""``landscape trace``: the trace of the Hessian (or GGN, Fisher) by Hutchinson or Hutch++, with its standard error."""
 from __future__ import annotations
 
 import argparse
