@@ -12,15 +12,15 @@ Errors print one line and exit with status 2; rerunning an interrupted command r
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
-import types
 import typing
-from typing import Any, Literal, Sequence, Union
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 from landscape import LandscapeError
-from landscape.infra.commandline import internal_error, parse_json
-from landscape.infra.options import describe_range, field_default
+from landscape.infra.commandline import internal_error
+from landscape.infra.flags import add_option_flags, json_value
+from landscape.infra.options import Options, option
 
 from . import resolve
 from .algorithms import registry
@@ -60,36 +60,41 @@ def parse_option(text: str) -> tuple[str, Any]:
     return key, json_value(value)
 
 
-def json_value(text: str) -> Any:
-    """A JSON value, or the text itself when it is not JSON (``last`` -> ``"last"``).
+@dataclass(frozen=True)
+class RunCommandOptions(Options):
+    """The flags of ``fl-run`` (and ``landscape train``) beyond the run settings.
 
-    Parameters
+    Attributes
     ----------
-    text : str
-        The command-line text.
-
-    Returns
-    -------
-    Any
-        The parsed value.
-
-    Raises
-    ------
-    argparse.ArgumentTypeError
-        For JSON longer or nested deeper than :mod:`landscape.infra.commandline` allows.
+    recipe
+        A paper's settings; explicit flags override them.
+    out
+        The run folder.
+    no_progress
+        Hide the progress bar.
+    list_algorithms, list_recipes
+        Print the algorithms (with their options) or the recipes instead of running.
+    option
+        Settings or algorithm options as ``KEY=JSON`` pairs.
     """
-    try:
-        return parse_json(text, "the JSON value", text_if_invalid=True)
-    except LandscapeError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+
+    recipe: str | None = option(None, help="a paper's settings (fl.RECIPES); explicit flags override them",
+                                choices=lambda: list(resolve.RECIPES))
+    out: str | None = option(None, help="run folder (default ./runs/<name>-<digest>)")
+    no_progress: bool = option(False, help="hide the progress bar")
+    list_algorithms: bool = option(False, help="print the algorithms and their options")
+    list_recipes: bool = option(False, help="print the recipes and their papers")
+    # last: from here on, ``option`` in this class body is the field
+    option: list[Any] | None = option(None, help="any setting or algorithm option as KEY=JSON, repeatable",
+                                      flag=("--option", "-o"), parse=parse_option, repeat=True, metavar="KEY=VALUE")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the flags of ``fl.run`` to ``parser``, generated from the option dataclasses.
 
-    Only flags given on the command line reach the namespace (defaults are suppressed), so
-    :func:`run_from_args` knows which settings were explicit and a recipe's settings are
-    overridden only by those.
+    Run settings and algorithm options given on the command line are the only ones that reach
+    the namespace (their defaults are suppressed), so :func:`run_from_args` knows which
+    settings were explicit and a recipe's settings are overridden only by those.
 
     Parameters
     ----------
@@ -103,25 +108,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     """
     algorithms = registry()
     run = parser.add_argument_group("run settings (fl.config.RunConfig)")
-    for name, field in RunConfig.fields().items():
-        choices = list(algorithms) if name == "algorithm" else None
-        _add_field(run, name, RunConfig.types()[name], field, choices=choices)
-    run.add_argument("--recipe", default=argparse.SUPPRESS, choices=list(resolve.RECIPES) or None,
-                     help="a paper's settings (fl.RECIPES); explicit flags override them")
-    run.add_argument("--out", default=argparse.SUPPRESS, help="run folder (default ./runs/<name>-<digest>)")
-    run.add_argument("--option", "-o", action="append", type=parse_option, default=argparse.SUPPRESS,
-                     metavar="KEY=VALUE", help="any setting or algorithm option as KEY=JSON, repeatable")
-    run.add_argument("--no-progress", action="store_true", default=argparse.SUPPRESS, help="hide the progress bar")
+    add_option_flags(run, RunConfig, suppress=True, validate=False, choices={"algorithm": list(algorithms)})
+    add_option_flags(run, RunCommandOptions)
     seen = set(RunConfig.fields())
     for alg_name, cls in algorithms.items():
-        new = {n: f for n, f in cls.Options.fields().items() if n not in seen}
+        new = [n for n in cls.Options.fields() if n not in seen]
         if not new:
             continue
         group = parser.add_argument_group(f"{alg_name} options")
         users = {n: [a for a, c in algorithms.items() if n in c.Options.fields()] for n in new}
-        types_ = cls.Options.types()
-        for name, field in new.items():
-            _add_field(group, name, types_[name], field, owners=users[name])
+        add_option_flags(group, cls.Options, only=new, suppress=True, validate=False,
+                         notes={n: "for " + ", ".join(users[n]) for n in new if len(users[n]) > 1})
         seen |= set(new)
     return parser
 
@@ -160,8 +157,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="fl-run", description=(
         "Train a federated-learning run and store its checkpoints and metrics "
         "(rerun the same command to resume an interrupted run)."))
-    parser.add_argument("--list-algorithms", action="store_true", help="print the algorithms and their options")
-    parser.add_argument("--list-recipes", action="store_true", help="print the recipes and their papers")
     return add_run_arguments(parser)
 
 
@@ -215,44 +210,6 @@ def _setting_names() -> set[str]:
     for cls in registry().values():
         names |= set(cls.Options.fields())
     return names
-
-
-def _add_field(group: Any, name: str, tp: Any, field: dataclasses.Field, *, choices: list[str] | None = None,
-               owners: list[str] | None = None) -> None:
-    """One generated flag: ``--name-with-dashes`` with type, choices and help from the field."""
-    meta = field.metadata
-    default = field_default(field)
-    notes = [f"default {default!r}"] if default is not None else []
-    if describe_range(meta):
-        notes.append(describe_range(meta))
-    if meta.get("source"):
-        notes.append(meta["source"])
-    if owners and len(owners) > 1:
-        notes.append("for " + ", ".join(owners))
-    kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS,
-                              "help": f"{meta['help']} ({'; '.join(notes)})" if notes else meta["help"]}
-    base = _without_none(tp)
-    origin, args = typing.get_origin(base), typing.get_args(base)
-    if base is bool:
-        kwargs["action"] = argparse.BooleanOptionalAction
-    elif origin is Literal and all(isinstance(a, str) for a in args):
-        kwargs["choices"] = list(args)
-    elif base in (int, float, str):
-        kwargs["type"] = base
-        kwargs["choices"] = choices
-    else:
-        kwargs["type"] = json_value
-        kwargs["metavar"] = "JSON"
-    group.add_argument("--" + name.replace("_", "-"), **kwargs)
-
-
-def _without_none(tp: Any) -> Any:
-    """``X`` for ``X | None``; any other annotation unchanged."""
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        arms = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(arms) == 1:
-            return arms[0]
-    return tp
 
 
 if __name__ == "__main__":

@@ -1,46 +1,49 @@
 """Typed option sets: one frozen dataclass per set of options, one source of truth.
 
 A field is declared with :func:`option`, whose metadata carries the help text, the source of
-the default (a paper equation, the official code, or a choice of ours) and the allowed range
-(``ge``/``gt``/``le``/``lt``). From these declarations come:
+the default (a paper equation, the official code, or a choice of ours), the allowed range
+(``ge``/``gt``/``le``/``lt``) and, for the command line, its flag, choices and metavar. From
+these declarations come:
 
-* validation (:meth:`Options.from_mapping`): unknown keys (with a did-you-mean), wrong types,
-  NaN and infinite numbers, values out of range, each a one-line ``ConfigError`` naming the
-  option;
-* the command-line flags with their help and choices (``fl.cli`` for runs,
-  ``landscape_cli.evaluator_flags`` for the evaluator);
+* validation (:meth:`Options.from_mapping`, :func:`.values.check_value`): unknown keys (with a
+  did-you-mean), wrong types, NaN and infinite numbers, values out of range, names outside the
+  choices, each a one-line ``ConfigError`` naming the option;
+* the command-line flags with their help, range, source, choices and checks
+  (:func:`landscape.infra.flags.add_option_flags`, the one generator: ``fl-run`` and every
+  ``landscape`` command);
+* the option tables of ``docs/api.md`` (``scripts/option_tables.py``);
 * the configuration digest (``fl.config.config_digest``: fields marked ``volatile`` are left
   out).
 
 Used by every option set of the toolkit: the FL run configuration and each algorithm's options
-(``fl``) and the evaluator's options (:class:`landscape.evaluation.options.EvaluatorOptions`).
+(``fl``), the evaluator's options (:class:`landscape.evaluation.options.EvaluatorOptions`), the
+keyword groups of the analysis functions (``options`` modules of the core's subpackages) and
+the command line's own groups (``landscape_cli.option_sets``).
 
-Supported annotations: ``int``, ``float``, ``bool``, ``str``, ``Literal[...]``, ``X | None``,
-``list[X]``, ``dict[str, Any]``, ``Callable``, any other class (an ``isinstance`` test), ``Any``
-and unions of these.
+Supported annotations: those of :func:`.values.check_value`.
 """
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
-import difflib
-import math
-import types
 import typing
-from typing import Any, Literal, Mapping, Sequence, TypeVar, Union
-
-import numpy as np
+from typing import Any, Callable, ClassVar, Mapping, Sequence, TypeVar
 
 from .errors import ConfigError
+from .values import RANGE_KEYS, check_value, did_you_mean
 
 T = TypeVar("T", bound="Options")
-_RANGE_KEYS = ("ge", "gt", "le", "lt")
-_MAX_DEPTH = 8  # nesting of dict/list option values (a deeply nested value is refused)
+#: Largest seed accepted: ``torch.Generator.manual_seed`` takes values in ``[0, 2**63)``.
+MAX_SEED = 2**63 - 1
+
+__all__ = ["MAX_SEED", "Options", "check_value", "did_you_mean", "field_default", "option", "seed_option"]
 
 
 def option(default: Any, *, help: str, source: str | None = None, ge: float | None = None,
            gt: float | None = None, le: float | None = None, lt: float | None = None,
-           volatile: bool = False, parse: Any = None, cli: bool = True) -> Any:
+           volatile: bool = False, parse: Any = None, cli: bool = True, flag: str | Sequence[str] | None = None,
+           metavar: str | tuple[str, ...] | None = None,
+           choices: Sequence[str] | Callable[[], Sequence[str]] | None = None, required: bool = False,
+           repeat: bool = False) -> Any:
     """Declare a dataclass field of an :class:`Options` class.
 
     Parameters
@@ -57,21 +60,53 @@ def option(default: Any, *, help: str, source: str | None = None, ge: float | No
         True for options that may change when a stored run is resumed (device, back end):
         they are left out of the configuration digest and of the stored-run comparison.
     parse : callable, optional
-        Turns a command-line string into the value (for types argparse cannot convert alone).
+        Turns a command-line string into the value (for types argparse cannot convert alone);
+        it may raise ``ConfigError`` or ``ValueError`` for bad text.
     cli : bool
         False for options that only make sense from Python (callables, data).
+    flag : str or sequence of str, optional
+        The command-line flag(s) when not ``--field-name`` (e.g. ``"--train-batch-size"``, or
+        ``("--option", "-o")``); the parsed value is then stored under the first flag's name.
+    metavar : str or tuple of str, optional
+        The value's name in the command line's usage (default by type: ``N``, ``X``, ...).
+    choices : sequence of str or callable, optional
+        The names a string option accepts; a callable (e.g. a registry's ``names``) is asked
+        each time, so names registered later count.
+    required : bool
+        The command line refuses to run without this flag.
+    repeat : bool
+        The flag may be given several times; the value is the list of its occurrences.
 
     Returns
     -------
     dataclasses.Field
         The field, to be assigned in the class body.
     """
+    cli_keys = {"flag": (flag,) if isinstance(flag, str) else tuple(flag) if flag else None,
+                "metavar": metavar, "choices": choices, "required": required or None, "repeat": repeat or None}
     meta = {"help": help, "source": source, "volatile": volatile, "cli": cli,
             **({"parse": parse} if parse is not None else {}),
-            **{k: v for k, v in zip(_RANGE_KEYS, (ge, gt, le, lt)) if v is not None}}
+            **{k: v for k, v in cli_keys.items() if v is not None},
+            **{k: v for k, v in zip(RANGE_KEYS, (ge, gt, le, lt)) if v is not None}}
     if isinstance(default, (dict, list)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def seed_option(help: str) -> Any:
+    """Declare the ``seed`` field of an option set: an integer in ``[0, MAX_SEED]``, default 0.
+
+    Parameters
+    ----------
+    help : str
+        What the seed draws, e.g. ``"seed of the random directions"``.
+
+    Returns
+    -------
+    dataclasses.Field
+        The field.
+    """
+    return option(0, ge=0, le=MAX_SEED, help=help)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +114,13 @@ class Options:
     """Base class of a typed option set (subclass it as a frozen dataclass).
 
     Subclasses may override :meth:`resolved` (defaults derived from the run configuration)
-    and :meth:`check` (constraints between fields).
+    and :meth:`check` (constraints between fields), and name in :attr:`configures` the
+    functions whose keyword arguments the fields are (their defaults must agree).
     """
+
+    #: Dotted names of the functions whose keyword arguments these options are (e.g.
+    #: ``"landscape.plane"``); empty for option sets of their own (a command's, a run's).
+    configures: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def fields(cls) -> dict[str, dataclasses.Field]:
@@ -102,7 +142,8 @@ class Options:
         dict[str, Any]
             Field name -> type (``typing`` objects, strings resolved in the class's module).
         """
-        return typing.get_type_hints(cls)
+        hints = typing.get_type_hints(cls)
+        return {name: hints[name] for name in cls.fields()}
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
@@ -209,191 +250,3 @@ def field_default(field: dataclasses.Field) -> Any:
         Its default value.
     """
     return field.default_factory() if field.default is dataclasses.MISSING else field.default  # type: ignore[misc]
-
-
-def did_you_mean(key: str, valid: Sequence[str] | Mapping[str, Any]) -> str:
-    """``" (did you mean 'x'?)"`` for the closest valid name, or ``""``.
-
-    Parameters
-    ----------
-    key : str
-        The unknown name.
-    valid : Sequence[str] | Mapping[str, Any]
-        The valid names.
-
-    Returns
-    -------
-    str
-        The suggestion, ready to append to a message.
-    """
-    close = difflib.get_close_matches(str(key), list(valid), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def check_value(name: str, value: Any, tp: Any, meta: Mapping[str, Any]) -> Any:
-    """Validate one value against an annotation and the range of ``meta``.
-
-    Parameters
-    ----------
-    name : str
-        Name used in the message.
-    value : Any
-        The value.
-    tp : Any
-        The field's annotation.
-    meta : Mapping[str, Any]
-        The field's metadata (bounds ``ge``/``gt``/``le``/``lt``).
-
-    Returns
-    -------
-    Any
-        The value, normalised (numpy scalars to Python, tuples to lists, ints to floats
-        where a float is expected).
-
-    Raises
-    ------
-    ConfigError
-        With one line naming the option, what is expected and what was given.
-    """
-    ok, out = _match(value, tp, 0)
-    if not ok:
-        raise ConfigError(f"{name} must be {describe_type(tp)}, got {_show(value)}")
-    where = _non_finite(out)
-    if where is not None:
-        raise ConfigError(f"{name}{where} must be a finite number, got {_show(value)}")
-    numbers = out if isinstance(out, list) else [out]
-    for x in numbers:
-        if isinstance(x, (int, float)) and not isinstance(x, bool):
-            bad = _out_of_range(x, meta)
-            if bad:
-                raise ConfigError(f"{name} must be {bad}, got {_show(value)}")
-    return out
-
-
-def describe_range(meta: Mapping[str, Any]) -> str:
-    """The bounds of ``meta`` as text, e.g. ``"> 0 and <= 100"`` (``""`` when unbounded).
-
-    Parameters
-    ----------
-    meta : Mapping[str, Any]
-        Field metadata.
-
-    Returns
-    -------
-    str
-        The bounds joined by "and".
-    """
-    signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
-    return " and ".join(f"{signs[k]} {meta[k] if isinstance(meta[k], int) else format(meta[k], 'g')}"
-                        for k in _RANGE_KEYS if k in meta)
-
-
-def describe_type(tp: Any) -> str:
-    """A readable name of an annotation (``"an integer"``, ``"one of 'a', 'b'"``, ...).
-
-    Parameters
-    ----------
-    tp : Any
-        The annotation.
-
-    Returns
-    -------
-    str
-        The description used in error messages and help.
-    """
-    if tp is Any:
-        return "any value"
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    if origin in (Union, types.UnionType):
-        return " or ".join(describe_type(a) for a in args)
-    if origin is list:
-        return f"a list of {describe_type(args[0]).removeprefix('a ').removeprefix('an ')}s" if args else "a list"
-    if origin is dict or tp is dict:
-        return "a dict"
-    if origin is collections.abc.Callable:
-        return "a callable"
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a string",
-            type(None): "None"}.get(tp, getattr(tp, "__name__", str(tp)))
-
-
-def _match(value: Any, tp: Any, depth: int) -> tuple[bool, Any]:
-    """(whether ``value`` fits ``tp``, the normalised value)."""
-    if depth > _MAX_DEPTH:
-        return False, value
-    if tp is Any:
-        return not _too_deep(value, _MAX_DEPTH - depth), value
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (Union, types.UnionType):
-        for arm in args:
-            ok, out = _match(value, arm, depth)
-            if ok:
-                return True, out
-        return False, value
-    if origin is Literal:
-        for a in args:
-            if type(value) is type(a) and value == a:
-                return True, value
-        return False, value
-    if tp is type(None):
-        return value is None, value
-    if tp is bool:
-        return isinstance(value, (bool, np.bool_)), bool(value) if isinstance(value, (bool, np.bool_)) else value
-    if tp is int:
-        ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-        return ok, int(value) if ok else value
-    if tp is float:
-        ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-        return ok, float(value) if ok else value
-    if tp is str:
-        return isinstance(value, str), value
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            return False, value
-        items = [_match(v, args[0] if args else Any, depth + 1) for v in value]
-        return all(ok for ok, _ in items), [out for _, out in items]
-    if origin is dict or tp is dict:
-        ok = (isinstance(value, Mapping) and all(isinstance(k, str) for k in value)
-              and not _too_deep(value, _MAX_DEPTH - depth))
-        return ok, dict(value) if ok else value
-    if origin is collections.abc.Callable:
-        return callable(value), value
-    if isinstance(tp, type):
-        return isinstance(value, tp), value
-    raise TypeError(f"unsupported option annotation {tp!r}")
-
-
-def _too_deep(value: Any, levels: int) -> bool:
-    """True when ``value`` nests dicts or lists more than ``levels`` deep (stops there)."""
-    if not isinstance(value, (Mapping, list, tuple)):
-        return False
-    if levels <= 0:
-        return True
-    children = value.values() if isinstance(value, Mapping) else value
-    return any(_too_deep(v, levels - 1) for v in children)
-
-
-def _non_finite(value: Any) -> str | None:
-    """Path (``""``, ``".key"``, ``"[i]"``) of the first NaN or infinity in a value, or None."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else ""
-    items = value.items() if isinstance(value, Mapping) else enumerate(value) if isinstance(value, (list, tuple)) else ()
-    for key, v in items:
-        inner = _non_finite(v)
-        if inner is not None:
-            return (f".{key}" if isinstance(value, Mapping) else f"[{key}]") + inner
-    return None
-
-
-def _out_of_range(x: float, meta: Mapping[str, Any]) -> str:
-    """The violated bounds as text, or ``""``."""
-    tests = {"ge": x >= meta.get("ge", -math.inf), "gt": x > meta.get("gt", -math.inf),
-             "le": x <= meta.get("le", math.inf), "lt": x < meta.get("lt", math.inf)}
-    return describe_range(meta) if not all(tests.values()) else ""
-
-
-def _show(value: Any) -> str:
-    """A short repr of a value for a message."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."

@@ -23,8 +23,6 @@ def register(sub: Any) -> None:
                        help="train a federated run with the embedded FL engine (fl.run); rerun to resume",
                        description="Train (or resume) an FL run; the flags are those of fl-run, generated from "
                                    "fl's option dataclasses (run settings and each algorithm's options).")
-    p.add_argument("--list-algorithms", action="store_true", help="print the algorithms and their options")
-    p.add_argument("--list-recipes", action="store_true", help="print the recipes and their papers")
     add_run_arguments(p)
     p.set_defaults(func=run)
 
