@@ -1,4 +1,4 @@
-"""Plane evaluation speed.
+r"""Plane evaluation speed.
 
 Our Evaluator against the per-point state_dict loop, the loss-landscapes package
 (``planar_interpolation``) and the forward-pass floor.
@@ -26,7 +26,7 @@ loop (for bf16 and compile: from fp32 eager ``ours``, with the accuracy change).
 ``--max-points`` points and scaled to the full plane.
 
     .venv/bin/python benchmarks/bench_plane.py                        # CPU: MLP and CNN, 21x21
-    .venv/bin/python benchmarks/bench_plane.py --models resnet20 --resolution 51 \\
+    .venv/bin/python benchmarks/bench_plane.py --models resnet20 --resolution 51 \
         --samples 10000 --device cuda --bf16 --compile --max-points 200  # GPU target
 """
 from __future__ import annotations
@@ -180,8 +180,8 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device) -> str:
     rows = []
     for n, t in timings.items():
         total = per_point[n] * points
-        dtype = "bfloat16" if "bf16" in n else ("tf32" if device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
-                                                else "float32")
+        tf32 = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
+        dtype = "bfloat16" if "bf16" in n else ("tf32" if tf32 else "float32")
         peak = peak_flops(device, dtype)
         achieved = flops_per_point / per_point[n]
         if n in variants:

@@ -65,7 +65,8 @@ def claim1(ctx: Context) -> list[ClaimRow]:
                 per["group"][e].append(v)
     letters = iter("cdefgh")
     conv = ctx.converged(arms["FedGuCci"], arms["FedAvg"])
-    for kind, label in (("pair", "mean pairwise accuracy barrier (Eq. 4)"), ("group", "group accuracy barrier (Eq. 10)")):
+    for kind, label in (("pair", "mean pairwise accuracy barrier (Eq. 4)"),
+                        ("group", "group accuracy barrier (Eq. 10)")):
         for e in EVAL_SETS:
             resolution = float(np.mean([barrier_resolution(r)[e] for r in arms["FedAvg"]])) if kind == "pair" else 0.0
             a, b = values["FedGuCci"][kind][e], values["FedAvg"][kind][e]

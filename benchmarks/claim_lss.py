@@ -106,7 +106,8 @@ def claim6(ctx: Context) -> list[ClaimRow]:
                 for a, b in zip(lss[members], ablation)]
     ctx.log(f"claim 6: accuracy LSS {fmt(acc(lss[members]))}, FedAvg {epochs} epochs {fmt(acc(fedavg[epochs]))}, "
             f"FedAvg {members * epochs} epochs {fmt(acc(fedavg[members * epochs]))}, LSS without regularisers "
-            f"{fmt(acc(ablation))}; from random init LSS {fmt(acc(scratch['LSS']))}, FedAvg {fmt(acc(scratch['FedAvg']))}")
+            f"{fmt(acc(ablation))}; from random init LSS {fmt(acc(scratch['LSS']))}, "
+            f"FedAvg {fmt(acc(scratch['FedAvg']))}")
     ratio = [float(r.metrics[-1]["regulariser_gradient_ratio"]) for r in lss[members]]
     start = (f"fl.pretrain, {PRETRAIN_EPOCHS} epochs on disjoint MNIST-1D signals" if inits[0] else
              f"none: no pretraining data for {ctx.dataset}, so 6a-6b start from the random init too")

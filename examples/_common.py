@@ -173,8 +173,7 @@ def pairwise_barrier_values(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **op
 
     The barrier is FedGuCci Eq. 4: a supremum over 11 alphas with the endpoints included, so
     never negative. Evaluation sets: the global test set, the union of the clients' training
-    data, or, for a pair (i, j), the union of D_i and D_j. ``options`` go to every
-    ``landscape.Evaluator`` (e.g. ``cache``).
+    data, or, for a pair (i, j), the union of D_i and D_j.
 
     Parameters
     ----------
@@ -182,6 +181,8 @@ def pairwise_barrier_values(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **op
         A run stored with the last round's client models.
     eval_sets : sequence of str
         Members of :data:`EVAL_SETS`.
+    **options
+        Keyword arguments of every ``landscape.Evaluator`` (e.g. ``cache``).
 
     Returns
     -------
@@ -194,7 +195,8 @@ def pairwise_barrier_values(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **op
     for e in eval_sets:
         if e == OWN:
             vals = [landscape.interpolate(states[i], states[j], landscape.Evaluator(
-                        run.module(), _union([data[i], data[j]]), progress=False, **options), alphas=11).accuracy_barrier
+                        run.module(), _union([data[i], data[j]]), progress=False, **options),
+                        alphas=11).accuracy_barrier
                     for i in range(len(states)) for j in range(i + 1, len(states))]
         else:
             xy = tensors(run.test_dataset()) if e == GLOBAL_TEST else _union(data)
@@ -235,6 +237,8 @@ def pairwise_barriers(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options:
         A run stored with the last round's client models.
     eval_sets : sequence of str
         Members of :data:`EVAL_SETS`.
+    **options
+        Keyword arguments of every ``landscape.Evaluator`` (e.g. ``cache``).
 
     Returns
     -------
@@ -257,6 +261,8 @@ def group_barriers(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options: An
         A run stored with the last round's client models.
     eval_sets : sequence of str
         Members of :data:`EVAL_SETS`.
+    **options
+        Keyword arguments of every ``landscape.Evaluator`` (e.g. ``cache``).
 
     Returns
     -------

@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"kind": name, "rho": res.rho, "sharpness": res.value, "L(w)": res.base_loss,
                      "relative (%)": res.relative, "first order": res.first_order,
                      "rho^2 lambda_max / 2": res.second_order if kw["kind"] != "linf" else None,
-                     "perturbation L2 norm": res.perturbation_l2, "passes": res.passes, "seconds": time.perf_counter() - start})
+                     "perturbation L2 norm": res.perturbation_l2, "passes": res.passes,
+                     "seconds": time.perf_counter() - start})
     ex.table("Worst-case sharpness (best over restarts)", rows,
              note="relative: 100 sharpness / (1 + L(w)) (Keskar et al. 2017); first order: rho times the dual norm "
                   "of the (scaled) gradient; passes: forward-backward passes of the ascent.")

@@ -216,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                               [(pools["connectivity"][i], pools["connectivity"][j]) for i, j in pairs],
                               anchor, vanilla["Acc. Barrier"])]
     table1 = [{k: v for k, v in r.items() if not k.startswith("A(")} for r in rows]
-    ex.table(f"Table 1 ({a.dataset}, {trainer.model}, {a.trials} pairs from different inits): two models, with and without "
-             "the connectivity loss", table1,
+    ex.table(f"Table 1 ({a.dataset}, {trainer.model}, {a.trials} pairs from different inits): two models, with and "
+             "without the connectivity loss", table1,
              note=f"Anchor test accuracy {100 * float(ev.evaluate([anchor]).accuracy[0]):.1f}%. Barriers: "
                   "Eq. 4 (accuracy, relative) and Eq. 3 (loss), max over the alpha grid; "
                   "reduction = (B_vanilla - B_conn) / B_vanilla.")

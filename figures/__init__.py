@@ -25,8 +25,9 @@ from .simplex import simplex_figure, simplex_plotly, simplex_projection
 from .style import OKABE_ITO, ROLES, role_of, style_context
 
 __all__ = [
-    "OKABE_ITO", "ROLES", "Report", "averaging_figure", "averaging_plotly", "barrier_matrix_figure", "barrier_matrix_plotly", "curvature_path_figure",
-    "curvature_path_plotly", "decomposition_figure", "decomposition_plotly", "eigen_line_figure", "eigen_line_plotly", "fl_curves_figure", "fl_curves_plotly",
+    "OKABE_ITO", "ROLES", "Report", "averaging_figure", "averaging_plotly", "barrier_matrix_figure",
+    "barrier_matrix_plotly", "curvature_path_figure", "curvature_path_plotly", "decomposition_figure",
+    "decomposition_plotly", "eigen_line_figure", "eigen_line_plotly", "fl_curves_figure", "fl_curves_plotly",
     "group_size_figure", "group_size_plotly", "path_figure", "path_plotly", "plane_figure", "plane_plotly",
     "plotly_bundle", "plotly_div", "role_of", "save", "simplex_figure", "simplex_plotly", "simplex_projection",
     "spectral_density_figure", "spectral_density_plotly", "style_context", "to_standalone_html",

@@ -122,7 +122,8 @@ def curvature_path_plotly(profiles: Any, *, title: str | None = None) -> go.Figu
         for j in range(values.shape[1]):
             fig.add_trace(go.Scatter(x=prof.alphas, y=values[:, j], mode="lines+markers" if j == 0 else "lines",
                                      name=f"{name or 'path'} λ{j + 1}", legendgroup=name,
-                                     line={"color": color(i), "width": 2.5 if j == 0 else 1}, opacity=1 if j == 0 else 0.6,
+                                     line={"color": color(i), "width": 2.5 if j == 0 else 1},
+                                     opacity=1 if j == 0 else 0.6,
                                      text=text, hovertemplate="%{text}<extra></extra>"))
     return style_plotly(fig, (title or "Top Hessian eigenvalues along the path") + masked_note(masked, "eigenvalues"),
                         xaxis_title="α", yaxis_title="Hessian eigenvalue")

@@ -77,7 +77,8 @@ def fl_curves_plotly(runs: Runs, *, title: str | None = None) -> go.Figure:
         text = [f"{label}<br>round={r}<br>{key}={fmt(v, 6)}" for r, v in zip(rounds, values)]
         fig.add_trace(go.Scatter(x=rounds, y=values, mode="lines+markers", name=label, legendgroup=name,
                                  showlegend=label not in listed,
-                                 line={"color": color(i), "dash": "dash" if key in _DASHED else "solid"}, marker={"size": 4}, text=text,
+                                 line={"color": color(i), "dash": "dash" if key in _DASHED else "solid"},
+                                 marker={"size": 4}, text=text,
                                  hovertemplate="%{text}<extra></extra>"), row=1, col=panel + 1)
         listed.add(label)
     for c, (ylabel, _) in enumerate(PANELS, start=1):

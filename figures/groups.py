@@ -114,7 +114,7 @@ def _matrix(matrix: BarrierMatrix, metric: str) -> tuple[np.ndarray, list[str]]:
     _check_metric(metric)
     values = finite(matrix.loss_barrier if metric == "loss" else matrix.accuracy_barrier)
     n = values.shape[0]
-    labels = [str(l) for l in matrix.labels] if len(matrix.labels) == n else [f"model {i}" for i in range(n)]
+    labels = [str(label) for label in matrix.labels] if len(matrix.labels) == n else [f"model {i}" for i in range(n)]
     return values, labels
 
 
@@ -200,7 +200,8 @@ def barrier_matrix_plotly(matrix: BarrierMatrix, *, metric: str = "loss", thresh
              for j in range(n)] for i in range(n)]
     vmin, vmax = barrier_scale(values, threshold)
     fig = go.Figure(go.Heatmap(z=values, x=labels, y=labels, colorscale=PLOTLY_MATRIX, text=text, zmin=vmin, zmax=vmax,
-                               hovertemplate="%{text}<extra></extra>", colorbar={"title": {"text": f"{metric} barrier"}}))
+                               hovertemplate="%{text}<extra></extra>",
+                               colorbar={"title": {"text": f"{metric} barrier"}}))
     masked = int(np.isnan(values).sum())
     return style_plotly(fig, (title or f"Pairwise {metric} barriers") + masked_note(masked, "entries"),
                         yaxis={"autorange": "reversed", "scaleanchor": "x"}, plot_bgcolor=MASKED_COLOR)

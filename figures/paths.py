@@ -152,8 +152,8 @@ def path_plotly(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
     for col_idx, metric in enumerate(metrics, start=1):
         for i, (name, path) in enumerate(named):
             col = color(i)
-            text = [f"{name}<br>α={fmt(a)}<br>loss={fmt(l, 6)}<br>accuracy={fmt(acc, 6)}"
-                    for a, l, acc in zip(path.alphas, path.loss, path.accuracy)]
+            text = [f"{name}<br>α={fmt(a)}<br>loss={fmt(lo, 6)}<br>accuracy={fmt(acc, 6)}"
+                    for a, lo, acc in zip(path.alphas, path.loss, path.accuracy)]
             fig.add_trace(go.Scatter(x=path.alphas, y=finite(getattr(path, metric)), mode="lines+markers",
                                      name=name, legendgroup=name, showlegend=col_idx == 1,
                                      line={"color": col}, marker={"size": 5}, text=text,

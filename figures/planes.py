@@ -68,7 +68,8 @@ def plane_values(plane: PlaneResult, metric: str = "loss", clip: float | None = 
     return values
 
 
-def model_points(plane: PlaneResult, roles: Mapping[str, str] | None = None) -> dict[str, list[tuple[str, float, float]]]:
+def model_points(plane: PlaneResult, roles: Mapping[str, str] | None = None
+                 ) -> dict[str, list[tuple[str, float, float]]]:
     """Models grouped by role: ``{role: [(label, x, y), ...]}`` in the order of ``plane.models``."""
     grouped: dict[str, list[tuple[str, float, float]]] = {}
     for label, xy in plane.models.items():
@@ -380,8 +381,10 @@ def plane_plotly(plane: PlaneResult, *, metric: str = "loss", kind: str = "conto
         raw = [value_at(plane, values, x, y) for _, x, y in pts]
         text = [f"{label} ({role})<br>x={fmt(x)}<br>y={fmt(y)}<br>{metric}≈{fmt(v, 6)} (grid interpolation)"
                 for (label, x, y), v in zip(pts, raw)]
-        marker = {"symbol": style.symbol if kind == "contour" else style.symbol3d, "size": 11, "color": style.color, "line": {"color": "black", "width": 1}}
-        common = dict(mode="markers", name=role, hovertext=text, hovertemplate="%{hovertext}<extra></extra>", marker=marker)
+        marker = {"symbol": style.symbol if kind == "contour" else style.symbol3d, "size": 11, "color": style.color,
+                  "line": {"color": "black", "width": 1}}
+        common = dict(mode="markers", name=role, hovertext=text, hovertemplate="%{hovertext}<extra></extra>",
+                      marker=marker)
         if kind == "contour":
             fig.add_trace(go.Scatter(x=[p[1] for p in pts], y=[p[2] for p in pts], **common))
         else:

@@ -110,7 +110,8 @@ def simplex_figure(points: np.ndarray, *, values: np.ndarray | None = None, labe
         if grid is not None:
             gv = finite(grid_values)
             masked = int(np.isnan(gv).sum())
-            gxy, _ = simplex_projection(grid, None if pts.shape[1] == 3 else np.vstack([pts, grid, np.eye(pts.shape[1])]))
+            basis = None if pts.shape[1] == 3 else np.vstack([pts, grid, np.eye(pts.shape[1])])
+            gxy, _ = simplex_projection(grid, basis)
             ok = np.isfinite(gv)
             if pts.shape[1] == 3 and ok.sum() >= 3:
                 tri = Triangulation(gxy[ok, 0], gxy[ok, 1])
@@ -175,7 +176,8 @@ def simplex_plotly(points: np.ndarray, *, values: np.ndarray | None = None, labe
                   else {"color": "white"})
     add(pts, "clients", marker, hover(pts, vals, labels), labels)
     if m != 3:
-        add(np.eye(m), "endpoints", {"symbol": "square", "color": "black", "size": 9}, hover(np.eye(m), None, names), names)
+        add(np.eye(m), "endpoints", {"symbol": "square", "color": "black", "size": 9},
+            hover(np.eye(m), None, names), names)
     layout: dict = {}
     if m == 3:
         layout["ternary"] = {"aaxis": {"title": {"text": names[0]}}, "baxis": {"title": {"text": names[1]}},

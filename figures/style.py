@@ -56,7 +56,7 @@ RC: dict[str, object] = {
 
 @contextlib.contextmanager
 def style_context(overrides: Mapping[str, object] | None = None) -> Iterator[None]:
-    """rcParams of :data:`RC` (plus ``overrides``) for the duration of the block only."""
+    """The rcParams of :data:`RC` (plus ``overrides``) for the duration of the block only."""
     with matplotlib.rc_context({**RC, **(overrides or {})}):
         yield
 

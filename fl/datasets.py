@@ -234,7 +234,8 @@ def unknown_dataset(name: str) -> str:
     -------
     str
     """
-    return f"unknown dataset {name!r}{did_you_mean(canonical_name(name), DATASETS)}; choose one of {', '.join(DATASETS)}."
+    return (f"unknown dataset {name!r}{did_you_mean(canonical_name(name), DATASETS)}; "
+            f"choose one of {', '.join(DATASETS)}.")
 
 
 def canonical_name(name: str) -> str:

@@ -323,7 +323,9 @@ def _round_checkpoints(store: RunStore, round: int) -> dict[str, int | None]:
 
 
 def _checkpoints(store: RunStore, upto: int, client_state: bool) -> set[str]:
-    """Relative paths of the checkpoints of rounds ``0..upto`` on disk (``client_state``: round ``upto``, when asked).
+    """Relative paths of the checkpoints of rounds ``0..upto`` on disk.
+
+    With ``client_state``, also the client state of round ``upto``.
     """
     found = set()
     for folder in SERVER_FOLDERS if client_state else SERVER_FOLDERS[:-1]:

@@ -26,7 +26,7 @@ def partition(labels: np.ndarray, num_clients: int, method: str = "dirichlet", *
               primary_fraction: float = 0.8, seed: int = 0) -> list[np.ndarray]:
     """Split sample indices ``0..len(labels)-1`` over ``num_clients`` clients.
 
-    Methods:
+    The ``method`` values:
 
     - ``"iid"``: uniform random split into near-equal parts (or ``client_sizes``).
     - ``"dirichlet"``: per-class label skew of Yurochkin et al. / NIID-Bench, as in FedLab's

@@ -17,8 +17,8 @@ Padding is exact only for models that treat samples independently, so BatchNorm 
 statistics) and dropout (random masks the sequential back end draws from another stream)
 are refused, as are algorithms that do not declare ``vectorizable = True`` (their client
 update is not local SGD plus a batch-independent ``extra_loss``, which runs here through
-``vmap`` as it runs in the sequential back end); :func:`unsupported_reason` says why. Results equal the sequential back end's
-to floating-point tolerance (reduction order differs), not bit for bit. One difference
+``vmap`` as it runs in the sequential back end); :func:`unsupported_reason` says why. Results
+equal the sequential back end's to floating-point tolerance (reduction order differs), not bit for bit. One difference
 remains by design: a trainable parameter the loss does not use gets a zero gradient here
 (the sequential back end skips it), which changes it only under weight decay.
 """

@@ -23,10 +23,23 @@ def align_file(model: Any, to: Any, out: str | os.PathLike, *, template: nn.Modu
 
     Parameters
     ----------
-    model, to : model-likes (checkpoint paths, state_dicts or modules) of ``template``'s architecture.
-    out : destination (``.safetensors``, ``.pt`` or ``.pth``; written atomically by
+    model, to : model-like
+        Model-likes (checkpoint paths, state_dicts or modules) of ``template``'s architecture.
+    out : str or os.PathLike
+        Destination (``.safetensors``, ``.pt`` or ``.pth``; written atomically by
         :func:`landscape.save_state_dict`).
-    template, data, method, seed, input_shape, strict : as :func:`~.align.match`.
+    template : torch.nn.Module
+        The architecture.
+    data : data, optional
+        As :func:`~.align.match`.
+    method : str
+        ``"weight"`` or ``"activation"``, as :func:`~.align.match`.
+    seed : int
+        As :func:`~.align.match`.
+    input_shape : sequence of int, optional
+        As :func:`~.align.match`.
+    strict : bool
+        As :func:`~.align.match`.
 
     Returns
     -------

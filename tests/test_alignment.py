@@ -188,7 +188,10 @@ def test_merge_many_brings_a_group_closer(trained_pair) -> None:
     c = apply_permutation(a, discover(a, data.test_x[:2]), random_permutations(discover(a, data.test_x[:2]), 9))
     group = [copy.deepcopy(a), b, c]
     aligned = align_group(group)
-    dist = (lambda m, n: sum(float((m.state_dict()[k] - n.state_dict()[k]).norm() ** 2) for k in m.state_dict()))
+
+    def dist(m: nn.Module, n: nn.Module) -> float:
+        return sum(float((m.state_dict()[k] - n.state_dict()[k]).norm() ** 2) for k in m.state_dict())
+
     # c is a permuted copy of a: MergeMany must undo the permutation between them
     assert dist(aligned[0], aligned[2]) < 1e-8
     assert dist(aligned[0], aligned[1]) < dist(a, b)

@@ -197,7 +197,8 @@ def _example(cls: type, seed: int):
 
 def test_every_result_class_round_trips(tmp_path):
     cache = Cache(tmp_path / "results")
-    assert {"Metrics", "PathResult", "GroupResult", "BarrierMatrix", "PlaneResult", "GroupSizeResult"} <= set(RESULT_TYPES)
+    expected = {"Metrics", "PathResult", "GroupResult", "BarrierMatrix", "PlaneResult", "GroupSizeResult"}
+    assert expected <= set(RESULT_TYPES)
     for name, cls in RESULT_TYPES.entries().items():
         result = _example(cls, 3)
         cache.save_result(f"key-{name}", result)
@@ -232,7 +233,8 @@ def test_real_results_round_trip(tmp_path, digits):
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5)
                            | st.floats(allow_nan=False),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                           lambda inner: (st.lists(inner, max_size=3)
+                                          | st.dictionaries(st.text(max_size=4), inner, max_size=3)),
                            max_leaves=8)
 
 

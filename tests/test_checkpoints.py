@@ -34,8 +34,8 @@ def _forms(model: nn.Module, tmp: Path) -> dict[str, object]:
     torch.save({"model_state_dict": state, "optimizer": {"lr": 0.1}}, tmp / "wrapped2.pt")
     torch.save(nn.DataParallel(model).state_dict(), tmp / "dataparallel.pt")
     save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "w.safetensors"))
-    forms: dict[str, object] = {name: tmp / name for name in
-                                ("plain.pt", "plain.pth", "wrapped.pt", "wrapped2.pt", "dataparallel.pt", "w.safetensors")}
+    names = ("plain.pt", "plain.pth", "wrapped.pt", "wrapped2.pt", "dataparallel.pt", "w.safetensors")
+    forms: dict[str, object] = {name: tmp / name for name in names}
     forms["str path"] = str(tmp / "plain.pt")
     forms["module"] = model
     forms["state_dict"] = state
@@ -115,7 +115,8 @@ def test_architecture_mismatch_in_a_file_is_precise(tmp_path):
     with pytest.raises(ArchitectureMismatchError) as info:
         ParameterSpace(make_mlp(0, hidden=16)).to_vector(path)
     err = info.value
-    assert (err.missing, err.unexpected, err.wrong_shape) == (["3.bias"], ["4.weight"], [("3.weight", (10, 16), (10, 12))])
+    assert (err.missing, err.unexpected, err.wrong_shape) == (
+        ["3.bias"], ["4.weight"], [("3.weight", (10, 16), (10, 12))])
     assert str(path) in str(err)
 
 

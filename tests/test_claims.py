@@ -118,7 +118,8 @@ def test_premise_failure_is_not_applicable_and_baseline_reduction(permuted_pair,
     # baseline pair with a barrier, tested pair identical: 100% reduction, as in Table 1's format
     v = transitivity(w1, w1, w1, ev, baseline=(w1, w2), alphas=11)
     assert v.holds and v.numbers["relative_reduction"] == pytest.approx(1.0)
-    assert v.numbers["baseline_barrier"] == pytest.approx(v.numbers["baseline_ind_acc"] - v.numbers["baseline_fused_acc"])
+    assert v.numbers["baseline_barrier"] == pytest.approx(
+        v.numbers["baseline_ind_acc"] - v.numbers["baseline_fused_acc"])
     # the tested pair no better than the baseline: fails
     v = transitivity(w1, w2, midpoint(w1, w2), ev, baseline=(w1, w2), alphas=11)
     assert v.status == "fails" and v.numbers["relative_reduction"] == pytest.approx(0.0)

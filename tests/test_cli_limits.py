@@ -143,7 +143,8 @@ def test_deep_and_long_json_options_are_refused_on_one_line(files, capsys):
 
 
 def test_json_depth_ignores_brackets_inside_strings():
-    assert [json_depth(t) for t in ('1', '[1, 2]', '{"a": [1]}', '"[[[\\"[["', '["]", ["\\\\", []]]')] == [0, 1, 2, 0, 3]
+    texts = ('1', '[1, 2]', '{"a": [1]}', '"[[[\\"[["', '["]", ["\\\\", []]]')
+    assert [json_depth(t) for t in texts] == [0, 1, 2, 0, 3]
     nested = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
     assert parse_json(nested, "x") == json.loads(nested)  # the limit itself is accepted
     assert parse_json("last", "x", text_if_invalid=True) == "last"

@@ -385,8 +385,8 @@ def test_empirical_fisher_falls_back_to_batched_products_where_vmap_fails():
     model, x, y, ev = _kind_problem(module=Branchy)
     op = landscape.curvature_operator(model, ev, kind="empirical_fisher")
     assert op.mode == "jvp-vjp"
-    np.testing.assert_allclose(op.dense().numpy(), _references(model, x, y, "cross_entropy")["empirical_fisher"].numpy(),
-                               rtol=1e-10, atol=1e-13)
+    reference = _references(model, x, y, "cross_entropy")["empirical_fisher"]
+    np.testing.assert_allclose(op.dense().numpy(), reference.numpy(), rtol=1e-10, atol=1e-13)
     with pytest.raises(RuntimeError, match="data-dependent control flow"):
         EmpiricalFisherOperator(ev, model, per_sample="vmap").matvec(torch.ones(17, dtype=torch.float64))
     assert landscape.curvature_operator(_kind_problem()[0], _kind_problem()[3], kind="empirical_fisher").mode == "vmap"
@@ -481,12 +481,15 @@ def test_cache_key_separates_the_kinds(tmp_path, monkeypatch):
 def test_bad_kind_and_options_are_refused_in_one_line():
     model, _, _, ev = _kind_problem()
     listing = "available: empirical_fisher, fisher, ggn, hessian"
-    calls = (lambda **o: landscape.curvature_operator(model, ev, **o), lambda **o: landscape.hessian_eigen(model, ev, **o),
-             lambda **o: landscape.hessian_trace(model, ev, **o), lambda **o: landscape.hessian_density(model, ev, **o))
+    calls = (lambda **o: landscape.curvature_operator(model, ev, **o),
+             lambda **o: landscape.hessian_eigen(model, ev, **o),
+             lambda **o: landscape.hessian_trace(model, ev, **o),
+             lambda **o: landscape.hessian_density(model, ev, **o))
     cases = [({"kind": "gnn"}, rf"^unknown curvature kind 'gnn' \(did you mean 'ggn'\?\); {listing}$"),
              ({"kind": "Hessian"}, rf"^unknown curvature kind 'Hessian' \(did you mean 'hessian'\?\); {listing}$"),
              ({"kind": "newton"}, rf"^unknown curvature kind 'newton'; {listing}$"),
-             ({"kind": ["ggn"]}, r"^kind must be a string, one of empirical_fisher, fisher, ggn, hessian; got \[.ggn.\]$"),
+             ({"kind": ["ggn"]},
+              r"^kind must be a string, one of empirical_fisher, fisher, ggn, hessian; got \[.ggn.\]$"),
              ({"kind": "ggn", "hvp": "retained"}, r"^hvp='retained' sets how Hessian-vector products are computed; "
                                                   r"it does not apply to kind='ggn' \(leave hvp='auto'\)$"),
              ({"kind": "hessian", "mc_samples": 4}, r"^mc_samples=4 is the number of labels drawn per input of the "

@@ -98,7 +98,7 @@ def test_dataset_name_spellings():
 # ---------------------------------------------------------------- MNIST / Fashion-MNIST
 
 def _write_idx(path: Path, array: np.ndarray) -> None:
-    """idx format: magic (0, 0, type 0x08 = ubyte, ndim), big-endian dims, raw bytes."""
+    """Write the idx format: magic (0, 0, type 0x08 = ubyte, ndim), big-endian dims, raw bytes."""
     header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
     path.write_bytes(header + array.astype(np.uint8).tobytes())
 

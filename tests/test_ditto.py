@@ -104,7 +104,7 @@ def test_lam_zero_personal_model_is_plain_local_sgd(tmp_path) -> None:
 
 
 def test_large_lam_pins_personal_models_to_the_received_model(tmp_path) -> None:
-    """lam -> infinity gives v_k = w. Plain SGD on lam/2 |v - w|^2 is stable only for lr * lam < 2.
+    """As lam -> infinity, v_k -> w. Plain SGD on lam/2 |v - w|^2 is stable only for lr * lam < 2.
 
     At lam = 1/lr every step lands on v = w - lr grad F_k(v), the SGD image of the limit, so v stays
     one small step from w. Bound: v's prediction on a sample can differ from the received model w's

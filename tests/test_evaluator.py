@@ -123,7 +123,8 @@ def test_evaluate_accepts_every_model_form(digits, trained_mlps, tmp_path):
     assert np.all(m.loss == m.loss[0]) and np.all(m.accuracy == m.accuracy[0])
     np.testing.assert_array_equal(ev.evaluate(vec[None]).loss, m.loss[:1])  # the same model by the same path
     # the MLP's dot products and the float32 loss sum over the single batch of all samples
-    assert m.loss[0] == pytest.approx(_serial_metrics(model, x, y)[0], rel=float32_tolerance(MLP_FAN_INS + N_DIGITS), abs=0)
+    assert m.loss[0] == pytest.approx(_serial_metrics(model, x, y)[0], rel=float32_tolerance(MLP_FAN_INS + N_DIGITS),
+                                      abs=0)
     assert ev.points_evaluated == 5
     for single in (model, model.state_dict(), path, str(path)):  # one model-like, not a list
         np.testing.assert_array_equal(ev.evaluate(single).loss, m.loss[:1])

@@ -153,7 +153,8 @@ def test_connectivity_gradient_is_alpha_times_gradient_at_interpolated_point() -
 
     def value(sign: float) -> float:
         shifted = {n: (p + sign * eps * direction[n]).detach() for n, p in params.items()}
-        return float(connectivity_loss(model, shifted, anchor, buffers, x, y, torch.tensor([alpha], dtype=torch.float64)))
+        alphas = torch.tensor([alpha], dtype=torch.float64)
+        return float(connectivity_loss(model, shifted, anchor, buffers, x, y, alphas))
 
     fd = (value(1) - value(-1)) / (2 * eps)
     analytic = sum(float((g * direction[n]).sum()) for g, n in zip(grads, params))

@@ -117,7 +117,7 @@ def test_path_figure_data_endpoints_and_annotation():
     np.testing.assert_allclose(line.get_ydata(), paths["vanilla"].loss)
     assert [t.get_text() for t in ax_loss.child_axes[0].get_xticklabels()] == ["A", "B"]
     assert not [t for t in ax_loss.texts if "α=" in t.get_text()]  # two paths: barriers in the legend
-    labels = [l.get_label() for l in ax_loss.lines]
+    labels = [line.get_label() for line in ax_loss.lines]
     assert "vanilla (barrier 0.5 at α=0.50)" in labels and "connectivity (barrier 0.1 at α=0.50)" in labels
     single = F.path_figure(paths["vanilla"]).axes[0]
     assert any(t.get_text() == "0.5 at α=0.50" for t in single.texts)
@@ -285,7 +285,7 @@ def test_fl_curves():
     fig = F.fl_curves_figure(RUNS)
     loss_ax, acc_ax = fig.axes[:2]
     np.testing.assert_allclose(loss_ax.lines[0].get_ydata(), [1.0 / r for r in range(1, 6)])
-    local = [l for l in acc_ax.lines if l.get_label() == "floco (local)"][0]
+    local = [line for line in acc_ax.lines if line.get_label() == "floco (local)"][0]
     assert local.get_linestyle() == "--"
     np.testing.assert_allclose(local.get_ydata(), [1 - 0.3 / r for r in range(1, 6)])
     pf = F.fl_curves_plotly(RUNS)
@@ -332,7 +332,7 @@ def decomp(r: int):
 def test_decomposition_figures():
     terms = [(r, decomp(r)) for r in (3, 1, 2)]  # unsorted on purpose
     fig = F.decomposition_figure(terms)
-    by_label = {l.get_label(): l for ax in fig.axes for l in ax.lines}
+    by_label = {line.get_label(): line for ax in fig.axes for line in ax.lines}
     np.testing.assert_allclose(by_label["heterogeneity bias"].get_xdata(), [1, 2, 3])
     np.testing.assert_allclose(by_label["heterogeneity bias"].get_ydata(), [0.11, 0.12, 0.13])
     np.testing.assert_allclose(by_label["max over clients"].get_ydata(), [6, 12, 18])

@@ -40,7 +40,8 @@ def test_weights_are_normalised(digits, trained_mlps):
     fused = ev.evaluate([_average([m.state_dict() for m in trained_mlps], res.weights)])
     tol = float32_tolerance(3 + MLP_FAN_INS + N_DIGITS)  # float32 against float64 averaging, then as above
     assert res.fused_loss == pytest.approx(fused.loss[0], rel=tol, abs=0)
-    assert res.loss_barrier == pytest.approx(fused.loss[0] - res.weights @ res.member_loss, rel=0, abs=tol * fused.loss[0])
+    assert res.loss_barrier == pytest.approx(fused.loss[0] - res.weights @ res.member_loss, rel=0,
+                                             abs=tol * fused.loss[0])
     same = group_barrier(trained_mlps, ev, weights=np.array([1.0, 2.0, 3.0]))
     assert same.fused_loss == res.fused_loss
     for bad in ([1, -1, 1], [0, 0, 0], [1, 2], [1, np.nan, 1]):

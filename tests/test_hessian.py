@@ -266,7 +266,8 @@ def test_hessian_density_integrates_to_one_and_its_mean_is_trace_over_n(problem)
     # cut tails on purpose
     assert abs(np.trapezoid(dens.density, dens.grid) - 1.0) < 1e-6
     assert np.trapezoid(dens.grid * dens.density, dens.grid) == pytest.approx(dens.mean, abs=1e-6)
-    # the first moment is exact after one Lanczos step: each run's quadrature mean is z^T H z / n for a Rademacher z: variance 2 sum_{i!=j} H_ij^2 / n^2
+    # the first moment is exact after one Lanczos step: each run's quadrature mean is z^T H z / n for a
+    # Rademacher z: variance 2 sum_{i!=j} H_ij^2 / n^2
     sd = np.sqrt(2 * (np.sum(h ** 2) - np.sum(np.diag(h) ** 2))) / n / np.sqrt(runs)
     assert abs(dens.mean - np.trace(h) / n) < 4 * sd
     # with a full Krylov space a run recovers the whole spectrum

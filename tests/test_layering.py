@@ -129,15 +129,16 @@ def test_fl_uses_only_the_infrastructure_layer_of_the_core():
             continue
         for target, names, line in imports:
             if target == "landscape":
-                bad += [f"{m}:{line} landscape.{n}" for n in names if not exports.get(n, "").startswith(("infra", "space"))]
+                bad += [f"{m}:{line} landscape.{n}" for n in names
+                        if not exports.get(n, "").startswith(("infra", "space"))]
             elif target.startswith("landscape.") and not target.startswith(allowed):
                 bad.append(f"{m}:{line} {target}")
     assert not bad, bad
 
 
 def test_figures_use_results_claims_and_infrastructure_only():
-    allowed = ("landscape.results", "landscape.claims", "landscape.infra", "landscape.space", "landscape.geometry.basin",
-               "landscape.connectivity")
+    allowed = ("landscape.results", "landscape.claims", "landscape.infra", "landscape.space",
+               "landscape.geometry.basin", "landscape.connectivity")
     bad = [f"{m}:{line} {t}" for m, imports in GRAPH.items() if m.split(".")[0] == "figures"
            for t, _, line in imports
            if (t.startswith("landscape.") and not t.startswith(allowed)) or t.split(".")[0] in ("fl", "landscape_cli")]

@@ -69,18 +69,18 @@ def test_paper_layer_sizes():
     assert floco.head[1].in_features == 576 and floco.classifier.in_features == 128  # 64*3*3
     assert any(isinstance(m, nn.LeakyReLU) for m in floco.modules())
     ima_c = build_model("ima_cnn", num_classes=10, input_shape=CIFAR)
-    assert [l.in_features for l in ima_c.modules() if isinstance(l, nn.Linear)] == [1600, 384, 128]
+    assert [layer.in_features for layer in ima_c.modules() if isinstance(layer, nn.Linear)] == [1600, 384, 128]
     ima_f = build_model("ima_cnn", num_classes=10, input_shape=MNIST)
-    assert [l.in_features for l in ima_f.modules() if isinstance(l, nn.Linear)] == [512, 384, 128]
+    assert [layer.in_features for layer in ima_f.modules() if isinstance(layer, nn.Linear)] == [512, 384, 128]
     digit = build_model("ima_digit_cnn", num_classes=10, input_shape=(3, 28, 28))
-    assert [l.in_features for l in digit.modules() if isinstance(l, nn.Linear)] == [6272, 2048, 128]
+    assert [layer.in_features for layer in digit.modules() if isinstance(layer, nn.Linear)] == [6272, 2048, 128]
     gns = [m for m in digit.modules() if isinstance(m, nn.GroupNorm)]
     assert len(gns) == 3 and all(m.num_groups == 2 for m in gns)
     assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in digit.modules())
     small = build_model("ima_digit_cnn", num_classes=10, input_shape=DIGITS)  # 8 -> 4 -> 2: flatten 512
     assert small.head[1].in_features == 512 and small(torch.zeros(2, *DIGITS)).shape == (2, 10)
     mlp = build_model("mlp", num_classes=10, input_shape=DIGITS)
-    assert [(l.in_features, l.out_features) for l in mlp.modules() if isinstance(l, nn.Linear)] == \
+    assert [(layer.in_features, layer.out_features) for layer in mlp.modules() if isinstance(layer, nn.Linear)] == \
         [(64, 64), (64, 64), (64, 10)]
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -133,7 +135,6 @@ def test_landscape_report_refuses_or_avoids_planted_links(tiny_run, tmp_path, ou
 @pytest.fixture
 def full_fs(tmp_path):
     """A 256 KiB tmpfs filled to the last byte (root only)."""
-    import subprocess
 
     mnt = tmp_path / "full"
     mnt.mkdir()
@@ -153,10 +154,7 @@ def full_fs(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
-def _cli(args: list[str]) -> "subprocess.CompletedProcess[str]":
-    import subprocess
-    import sys
-
+def _cli(args: list[str]) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).with_name("landscape")
     return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=300)
 
@@ -189,7 +187,6 @@ def test_cli_cache_on_a_full_disk_fails_in_one_line_twice_and_leaves_nothing(ful
 
 
 def test_cli_figures_to_a_read_only_out_folder_fail_in_one_line(checkpoints, tmp_path):
-    import subprocess
 
     if os.geteuid() != 0:
         pytest.skip("remounting needs root")

@@ -139,7 +139,8 @@ def test_random_direction_filter_normalisation(digits_images):
 
 def test_random_plane_is_seeded_and_orthogonalised(small_eval):
     center = make_mlp(7, hidden=6)
-    r1 = random_plane(center, small_eval, resolution=3, seed=4, orthogonalize=True, extra={"other": make_mlp(8, hidden=6)})
+    r1 = random_plane(center, small_eval, resolution=3, seed=4, orthogonalize=True,
+                      extra={"other": make_mlp(8, hidden=6)})
     r2 = random_plane(center, small_eval, resolution=3, seed=4, orthogonalize=True)
     r3 = random_plane(center, small_eval, resolution=3, seed=5)
     np.testing.assert_array_equal(r1.u, r2.u)

@@ -156,7 +156,8 @@ def test_group_barrier_is_permutation_invariant_and_zero_for_equal_members(membe
     w = normalise_weights(raw, len(raw))
     perm = np.random.default_rng(perm_seed).permutation(len(raw))
     lb = group_loss_barrier(fused, loss, w)
-    assert abs(group_loss_barrier(fused, loss[perm], normalise_weights(raw[perm], len(raw))) - lb) <= 1e-9 * (1 + abs(loss).max() + abs(fused))
+    permuted = group_loss_barrier(fused, loss[perm], normalise_weights(raw[perm], len(raw)))
+    assert abs(permuted - lb) <= 1e-9 * (1 + abs(loss).max() + abs(fused))
     assert group_accuracy_barrier(fused_acc, acc[perm], w[perm]) == pytest.approx(
         group_accuracy_barrier(fused_acc, acc, w), abs=1e-12)
     same = GroupResult(weights=w, member_loss=np.full(len(w), fused), member_accuracy=np.full(len(w), fused_acc),
@@ -188,7 +189,8 @@ def test_cache_keys_are_pinned():
 @given(d=st.integers(1, 6), p=st.integers(1, 5), seed=st.integers(0, 2**31 - 1), flip=st.integers(0, 10**6))
 def test_point_keys_are_stable_and_see_every_one_ulp_change(d, p, seed, flip):
     gen = torch.Generator().manual_seed(seed)
-    origin, dirs = torch.randn(d, generator=gen, dtype=torch.float64), torch.randn(2, d, generator=gen, dtype=torch.float64)
+    origin = torch.randn(d, generator=gen, dtype=torch.float64)
+    dirs = torch.randn(2, d, generator=gen, dtype=torch.float64)
     coeffs = torch.randn(p, 2, generator=gen, dtype=torch.float64)
     points = PointSet(origin, dirs, coeffs)
     assert PointSet(origin.clone(), dirs.clone(), coeffs.clone()).digest() == points.digest()

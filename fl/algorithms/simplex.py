@@ -170,7 +170,8 @@ def riesz_energy(points: torch.Tensor) -> torch.Tensor:
     return torch.log((d ** -2).sum(dim=-1)) - math.log(len(i))
 
 
-def assign_points(kappa: torch.Tensor, grid: torch.Tensor | None = None) -> tuple[torch.Tensor, float, torch.Tensor, torch.Tensor]:
+def assign_points(kappa: torch.Tensor, grid: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, float, torch.Tensor, torch.Tensor]:
     """Client points ``alpha_k = proj_z(kappa_k) / z`` at the ``z`` of least Riesz energy.
 
     Returns ``(points (K, E), z, energy over the grid, grid)``; non-finite energies are skipped.

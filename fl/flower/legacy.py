@@ -46,7 +46,8 @@ class RecordingStrategy(Strategy):
 
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
         """The wrapped strategy's initial parameters, else the run's initial model; recorded as round 0."""
-        parameters = self.strategy.initialize_parameters(client_manager) or ndarrays_to_parameters(self.recorder.initial_arrays())
+        parameters = (self.strategy.initialize_parameters(client_manager)
+                      or ndarrays_to_parameters(self.recorder.initial_arrays()))
         self.recorder.record(0, parameters_to_ndarrays(parameters))
         return parameters
 

@@ -1,4 +1,4 @@
-"""What an ``fl`` algorithm's server and clients exchange over Flower's Message API.
+r"""What an ``fl`` algorithm's server and clients exchange over Flower's Message API.
 
 A training message carries one :class:`~fl.rounds.TrainRequest` for one client: the model it
 receives (``ArrayRecord`` ``"global"``), the algorithm's server state (``"server"``: FedGuCci's
@@ -7,7 +7,7 @@ model) and a ``ConfigRecord`` ``"fl"`` with the round, the generator tag, the pa
 the run configuration as JSON, so a client needs no access to the server's run folder. The
 reply carries the :class:`~fl.algorithms.base.ClientUpdate`: the trained state, the client's
 new persisted state (when it has one) and a ``MetricRecord`` with ``"num-examples"``,
-``"partition-id"`` and the client's metrics. Tensors travel as ``ArrayRecord``\\ s, which keep
+``"partition-id"`` and the client's metrics. Tensors travel as ``ArrayRecord``\ s, which keep
 dtype and bits, so the exchange itself changes no number.
 """
 from __future__ import annotations

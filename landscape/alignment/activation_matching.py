@@ -100,9 +100,12 @@ def activation_matching(spec: PermutationSpec, a: nn.Module, b: nn.Module, x: to
 
     Parameters
     ----------
-    spec : permutation groups of the architecture.
-    a, b : reference model and model to permute (evaluated in eval mode, not modified).
-    x : input batch on which activations are compared.
+    spec : PermutationSpec
+        Permutation groups of the architecture.
+    a, b : torch.nn.Module
+        Reference model and model to permute (evaluated in eval mode, not modified).
+    x : torch.Tensor
+        Input batch on which activations are compared.
 
     Returns
     -------
@@ -122,8 +125,12 @@ def activation_matching(spec: PermutationSpec, a: nn.Module, b: nn.Module, x: to
         perms.append(perm)
         before.append(float(corr.diagonal().mean()))
         after.append(float(corr[torch.arange(group.size), perm].mean()))
-    mean = (lambda v: sum(v) / len(v) if v else float("nan"))
-    return perms, {"mean_correlation_before": mean(before), "mean_correlation": mean(after)}
+    return perms, {"mean_correlation_before": _mean(before), "mean_correlation": _mean(after)}
+
+
+def _mean(values: list[float]) -> float:
+    """Mean of ``values``; NaN for none."""
+    return sum(values) / len(values) if values else float("nan")
 
 
 def match_activations(spec: PermutationSpec, reference: nn.Module, model: nn.Module, *, data: Any,

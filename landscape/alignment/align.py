@@ -155,16 +155,26 @@ def match(model: Any, *, to: Any, data: Any = None, method: str = "weight", seed
 
     Parameters
     ----------
-    model, to : model-likes (module, state_dict, checkpoint path) of one architecture.
-    data : inputs for activation matching (its first ``samples`` inputs) and for tracing.
-    method : ``"weight"`` (Git Re-Basin Alg. 1) or ``"activation"`` (section 3.1, needs data).
-    seed : order of the coordinate-descent sweeps (weight matching).
-    template : the architecture when neither ``model`` nor ``to`` is an ``nn.Module``.
-    input_shape : input shape (without the batch axis) for tracing when no data are given.
-    strict : refuse operations that cannot be permuted (else leave their units in place).
-    max_sweeps : bound on weight matching's sweeps.
-    samples : number of inputs activation matching compares activations on.
-    spec : permutation groups found earlier for this architecture (skips the tracing).
+    model, to : model-like
+        Model-likes (module, state_dict, checkpoint path) of one architecture.
+    data : data, optional
+        Inputs for activation matching (its first ``samples`` inputs) and for tracing.
+    method : str
+        ``"weight"`` (Git Re-Basin Alg. 1) or ``"activation"`` (section 3.1, needs data).
+    seed : int
+        Order of the coordinate-descent sweeps (weight matching).
+    template : torch.nn.Module, optional
+        The architecture when neither ``model`` nor ``to`` is an ``nn.Module``.
+    input_shape : sequence of int, optional
+        Input shape (without the batch axis) for tracing when no data are given.
+    strict : bool
+        Refuse operations that cannot be permuted (else leave their units in place).
+    max_sweeps : int
+        Bound on weight matching's sweeps.
+    samples : int
+        Number of inputs activation matching compares activations on.
+    spec : PermutationSpec, optional
+        Permutation groups found earlier for this architecture (skips the tracing).
 
     Returns
     -------
@@ -198,8 +208,17 @@ def align(model: Any, *, to: Any, data: Any = None, method: str = "weight", seed
 
     Parameters
     ----------
-    model, to, data, method, seed, options : as :func:`match` (``template``, ``input_shape``,
-        ``strict``, ``max_sweeps``, ``samples``, ``spec``).
+    model, to : model-like
+        The model to permute and the model it is aligned to, as :func:`match`.
+    data : data, optional
+        As :func:`match`.
+    method : str
+        ``"weight"`` or ``"activation"``, as :func:`match`.
+    seed : int
+        As :func:`match`.
+    **options
+        The other options of :func:`match` (``template``, ``input_shape``, ``strict``, ``max_sweeps``,
+        ``samples``, ``spec``).
 
     Returns
     -------

@@ -147,9 +147,12 @@ def apply_permutation(model: nn.Module, spec: PermutationSpec, perms: Permutatio
 
     Parameters
     ----------
-    model : the model (not modified).
-    spec : its permutation groups (:func:`~.graph.discover`).
-    perms : one permutation per group.
+    model : torch.nn.Module
+        The model (not modified).
+    spec : PermutationSpec
+        Its permutation groups (:func:`~.graph.discover`).
+    perms : Permutations
+        One permutation per group.
 
     Returns
     -------

@@ -93,12 +93,17 @@ def weight_matching(spec: PermutationSpec, a: Mapping[str, torch.Tensor], b: Map
 
     Parameters
     ----------
-    spec : permutation groups of the architecture.
-    a, b : parameters (name -> tensor) of the reference and of the model to permute; only these
+    spec : PermutationSpec
+        Permutation groups of the architecture.
+    a, b : Mapping[str, torch.Tensor]
+        Parameters (name -> tensor) of the reference and of the model to permute; only these
         enter the objective (buffers such as running statistics move along but do not vote).
-    max_sweeps : bound on the coordinate-descent sweeps.
-    seed : order in which groups are visited (its own ``torch.Generator``).
-    init : starting permutations (identity by default).
+    max_sweeps : int
+        Bound on the coordinate-descent sweeps.
+    seed : int
+        Order in which groups are visited (its own ``torch.Generator``).
+    init : list of torch.Tensor, optional
+        Starting permutations (identity by default).
 
     Returns
     -------

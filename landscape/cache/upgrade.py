@@ -1,4 +1,6 @@
-"""Copy the entries of a format-1 cache file (one HDF5 file) into a cache folder::
+"""Copy the entries of a format-1 cache file (one HDF5 file) into a cache folder.
+
+From the shell::
 
 python -m landscape.cache.upgrade old.h5 new-cache
 """

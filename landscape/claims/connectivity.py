@@ -37,15 +37,25 @@ def connected_modulo_permutation(a: Any, b: Any, evaluator: Evaluator, *, method
 
     Parameters
     ----------
-    a, b : model-likes of the evaluator's architecture.
-    evaluator : measures the paths.
-    method : ``"weight"`` or ``"activation"`` matching (:func:`~.align.match`; activation needs data).
-    data : training data for activation matching and for REPAIR.
-    repair : also report the barrier after alignment plus REPAIR (needs data); the verdict holds
+    a, b : model-like
+        Model-likes of the evaluator's architecture.
+    evaluator : Evaluator
+        Measures the paths.
+    method : str
+        ``"weight"`` or ``"activation"`` matching (:func:`~.align.match`; activation needs data).
+    data : data, optional
+        Training data for activation matching and for REPAIR.
+    repair : bool
+        Also report the barrier after alignment plus REPAIR (needs data); the verdict holds
         if either the aligned or the aligned-and-repaired barrier is below the threshold.
-    threshold, metric : barrier threshold on Eq. 4 (``"accuracy"``) or Eq. 3 (``"loss"``).
-    alphas : path grid.
-    seed : weight matching's sweep order.
+    threshold : float
+        Barrier threshold.
+    metric : str
+        The barrier compared: Eq. 4 (``"accuracy"``) or Eq. 3 (``"loss"``).
+    alphas : int or sequence of float
+        Path grid.
+    seed : int
+        Weight matching's sweep order.
 
     Returns
     -------
@@ -96,11 +106,18 @@ def group_connected_modulo_permutation(models: Sequence[Any], evaluator: Evaluat
 
     Parameters
     ----------
-    models : model-likes of the evaluator's architecture (at least two).
-    evaluator : measures the members and their average.
-    to : align every model to this reference (e.g. the global model); ``None``: MergeMany.
-    threshold, metric : threshold on the group barrier, Eq. 10 (``"accuracy"``) or Eq. 9 (``"loss"``).
-    seed : order of MergeMany's rounds and of the coordinate-descent sweeps.
+    models : sequence of model-like
+        Model-likes of the evaluator's architecture (at least two).
+    evaluator : Evaluator
+        Measures the members and their average.
+    to : model-like, optional
+        Align every model to this reference (e.g. the global model); ``None``: MergeMany.
+    threshold : float
+        Threshold on the group barrier.
+    metric : str
+        The group barrier compared: Eq. 10 (``"accuracy"``) or Eq. 9 (``"loss"``).
+    seed : int
+        Order of MergeMany's rounds and of the coordinate-descent sweeps.
 
     Returns
     -------
@@ -141,12 +158,21 @@ def connected_by_curve(a: Any, b: Any, evaluator: Evaluator, *, train_data: Any,
 
     Parameters
     ----------
-    a, b, evaluator : endpoints and the evaluator measuring the curve and the line.
-    train_data : data the curve is trained on.
-    kind : ``"bezier"`` or ``"polychain"``.
-    threshold, metric : barrier threshold on Eq. 4 (``"accuracy"``) or Eq. 3 (``"loss"``), with
-        the curve parameter ``t`` in place of alpha.
-    training : options of :func:`~.curves.curve` (epochs, lr, bends, points, seed, ...).
+    a, b : model-like
+        Endpoints.
+    evaluator : Evaluator
+        Measures the curve and the line.
+    train_data : data
+        Data the curve is trained on.
+    kind : str
+        ``"bezier"`` or ``"polychain"``.
+    threshold : float
+        Barrier threshold.
+    metric : str
+        The barrier compared: Eq. 4 (``"accuracy"``) or Eq. 3 (``"loss"``), with the curve
+        parameter ``t`` in place of alpha.
+    **training
+        Options of :func:`~.curves.curve` (epochs, lr, bends, points, seed, ...).
 
     Returns
     -------

@@ -30,15 +30,25 @@ def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_d
 
     Parameters
     ----------
-    a, b : model-likes of the evaluator's architecture (the fixed endpoints).
-    evaluator : architecture, loss and evaluation data (the curve is measured on its data).
-    kind : ``"bezier"`` or ``"polychain"``.
-    train_data : data the bends are trained on.
-    bends : number of trainable knots (1: Garipov's quadratic Bezier / three-point chain);
+    a, b : model-like
+        Model-likes of the evaluator's architecture (the fixed endpoints).
+    evaluator : Evaluator
+        Architecture, loss and evaluation data (the curve is measured on its data).
+    kind : str
+        ``"bezier"`` or ``"polychain"``.
+    train_data : data
+        Data the bends are trained on.
+    bends : int
+        Number of trainable knots (1: Garipov's quadratic Bezier / three-point chain);
         initialised on the segment a-b at ``t = i / (bends + 1)``, so training starts from the line.
-    epochs, lr, momentum, batch_size, weight_decay : SGD settings.
-    points : evaluation points on [0, 1] (both ends included).
-    seed : minibatch order and the ``t`` draws.
+    epochs, batch_size : int
+        SGD passes over ``train_data`` and minibatch size.
+    lr, momentum, weight_decay : float
+        SGD learning rate, momentum and weight decay.
+    points : int
+        Evaluation points on [0, 1] (both ends included).
+    seed : int
+        Minibatch order and the ``t`` draws.
 
     Returns
     -------

@@ -118,10 +118,14 @@ def repair_model(model: nn.Module, targets: dict[str, tuple[torch.Tensor, torch.
 
     Parameters
     ----------
-    model : the interpolated model (not modified).
-    targets : module name -> (mean, std) per output channel (empty for a BatchNorm reset only).
-    x : one batch of inputs.
-    reset_bn : re-estimate BatchNorm running statistics in the same pass.
+    model : torch.nn.Module
+        The interpolated model (not modified).
+    targets : dict[str, tuple[torch.Tensor, torch.Tensor]]
+        Module name -> (mean, std) per output channel (empty for a BatchNorm reset only).
+    x : torch.Tensor
+        One batch of inputs.
+    reset_bn : bool
+        Re-estimate BatchNorm running statistics in the same pass.
 
     Returns
     -------
@@ -175,13 +179,19 @@ def repaired_interpolate(a: Any, b: Any, evaluator: Evaluator, *, data: Any, alp
 
     Parameters
     ----------
-    a, b : model-likes of the evaluator's architecture (align ``b`` to ``a`` first).
-    evaluator : evaluates the repaired points (use ``bn="interpolate"``: the repaired running
+    a, b : model-like
+        Model-likes of the evaluator's architecture (align ``b`` to ``a`` first).
+    evaluator : Evaluator
+        Evaluates the repaired points (use ``bn="interpolate"``: the repaired running
         statistics are part of each point).
-    data : inputs for the statistics (training data; the first ``samples`` inputs are used).
-    alphas : number of evenly spaced points on [0, 1], or the values.
-    method : ``"repair"`` (REPAIR plus BatchNorm reset) or ``"reset"`` (BatchNorm reset only).
-    samples : number of inputs the statistics are measured on.
+    data : data, optional
+        Inputs for the statistics (training data; the first ``samples`` inputs are used).
+    alphas : int or sequence of float
+        Number of evenly spaced points on [0, 1], or the values.
+    method : str
+        ``"repair"`` (REPAIR plus BatchNorm reset) or ``"reset"`` (BatchNorm reset only).
+    samples : int
+        Number of inputs the statistics are measured on.
 
     Returns
     -------

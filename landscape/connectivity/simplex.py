@@ -46,17 +46,28 @@ def simplex(models: Sequence[Any], evaluator: Evaluator, *, train_data: Any, ext
 
     Parameters
     ----------
-    models : fixed vertices (at least one model-like).
-    evaluator : architecture, loss and evaluation data.
-    train_data : data the trainable vertices are trained on.
-    extra : number of trainable vertices, initialised at the fixed vertices' centroid plus
+    models : sequence of model-like
+        Fixed vertices (at least one model-like).
+    evaluator : Evaluator
+        Architecture, loss and evaluation data.
+    train_data : data
+        Data the trainable vertices are trained on.
+    extra : int
+        Number of trainable vertices, initialised at the fixed vertices' centroid plus
         Gaussian noise of ``init_scale`` times the parameters' root-mean-square (so the simplex
         is not degenerate).
-    epochs, lr, momentum, batch_size : SGD settings.
-    volume_weight : weight of the log-volume term (0: no volume regularisation).
-    init_scale : scale of that initial noise, relative to the parameters' root-mean-square.
-    samples : uniformly drawn evaluation points besides the vertices and the centroid.
-    seed : noise, minibatch order and simplex draws.
+    epochs, batch_size : int
+        SGD passes over ``train_data`` and minibatch size.
+    lr, momentum : float
+        SGD learning rate and momentum.
+    volume_weight : float
+        Weight of the log-volume term (0: no volume regularisation).
+    init_scale : float
+        Scale of that initial noise, relative to the parameters' root-mean-square.
+    samples : int
+        Uniformly drawn evaluation points besides the vertices and the centroid.
+    seed : int
+        Noise, minibatch order and simplex draws.
 
     Returns
     -------

@@ -35,16 +35,26 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
 
     Parameters
     ----------
-    evaluator : gives the architecture, parameter space, loss, device and dtype.
-    knots : (m, D) flat vectors; rows with ``trainable[i]`` False stay exactly as given.
-    trainable : one flag per knot; True marks a knot the optimiser updates.
-    sampler : draws one coefficient vector (m,) per minibatch from its generator.
-    data : training data (tuple, Dataset or DataLoader).
-    epochs, lr, momentum, batch_size, weight_decay : SGD settings (weight decay on trainable
-        knots' parameter entries).
-    seed : seeds the minibatch order and the coefficient draws (own ``torch.Generator``).
-    regulariser : optional extra term of the trainable knots' parameter entries (added to the loss).
-    what : what is trained, for the message of a divergence (e.g. ``"curve training"``).
+    evaluator : Evaluator
+        Gives the architecture, parameter space, loss, device and dtype.
+    knots : torch.Tensor
+        (m, D) flat vectors; rows with ``trainable[i]`` False stay exactly as given.
+    trainable : list of bool
+        One flag per knot; True marks a knot the optimiser updates.
+    sampler : Sampler
+        Draws one coefficient vector (m,) per minibatch from its generator.
+    data : data, optional
+        Training data (tuple, Dataset or DataLoader).
+    epochs, batch_size : int
+        SGD passes over ``data`` and minibatch size.
+    lr, momentum, weight_decay : float
+        SGD learning rate, momentum and weight decay (on the trainable knots' parameter entries).
+    seed : int
+        Seeds the minibatch order and the coefficient draws (own ``torch.Generator``).
+    regulariser : callable, optional
+        Optional extra term of the trainable knots' parameter entries (added to the loss).
+    what : str
+        What is trained, for the message of a divergence (e.g. ``"curve training"``).
 
     Returns
     -------

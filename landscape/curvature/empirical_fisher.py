@@ -1,4 +1,6 @@
-r"""The empirical Fisher, ``kind="empirical_fisher"`` (Martens 2020; Kunstner et al. 2019)::
+r"""The empirical Fisher, ``kind="empirical_fisher"`` (Martens 2020; Kunstner et al. 2019).
+
+It is::
 
     F_emp = (1/N) sum_n g_n g_n^T,    g_n = d l(f(x_n; theta), y_n) / d theta
 

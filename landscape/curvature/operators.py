@@ -160,7 +160,7 @@ class CurvatureOperator:
         return self.evaluator.forward(self.params_dict(theta), x)
 
     def batch_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """This batch's share of the loss: ``sum_{i in batch} l_i / N``.
+        """The batch's share of the loss: ``sum_{i in batch} l_i / N``.
 
         Parameters
         ----------

@@ -189,7 +189,8 @@ def _check_eigen(eigen: HessianEigen, point: torch.Tensor, evaluator: Any, count
                           f"k={count}")
     if "point" in eigen.spec and eigen.spec["point"] != vector_digest(point):
         raise ConfigError("eigen was computed at another model than the one given: pass that model, or eigen=None")
-    if "evaluator" in eigen.spec and make_key({"e": eigen.spec["evaluator"]}) != make_key({"e": evaluator.fingerprint()}):
+    if ("evaluator" in eigen.spec
+            and make_key({"e": eigen.spec["evaluator"]}) != make_key({"e": evaluator.fingerprint()})):
         raise ConfigError("eigen was computed with another evaluator (data, loss, BatchNorm mode or dtype): "
                           "pass that evaluator, or eigen=None")
     if params is not None and make_key({"p": params}) != make_key({"p": options["params"]}):

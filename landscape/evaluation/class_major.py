@@ -61,7 +61,8 @@ class ClassMetrics:
             n = y.shape[0]
             classes = torch.arange(self.num_classes, device=y.device)[:, None]
             index = y * n + torch.arange(n, device=y.device)
-            before = torch.zeros(self.num_classes, n, device=y.device).masked_fill_(classes >= y[None, :], float("-inf"))
+            before = torch.zeros(self.num_classes, n, device=y.device).masked_fill_(classes >= y[None, :],
+                                                                                   float("-inf"))
             self._prepared[(y.data_ptr(), n)] = (index, before)
 
     def _eye(self, like: torch.Tensor) -> torch.Tensor:

@@ -97,12 +97,12 @@ def fill_points(n: int, key: str, cache: Any, compute: ComputeRuns, *, label: st
         return loss, acc
     bar = progress_bar(todo.size, label, progress)
     try:
-        for idx, l, a in compute(todo):
-            loss[idx], acc[idx] = l, a
+        for idx, chunk_loss, chunk_acc in compute(todo):
+            loss[idx], acc[idx] = chunk_loss, chunk_acc
             if on_done is not None:
                 on_done(idx.size)
             if cache is not None:
-                cache.add_points(key, n, idx, l, a, {"label": label})
+                cache.add_points(key, n, idx, chunk_loss, chunk_acc, {"label": label})
             if bar is not None:
                 bar.update(idx.size)
     finally:

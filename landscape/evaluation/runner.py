@@ -162,7 +162,8 @@ class ChunkRunner:
         return shortcut
 
     def _run(self, vecs: torch.Tensor, coeffs: list[list[float]], strategy: str) -> tuple[np.ndarray, np.ndarray]:
-        amp = (torch.autocast(self.ev.device.type, dtype=self.ev.options.autocast) if self.ev.options.autocast is not None
+        autocast = self.ev.options.autocast
+        amp = (torch.autocast(self.ev.device.type, dtype=autocast) if autocast is not None
                else contextlib.nullcontext())
         with torch.no_grad(), amp:
             if strategy == "loop":

@@ -148,7 +148,7 @@ def _grid_of(result: PlaneResult | PathResult) -> tuple[np.ndarray, list[np.ndar
 
 
 def _model_coords(result: PlaneResult | PathResult, models: Any) -> dict[str, tuple[float, float]]:
-    """name -> (x, y); on a path x = alpha and y = 0."""
+    """Model name -> (x, y); on a path x = alpha and y = 0."""
     is_plane = isinstance(result, PlaneResult)
     if models is None:
         models = dict(result.models) if is_plane else {"a": 0.0, "b": 1.0}

@@ -116,7 +116,7 @@ def _slot_folder(token: str) -> tuple[Path, int]:
 
 
 def _claim_device(devices: tuple[str, ...]) -> str:
-    """This process's device: the first free slot of ``devices`` (lock files), kept for life."""
+    """The device of the calling process: the first free slot of ``devices`` (lock files), kept for life."""
     token = _devices_token(devices)
     if token not in _WORKER_DEVICE:
         folder, folder_fd = _slot_folder(token)
@@ -153,7 +153,7 @@ def _attempt(fn: Callable[[Any], Any], index: int, payload: Any,
 # ----------------------------------------------------------------------- caller side
 @contextmanager
 def _joblib_context(backend: Backend) -> Iterator[None]:
-    """joblib's configuration for ``backend``; joins or starts a Dask cluster as needed."""
+    """The joblib configuration for ``backend``; joins or starts a Dask cluster as needed."""
     import joblib
 
     with ExitStack() as stack:
