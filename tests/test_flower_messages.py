@@ -202,8 +202,9 @@ def test_floco_projects_through_the_federation(on_flower) -> None:
     assert state["floco.points"].shape[0] == CLIENTS  # subregions from probes trained on the SuperNodes
 
 
-def test_claims_run_on_the_flower_algorithm_runs(on_flower) -> None:
-    run = fl.load_run(on_flower["fedgucci"])
+@pytest.mark.parametrize("name", ["fedavg", "fedgucci", "ima"])
+def test_claims_run_on_the_flower_algorithm_runs(name: str, on_flower) -> None:
+    run = fl.load_run(on_flower[name])
     ev = landscape.Evaluator(run.module(), run.test_dataset())
     verdict = landscape.claims.shared_basin(run.client_states(), run.global_state(), ev, resolution=5, alphas=3)
     assert set(verdict.numbers)
