@@ -46,6 +46,7 @@ def draw(grid: landscape.PathResult, adaptive: landscape.PathResult, path: Path)
 
 
 def main() -> None:
+    """Run the benchmark and print its table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=4, help="models trained from seeds 0..n-1 (all pairs compared)")
     parser.add_argument("--width", type=int, default=128, help="hidden width of mnist1d_mlp")

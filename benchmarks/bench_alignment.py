@@ -46,6 +46,7 @@ class BNConv1d(nn.Module):
         self.classifier = nn.Linear(5 * width, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a batch ``x``."""
         return self.classifier(self.features(x))
 
 
@@ -66,12 +67,14 @@ def train(model: nn.Module, data, *, seed: int, epochs: int, lr: float = 0.05) -
 
 
 def fmt(values: list[float]) -> str:
+    """Mean of ``values`` (with their spread when there are several) as text."""
     if len(values) == 1:
         return f"{values[0]:.3f}"
     return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
 
 
 def mlp_table(data, widths, pairs, epochs) -> list[str]:
+    """Markdown rows: barriers of MLP pairs of each width before and after alignment."""
     rows = ["| width | test acc. (A, B) | before | weight matching | WM + REPAIR | activation matching | WM time (s) |",
             "|---|---|---|---|---|---|---|"]
     train_xy = (data.train_x, data.train_y)
@@ -99,6 +102,7 @@ def mlp_table(data, widths, pairs, epochs) -> list[str]:
 
 
 def bn_table(data, pairs, epochs) -> list[str]:
+    """Markdown rows: barriers of a BatchNorm CNN pair under each BatchNorm handling."""
     rows = ["| BatchNorm handling | before alignment | after weight matching |", "|---|---|---|"]
     train_xy = (data.train_x, data.train_y)
     res: dict[str, list[float]] = {}
@@ -134,6 +138,7 @@ def bn_table(data, pairs, epochs) -> list[str]:
 
 
 def curve_table(data, pairs, epochs, curve_epochs) -> list[str]:
+    """Markdown rows: learned curves against the straight line."""
     rows = ["| model | curve | max loss, line | max loss, curve | acc. barrier, line | acc. barrier, curve | "
             "train time (s) |", "|---|---|---|---|---|---|---|"]
     for kind in ("bezier", "polychain"):
@@ -157,6 +162,7 @@ def curve_table(data, pairs, epochs, curve_epochs) -> list[str]:
 
 
 def resnet_timing() -> list[str]:
+    """Markdown rows: weight matching time of two ResNet-20s."""
     rows = ["| model | groups | units | weight matching (s), mean of 3 | sweeps |", "|---|---|---|---|---|"]
     a = build_model("resnet20_bn", num_classes=10, input_shape=(3, 32, 32), seed=0)
     b = build_model("resnet20_bn", num_classes=10, input_shape=(3, 32, 32), seed=1)
@@ -178,6 +184,7 @@ def objective(a: nn.Module, b: nn.Module) -> float:
 
 
 def rebasin_table(data, pairs, epochs, path: str | None) -> list[str]:
+    """Markdown rows: weight matching against the ``rebasin`` package (skipped when it is missing)."""
     if path:
         sys.path.insert(0, path)
     try:
@@ -218,6 +225,7 @@ SECTIONS = ("mlp", "bn", "curves", "timing", "rebasin")
 
 
 def main() -> None:
+    """Run the benchmark and print its tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one seed pair, few epochs (smoke run)")
     parser.add_argument("--rebasin-path", default=None, help="folder holding the rebasin package (not a dependency)")

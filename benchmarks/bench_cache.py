@@ -86,6 +86,7 @@ def measure(path: Path, size: int, resolution: int, repeats: int, rng: np.random
 
 
 def main() -> None:
+    """Run the benchmark and print its table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--resolution", type=int, default=51)

@@ -56,6 +56,7 @@ def timed_plane(model: nn.Module, data, resolution: int, backend: str | None, n_
 
 
 def main() -> None:
+    """Run the benchmark and print its table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resolution", type=int, default=21)
     parser.add_argument("--n-jobs", type=int, default=2)

@@ -43,6 +43,7 @@ def client_sizes(clients: int, mean: int, seed: int) -> list[int]:
 
 
 def contexts(args: argparse.Namespace, device: torch.device) -> tuple[object, list[LocalContext]]:
+    """The FedAvg algorithm and a factory of the clients' local contexts on random data."""
     shape = tuple(int(d) for d in args.input.split("x"))
     module = build_model(args.model, num_classes=10, input_shape=shape, seed=0).to(device)
     alg = build_config("fedavg", dataset="digits", model=None, clients=args.clients, rounds=1,
@@ -65,6 +66,7 @@ def contexts(args: argparse.Namespace, device: torch.device) -> tuple[object, li
 
 
 def local_training_table(args: argparse.Namespace, device: torch.device) -> str:
+    """Table: one round of local training, sequential against vectorised."""
     alg, make = contexts(args, device)
     timings = side_by_side({
         "sequential": lambda: {c.client: alg.client_update(c) for c in make()},
@@ -83,6 +85,7 @@ def local_training_table(args: argparse.Namespace, device: torch.device) -> str:
 
 
 def full_run_table(args: argparse.Namespace, device: torch.device) -> str:
+    """Table: a whole ``fl.run`` on each back end."""
     rows = []
     base = None
     for backend in ("sequential", "vectorized"):
@@ -102,6 +105,7 @@ def full_run_table(args: argparse.Namespace, device: torch.device) -> str:
 
 
 def main() -> None:
+    """Run the benchmark and print its tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--model", default="fedgucci_cnn")

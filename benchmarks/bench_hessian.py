@@ -51,6 +51,7 @@ OTHER_KINDS = ("ggn", "fisher", "empirical_fisher")
 
 
 def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int) -> nn.Module:
+    """Train ``model`` on ``(x, y)`` by ``steps`` full-batch Adam steps (in place); the model."""
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     for _ in range(steps):
         opt.zero_grad()
@@ -60,6 +61,7 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int) -> nn.
 
 
 def rss_bytes() -> int:
+    """Resident memory of this process, in bytes."""
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
@@ -71,15 +73,18 @@ class Counter:
         self.reset()
 
     def reset(self) -> None:
+        """Zero the count and restart the memory sampling."""
         self.hvps = 0
         self.start = rss_bytes()
         self.peak = self.start
 
     def tick(self) -> None:
+        """Count one HVP and sample the memory."""
         self.hvps += 1
         self.peak = max(self.peak, rss_bytes())
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` with a :meth:`tick` after every call."""
         def counted(*args, **kwargs):
             out = fn(*args, **kwargs)
             self.tick()
@@ -88,10 +93,12 @@ class Counter:
 
     @property
     def growth_mib(self) -> float:
+        """Peak growth of resident memory since :meth:`reset`, in MiB."""
         return (self.peak - self.start) / 2 ** 20
 
 
 def pyhessian_contenders(model: nn.Module, batches: list, args: argparse.Namespace, counter: Counter):
+    """PyHessian's top eigenvalues and trace as timed callables."""
     from pyhessian import hessian as PyHessian
 
     def fresh():
@@ -117,6 +124,7 @@ def pyhessian_contenders(model: nn.Module, batches: list, args: argparse.Namespa
 
 
 def ours_contenders(model: nn.Module, evaluator: Evaluator, args: argparse.Namespace, counter: Counter):
+    """Our top eigenvalues and trace as timed callables (products counted)."""
     original = CurvatureOperator.matvec
 
     def counted(self, v):
@@ -146,6 +154,7 @@ def ours_contenders(model: nn.Module, evaluator: Evaluator, args: argparse.Names
 
 
 def main() -> None:
+    """Run the benchmark and print its tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=1797)
     parser.add_argument("--batch-size", type=int, default=1024)

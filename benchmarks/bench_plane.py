@@ -92,6 +92,7 @@ def state_dict_loop(template: nn.Module, result: Any, batches: list, limit: int,
 
 
 def forward_floor(model: nn.Module, batches: list, points: int) -> None:
+    """Forward passes of ``model`` over ``batches``, ``points`` times: the floor any contender pays."""
     with torch.no_grad():
         for _ in range(points):
             for xb, _ in batches:
@@ -127,6 +128,7 @@ def relative_difference(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def run_case(name: str, args: argparse.Namespace, device: torch.device) -> str:
+    """Table of every contender on one model case."""
     models, data = case(name, args.samples)
     points = args.resolution ** 2
     limit = min(points, args.max_points or points)
@@ -208,6 +210,7 @@ def run_case(name: str, args: argparse.Namespace, device: torch.device) -> str:
 
 
 def main() -> None:
+    """Run the benchmark and print its tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp, cnn, resnet20")
     parser.add_argument("--resolution", type=int, default=21)

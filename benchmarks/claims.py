@@ -54,6 +54,7 @@ def run_step(args: argparse.Namespace, name: str) -> tuple[list[ClaimRow], list[
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Measure the selected claim groups and write the claims page; the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--only", nargs="+", choices=list(STEPS), default=list(STEPS), help="claim groups to run")

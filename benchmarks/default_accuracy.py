@@ -34,6 +34,7 @@ def final_accuracy(algorithm: str, rounds: int, seed: int, out: Path, overrides:
 
 
 def main() -> None:
+    """Run the benchmark and print its table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS))

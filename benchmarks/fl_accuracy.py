@@ -28,6 +28,7 @@ ALGORITHMS = {
 
 
 def main() -> None:
+    """Run the benchmark and print its table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])

@@ -36,6 +36,7 @@ def fedavg_local_accuracy(run: fl.Run) -> float:
 
 
 def main() -> None:
+    """Run the benchmark and print its table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--clients", type=int, default=5)

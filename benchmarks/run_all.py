@@ -27,11 +27,13 @@ GPU_ARGS: dict[str, list[str]] = {
 
 
 def scripts(only: set[str] | None) -> list[Path]:
+    """The benchmark scripts, all or those named in ``only``."""
     found = sorted(HERE.glob("bench_*.py"))
     return [p for p in found if only is None or p.stem.removeprefix("bench_") in only]
 
 
 def main() -> None:
+    """Run every selected benchmark script in turn."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated names (plane, fl, hessian, distributed, ...)")
     parser.add_argument("--gpu", action="store_true", help="use the GPU presets where a script has one")

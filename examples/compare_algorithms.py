@@ -36,6 +36,7 @@ ALGORITHMS: dict[str, dict] = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this example's options to ``parser``."""
     parser.add_argument("--algorithms", nargs="+", choices=sorted(ALGORITHMS), default=list(ALGORITHMS))
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--clients", type=int, default=10)
@@ -48,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the example; the exit status."""
     ex = Example("compare_algorithms", __doc__.splitlines()[0], argv, add_arguments)
     a = ex.args
     if ex.quick:

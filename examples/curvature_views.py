@@ -33,6 +33,7 @@ from _common import Example
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this example's options to ``parser``."""
     parser.add_argument("--width", type=int, default=32, help="hidden units of the MLP")
     parser.add_argument("--epochs", type=int, default=30, help="epochs of central SGD")
     parser.add_argument("--lr", type=float, default=0.1)
@@ -55,6 +56,7 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, lr: f
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the example; the exit status."""
     ex = Example("curvature_views", __doc__.splitlines()[0], argv, add_arguments)
     a = ex.args
     epochs, samples, resolution = (2, 200, 11) if ex.quick else (a.epochs, a.hessian_samples, 41)

@@ -32,6 +32,7 @@ TERMS = ("fma_loss", "wens_loss", "gap", "bias", "train_bias", "heter_bias", "cr
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this example's options to ``parser``."""
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--local-epochs", type=int, default=2)
@@ -51,6 +52,7 @@ def correlation(x: np.ndarray, y: np.ndarray) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the example; the exit status."""
     ex = Example("decomposition", __doc__.splitlines()[0], argv, add_arguments)
     a = ex.args
     if ex.quick:

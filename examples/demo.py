@@ -85,6 +85,7 @@ SIGNS = ("Sign conventions: a pairwise barrier (Eq. 3 loss, Eq. 4 accuracy) is a
 
 
 def log(message: str) -> None:
+    """Print ``message`` with the time of day."""
     print(f"[demo {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
@@ -230,6 +231,7 @@ def connectivity_verdicts(pairs: dict[str, dict[str, np.ndarray]], resolution: d
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Train the runs, analyse them and write the report; the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="report", help="output folder (default: report)")
     parser.add_argument("--dataset", default="mnist1d", choices=sorted(MODELS),

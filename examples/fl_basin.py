@@ -36,6 +36,7 @@ from _common import Example, average, run_fl, test_evaluator
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this example's options to ``parser``."""
     parser.add_argument("--dataset", default="mnist1d", choices=("mnist1d", "digits"),
                         help="embedded data set; the MNIST-1D paper's MLP on mnist1d, the digits MLP on digits")
     parser.add_argument("--rounds", type=int, default=30)
@@ -104,6 +105,7 @@ def analyse_round(ex: Example, run, r: int, ev: landscape.Evaluator, positions: 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the example; the exit status."""
     ex = Example("fl_basin", __doc__.splitlines()[0], argv, add_arguments)
     a = ex.args
     if ex.quick:

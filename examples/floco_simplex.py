@@ -31,6 +31,7 @@ from _common import Example, run_fl, tensors, test_evaluator
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this example's options to ``parser``."""
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--local-epochs", type=int, default=2)
@@ -61,6 +62,7 @@ def simplex_states(base: dict, endpoints: torch.Tensor, points: np.ndarray, weig
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the example; the exit status."""
     ex = Example("floco_simplex", __doc__.splitlines()[0], argv, add_arguments)
     a = ex.args
     if ex.quick:

@@ -46,6 +46,7 @@ from _common import Example, run_fl, tensors, test_evaluator
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this example's options to ``parser``."""
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--clients", type=int, default=5)
     parser.add_argument("--local-epochs", type=int, default=2, help="FedAvg local epochs = LSS epochs per member")
@@ -60,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the example; the exit status."""
     ex = Example("lss_flatness", __doc__.splitlines()[0], argv, add_arguments)
     a = ex.args
     if ex.quick:

@@ -31,6 +31,7 @@ from _common import Example
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this example's options to ``parser``."""
     parser.add_argument("--model", default="mnist1d_mlp_w32", help="zoo model (fl.models)")
     parser.add_argument("--epochs", type=int, default=20, help="epochs of central SGD")
     parser.add_argument("--samples", type=int, default=1000,
@@ -44,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the example; the exit status."""
     ex = Example("sharpness", __doc__.splitlines()[0], argv, add_arguments)
     a = ex.args
     epochs, samples, steps, restarts, max_iter = ((2, 200, 5, 2, 20) if ex.quick else

@@ -46,6 +46,7 @@ State = Mapping[str, torch.Tensor]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this example's options to ``parser``."""
     parser.add_argument("--dataset", default="mnist1d", choices=("mnist1d", "digits"),
                         help="embedded data set (on digits, models from different inits are already connected)")
     parser.add_argument("--model", default=None, help="zoo model (default: the data set's default model)")
@@ -189,6 +190,7 @@ def pair_row(label: str, paths: list[landscape.PathResult], ev: landscape.Evalua
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the example; the exit status."""
     ex = Example("transitivity", __doc__.splitlines()[0], argv, add_arguments)
     a = ex.args
     if ex.quick:

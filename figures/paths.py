@@ -162,12 +162,14 @@ def path_plotly(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
             if ends is None:
                 continue
             labelled = i == 0 and endpoint_labels is not None  # the endpoint names once per panel
-            fig.add_trace(go.Scatter(x=[0.0, 1.0], y=list(ends), mode="lines+markers+text" if labelled else "lines+markers",
+            fig.add_trace(go.Scatter(x=[0.0, 1.0], y=list(ends),
+                                     mode="lines+markers+text" if labelled else "lines+markers",
                                      line={"color": col, "dash": "dash", "width": 1},
                                      marker={"size": 10, "color": col, "line": {"color": "black", "width": 1}},
                                      text=list(endpoint_labels) if labelled else None, textposition="top center",
                                      name=f"{name} endpoints", legendgroup=name, showlegend=False,
-                                     hovertemplate=f"{name} endpoint<br>α=%{{x}}<br>{metric}=%{{y:.6g}}<extra></extra>"),
+                                     hovertemplate=f"{name} endpoint<br>α=%{{x}}<br>{metric}=%{{y:.6g}}"
+                                                   "<extra></extra>"),
                           row=1, col=col_idx)
             loc = barrier_location(path, metric)
             if loc is not None and loc[1] > 0:
@@ -180,7 +182,8 @@ def path_plotly(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
                                          hovertemplate=f"{name}: {metric} barrier {fmt(barrier, 6)} "
                                                        f"at α={fmt(a_star)}<extra></extra>"),
                               row=1, col=col_idx)
-                fig.add_annotation(x=a_star, y=line_value, text=f"barrier {barrier_text(barrier, metric)} at α={a_star:.2f}",
+                fig.add_annotation(x=a_star, y=line_value,
+                                   text=f"barrier {barrier_text(barrier, metric)} at α={a_star:.2f}",
                                    showarrow=True, arrowhead=2, ax=30, ay=-25, font={"color": col, "size": 11},
                                    row=1, col=col_idx)
         fig.update_xaxes(title_text="α", row=1, col=col_idx)

@@ -45,6 +45,7 @@ class MLP(nn.Module):
         self.classifier = nn.Linear(in_features, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a batch ``x``."""
         return self.classifier(self.features(x))
 
 
@@ -67,6 +68,7 @@ class Mnist1dMLP(nn.Module):
         self.classifier = nn.Linear(width, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a batch ``x``."""
         h = F.relu(self.linear1(self.flatten(x)))
         return self.classifier(h + F.relu(self.linear2(h)))
 
@@ -93,6 +95,7 @@ class Mnist1dCNN(nn.Module):
         self.classifier = nn.Linear(flat, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a batch ``x``."""
         return self.classifier(self.features(x))
 
 
@@ -104,6 +107,7 @@ class MinSizeUpsample(nn.Module):
         self.min_side = min_side
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` upsampled bilinearly to at least ``min_side`` pixels per side (unchanged when large enough)."""
         h, w = x.shape[-2:]
         if min(h, w) >= self.min_side:
             return x
@@ -111,6 +115,7 @@ class MinSizeUpsample(nn.Module):
         return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
 
     def extra_repr(self) -> str:
+        """The minimum side."""
         return f"min_side={self.min_side}"
 
 
@@ -138,6 +143,7 @@ class ConvNet(nn.Module):
         self.classifier = nn.Linear(flat, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a batch ``x``."""
         return self.classifier(self.head(self.features(self.resize(x))))
 
 
@@ -233,6 +239,7 @@ class BasicBlock(nn.Module):
                                               _norm(norm, planes, groups))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's output on ``x``: two convolutions plus the shortcut, then ReLU."""
         out = F.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
         if self.pad:
@@ -270,6 +277,7 @@ class ResNet(nn.Module):
         self.classifier = nn.Linear(projector or in_planes, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a batch ``x``."""
         out = self.layers(F.relu(self.bn1(self.conv1(x))))
         return self.classifier(self.projector(torch.flatten(self.pool(out), 1)))
 

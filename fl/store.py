@@ -64,37 +64,47 @@ class RunStore:
     # ------------------------------------------------------------------- paths
     @property
     def config_path(self) -> Path:
+        """The run's configuration file."""
         return self.path / "config.json"
 
     @property
     def metrics_path(self) -> Path:
+        """The per-round metrics file (one JSON line per round)."""
         return self.path / "metrics.jsonl"
 
     @property
     def progress_path(self) -> Path:
+        """The progress marker (last round written, completeness)."""
         return self.path / "progress.json"
 
     @property
     def partition_path(self) -> Path:
+        """The stored client partition."""
         return self.path / "partition.npz"
 
     @property
     def manifest_path(self) -> Path:
+        """The manifest of every file written, with digests."""
         return self.path / "manifest.json"
 
     def global_path(self, round: int) -> Path:
+        """The global model checkpoint of ``round``."""
         return self.path / "global" / f"round_{round:04d}.safetensors"
 
     def train_path(self, round: int) -> Path:
+        """The global model in the training architecture at ``round`` (algorithms that train another)."""
         return self.path / "train" / f"round_{round:04d}.safetensors"
 
     def state_path(self, round: int) -> Path:
+        """The algorithm's server state at ``round``."""
         return self.path / "state" / f"round_{round:04d}.safetensors"
 
     def client_path(self, round: int, client: int) -> Path:
+        """The checkpoint of ``client``'s model trained in ``round``."""
         return self.path / "clients" / f"round_{round:04d}" / f"client_{client:05d}.safetensors"
 
     def client_state_path(self, round: int) -> Path:
+        """The clients' persisted states after ``round``."""
         return self.path / "client_state" / f"round_{round:04d}.safetensors"
 
     def check_links(self) -> None:
@@ -119,6 +129,7 @@ class RunStore:
 
     # ------------------------------------------------------------------ config
     def write_config(self, config: Mapping[str, Any]) -> None:
+        """Write the configuration (atomically, links refused)."""
         self.check_links()
         write_atomic(self.config_path, (json.dumps(config, indent=2, sort_keys=True) + "\n").encode())
 
@@ -146,6 +157,7 @@ class RunStore:
 
     # --------------------------------------------------------------- partition
     def write_partition(self, train: list[np.ndarray], test: list[np.ndarray]) -> None:
+        """Write the clients' training and local test index arrays (atomically, links refused)."""
         self.check_links()
         arrays = {f"train_{k:05d}": np.asarray(p, dtype=np.int64) for k, p in enumerate(train)}
         arrays.update({f"test_{k:05d}": np.asarray(p, dtype=np.int64) for k, p in enumerate(test)})
@@ -196,10 +208,12 @@ class RunStore:
         return None if marker is None else marker[0]
 
     def is_complete(self) -> bool:
+        """Whether the progress marker says the run finished."""
         marker = self._progress()
         return marker is not None and marker[1]
 
     def mark(self, round: int, complete: bool) -> None:
+        """Write the progress marker: ``round`` is the last round stored, ``complete`` whether the run ended."""
         write_atomic(self.progress_path, json.dumps({"round": int(round), "complete": bool(complete)}).encode())
 
     # ----------------------------------------------------------------- metrics
@@ -268,6 +282,7 @@ class RunStore:
 
     # ------------------------------------------------------------------ states
     def write_state(self, path: Path, state: Mapping[str, torch.Tensor]) -> None:
+        """Write a state dict to ``path`` (atomically, links refused)."""
         self.check_links()
         save_state_dict(state, path)
 
@@ -298,11 +313,13 @@ class RunStore:
         return client_files(folder, self._stored("clients"))
 
     def write_client_states(self, round: int, states: Mapping[int, Mapping[str, torch.Tensor]]) -> None:
+        """Write the clients' persisted states after ``round`` into one file (nothing when there are none)."""
         flat = {f"{k}/{name}": t for k, st in states.items() for name, t in st.items()}
         if flat:
             self.write_state(self.client_state_path(round), flat)
 
     def read_client_states(self, round: int, digest: str | None = None) -> dict[int, State]:
+        """Client id -> persisted state after ``round`` (empty when none was stored)."""
         flat = self.read_optional_state(self.client_state_path(round), digest)
         out: dict[int, State] = {}
         for key, t in flat.items():

@@ -20,6 +20,7 @@ TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the soak campaigns and print their tallies; the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--plane-kills", type=int, default=50, help="kills of the plane computation")
     parser.add_argument("--fl-kills", type=int, default=20, help="kills of the FL run")

@@ -135,7 +135,6 @@ def test_landscape_report_refuses_or_avoids_planted_links(tiny_run, tmp_path, ou
 @pytest.fixture
 def full_fs(tmp_path):
     """A 256 KiB tmpfs filled to the last byte (root only)."""
-
     mnt = tmp_path / "full"
     mnt.mkdir()
     if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)]).returncode:

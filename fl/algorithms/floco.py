@@ -118,11 +118,13 @@ class SimplexLinear(nn.Module):
         self.alpha_sampler: Callable[[], Tensor] | None = None
 
     def forward(self, x: Tensor) -> Tensor:
+        """``x W(alpha)^T + b`` with ``W(alpha) = sum_m alpha_m W_m`` (a sampled ``alpha`` while training)."""
         alpha = self.alpha_sampler() if self.training and self.alpha_sampler is not None else self.alpha
         weight = torch.einsum("m,moi->oi", alpha.to(self.endpoints), self.endpoints)
         return F.linear(x, weight, self.bias)
 
     def extra_repr(self) -> str:
+        """Sizes, number of endpoints and whether there is a bias."""
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"endpoints={self.endpoints.shape[0]}, bias={self.bias is not None}")
 
@@ -289,6 +291,7 @@ class Floco(Algorithm):
         return upload
 
     def init_server_state(self, global_state: State) -> State:
+        """The server's copy of the simplex endpoints, taken from ``global_state``."""
         return {f"{PREFIX}endpoints": global_state[f"{self.classifier}.endpoints"].detach().clone()}
 
     # -- subregion assignment ---------------------------------------------------------
@@ -347,6 +350,7 @@ class Floco(Algorithm):
         return {PREFIX + "buffer." + n: trained[n].detach() for n in self.buffer_keys}
 
     def client_update(self, ctx: LocalContext) -> ClientUpdate:
+        """Local SGD with a simplex point drawn per step (:meth:`draw_points`: the client's subregion once assigned)."""
         alpha_gen = make_generator(self.seed, "floco-alpha", ctx.round, ctx.client)
         result = self._simplex_sgd(ctx, alpha_gen, state=self.received(ctx))
         kept = self.kept_buffers(result.state)

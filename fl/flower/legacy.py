@@ -52,6 +52,7 @@ class RecordingStrategy(Strategy):
         return parameters
 
     def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
+        """The wrapped strategy's training instructions."""
         return self.strategy.configure_fit(server_round, parameters, client_manager)
 
     def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
@@ -71,12 +72,15 @@ class RecordingStrategy(Strategy):
         return parameters, metrics
 
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
+        """The wrapped strategy's evaluation instructions."""
         return self.strategy.configure_evaluate(server_round, parameters, client_manager)
 
     def aggregate_evaluate(self, server_round: int, results: list[Any], failures: list[Any]):
+        """The wrapped strategy's aggregate of the evaluation results."""
         return self.strategy.aggregate_evaluate(server_round, results, failures)
 
     def evaluate(self, server_round: int, parameters: Parameters):
+        """The wrapped strategy's server-side evaluation."""
         return self.strategy.evaluate(server_round, parameters)
 
 

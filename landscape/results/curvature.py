@@ -64,6 +64,7 @@ class Eigenvalues(np.ndarray):
     result: "HessianEigen | None"
 
     def __new__(cls, result: HessianEigen) -> "Eigenvalues":
+        """The eigenvalues of ``result`` as an array that keeps ``result``."""
         obj = np.asarray(result.values, dtype=np.float64).view(cls)
         obj.result = result
         return obj
