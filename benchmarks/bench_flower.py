@@ -33,6 +33,7 @@ REPEATS = 2
 
 
 def parse() -> argparse.Namespace:
+    """The command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="mnist1d")
     parser.add_argument("--clients", type=int, default=5)
@@ -89,6 +90,7 @@ def simulate(main, client, args: argparse.Namespace) -> float:
 
 
 def main() -> None:
+    """Run the benchmark and print its table."""
     args = parse()
     torch.set_num_threads(1)
     import fl
@@ -145,7 +147,8 @@ def main() -> None:
     print(f"{'Flower FedAvg, RecordedStrategy':44s} {rounds / recorded:9.2f} {recorded / rounds:8.3f} "
           f"{recorded / bare:7.2f}")
     print(f"recording overhead: {100 * (recorded - bare) / bare:+.0f}% "
-          f"({(recorded - bare) / rounds * 1000:.0f} ms per round: evaluation, {args.clients + 1} checkpoints, manifest)")
+          f"({(recorded - bare) / rounds * 1000:.0f} ms per round: evaluation, {args.clients + 1} checkpoints, "
+          "manifest)")
 
 
 if __name__ == "__main__":

@@ -69,7 +69,8 @@ def launched(tmp_path_factory) -> Path:
     table = "\n".join(f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v}"
                       for k, v in {**SETTINGS, "run-dir": str(out)}.items()).replace("'", '"')
     (app / "pyproject.toml").write_text(PYPROJECT.format(table=table))
-    env = {**os.environ, "FLWR_HOME": str(home), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    env = {**os.environ, "FLWR_HOME": str(home), "PATH": path}
     try:
         done = subprocess.run([str(Path(sys.executable).parent / "flwr"), "run", str(app), "--stream"], env=env,
                               capture_output=True, text=True, timeout=400)

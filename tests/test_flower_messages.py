@@ -18,8 +18,7 @@ flwr = pytest.importorskip("flwr", reason="Flower is not installed: pip install 
 
 import fl  # noqa: E402
 import landscape  # noqa: E402
-from fl.flower import (AlgorithmStrategy, FlowerRecorder, RecordedStrategy, client_app,  # noqa: E402
-                       partition_metrics)
+from fl.flower import AlgorithmStrategy, FlowerRecorder, RecordedStrategy, client_app, partition_metrics  # noqa: E402
 
 CLIENTS, ROUNDS = 3, 2
 BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
