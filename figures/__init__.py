@@ -2,7 +2,8 @@
 
 Every figure has a ``*_figure`` function returning a :class:`matplotlib.figure.Figure` and a
 ``*_plotly`` function returning a :class:`plotly.graph_objects.Figure`, built from the same
-result object; :func:`save` writes PNG/PDF/SVG or standalone offline HTML, and
+result object (:data:`FIGURES` lists them; :func:`draw` picks the one for a result's type);
+:func:`save` writes PNG/PDF/SVG or standalone offline HTML, and
 :class:`Report` assembles an HTML page. Global matplotlib state is never changed.
 """
 from .curvature import (
@@ -19,13 +20,14 @@ from .groups import barrier_matrix_figure, barrier_matrix_plotly, group_size_fig
 from .html import plotly_bundle, plotly_div, save, to_standalone_html
 from .paths import path_figure, path_plotly
 from .planes import plane_figure, plane_plotly
+from .registry import FIGURES, FigureKind, draw, kind_of
 from .report import Report
 from .sharpness import sharpness_figure, sharpness_plotly
 from .simplex import simplex_figure, simplex_plotly, simplex_projection
 from .style import OKABE_ITO, ROLES, role_of, style_context
 
 __all__ = [
-    "OKABE_ITO", "ROLES", "Report", "averaging_figure", "averaging_plotly", "barrier_matrix_figure",
+    "FIGURES", "FigureKind", "draw", "kind_of", "OKABE_ITO", "ROLES", "Report", "averaging_figure", "averaging_plotly", "barrier_matrix_figure",
     "barrier_matrix_plotly", "curvature_path_figure", "curvature_path_plotly", "decomposition_figure",
     "decomposition_plotly", "eigen_line_figure", "eigen_line_plotly", "fl_curves_figure", "fl_curves_plotly",
     "group_size_figure", "group_size_plotly", "path_figure", "path_plotly", "plane_figure", "plane_plotly",

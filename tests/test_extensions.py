@@ -1,6 +1,6 @@
 """Every extension point is one file.
 
-A throw-away alignment method, result type and command-line command, each written to a temporary
+A throw-away alignment method, result type, figure and command-line command, each written to a temporary
 module in a folder appended to its package's path, are found by the registry and used by the
 public functions; the registry's rules and messages. (The throw-away FL algorithm is in
 tests/test_fl_registry.py.)
@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 import torch
 
+import figures
 import landscape.alignment
 import landscape.results
 import landscape_cli.commands
+from figures.registry import FIGURES
 from landscape import ConfigError
 from landscape.alignment.matchers import MATCHERS
 from landscape.infra.registry import Registry
@@ -61,6 +63,29 @@ RESULT = textwrap.dedent('''
         array_fields: ClassVar[tuple[str, ...]] = ("values",)
 ''')
 
+FIGURE = textwrap.dedent('''
+    """Draws an EchoTestResult (a throw-away figure)."""
+    import plotly.graph_objects as go
+    from matplotlib.figure import Figure
+
+    from figures.registry import FIGURES, FigureKind
+    from landscape.results.base import result_type
+
+
+    def echo_figure(result, *, title=None):
+        fig = Figure()
+        fig.add_subplot().plot(result.values)
+        fig.suptitle(title or "echo")
+        return fig
+
+
+    def echo_plotly(result, *, title=None):
+        return go.Figure(go.Scatter(y=list(result.values)), layout={"title": title or "echo"})
+
+
+    FIGURES.add("echo-test", FigureKind((result_type("EchoTestResult"),), echo_figure, echo_plotly))
+''')
+
 COMMAND = textwrap.dedent('''
     """``landscape hello-test``: prints a greeting (a throw-away command)."""
     from landscape_cli.commands import COMMANDS
@@ -77,11 +102,11 @@ COMMAND = textwrap.dedent('''
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
     """``plugin(package, module_name, source)``: the module written to a folder on the package's path."""
-    folder = tmp_path / "plugins"
-    folder.mkdir()
     added: list[tuple[str, str]] = []
 
     def drop(package, name: str, source: str) -> None:
+        folder = tmp_path / package.__name__  # one folder per package: each imports only its own plugins
+        folder.mkdir(exist_ok=True)
         (folder / f"{name}.py").write_text(source)
         monkeypatch.setattr(package, "__path__", [*package.__path__, str(folder)])
         added.append((package.__name__, name))
@@ -90,6 +115,7 @@ def plugin(tmp_path, monkeypatch):
     for package, name in added:
         sys.modules.pop(f"{package}.{name}", None)
     MATCHERS.remove("stay-test")
+    FIGURES.remove("echo-test")
     RESULT_TYPES.remove("EchoTestResult")
     landscape_cli.commands.COMMANDS.remove("hello-test")
 
@@ -112,6 +138,33 @@ def test_a_result_type_file_is_found_by_a_cache_read(plugin, tmp_path) -> None:
     cache.save_result("echo", cls(values=np.arange(3.0), spec={"kind": "echo"}))
     back = cache.load_result("echo")
     assert type(back) is cls and np.array_equal(back.values, np.arange(3.0))
+
+
+def test_a_figure_file_is_found_by_draw(plugin) -> None:
+    plugin(landscape.results, "echo_test_result", RESULT)
+    plugin(figures, "echo_test_figure", FIGURE)
+    echo = result_type("EchoTestResult")(values=np.array([3.0, 1.0, 2.0]))
+    assert figures.kind_of(echo) == "echo-test"
+    fig = figures.draw(echo, title="three numbers")
+    assert list(fig.axes[0].lines[0].get_ydata()) == [3.0, 1.0, 2.0]
+    assert fig._suptitle.get_text() == "three numbers"
+    assert list(figures.draw(echo, backend="plotly").data[0].y) == [3.0, 1.0, 2.0]
+
+
+def test_draw_picks_the_figure_of_a_real_result_and_refuses_an_unknown_type() -> None:
+    import landscape
+    from torch import nn
+
+    torch.manual_seed(0)
+    a, b = nn.Linear(3, 2), nn.Linear(3, 2)
+    data = (torch.randn(20, 3), torch.randint(0, 2, (20,)))
+    path = landscape.interpolate(a, b, landscape.Evaluator(a, data), alphas=5)
+    assert figures.kind_of(path) == figures.kind_of({"a-b": path}) == "path"
+    assert figures.draw(path).axes  # the path figure of figures.paths
+    with pytest.raises(ConfigError, match="no figure draws a dict"):
+        figures.draw({"x": {}})
+    with pytest.raises(ConfigError, match="backend must be"):
+        figures.draw(path, backend="svg")
 
 
 def test_a_command_file_is_found_by_the_parser(plugin, capsys) -> None:
