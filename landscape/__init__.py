@@ -28,7 +28,7 @@ list (an import through this facade counts as one of the module defining the nam
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 #: public name -> module (relative to this package) that defines it
 _EXPORTS: dict[str, str] = {
@@ -82,6 +82,49 @@ _EXPORTS: dict[str, str] = {
     "connected_modulo_permutation": "claims.connectivity", "connected_by_curve": "claims.connectivity",
     "group_connected_modulo_permutation": "claims.connectivity",
 }
+
+if TYPE_CHECKING:  # the lazy exports spelled out for type checkers (tests/test_public_names.py)
+    from .alignment.align import align, align_group
+    from .alignment.graph import PermutationError
+    from .cache.store import Cache
+    from .claims.connectivity import (
+        connected_by_curve, connected_modulo_permutation, group_connected_modulo_permutation,
+    )
+    from .claims.verdict import Verdict
+    from .connectivity.curves import curve
+    from .connectivity.repair import repaired_interpolate
+    from .connectivity.simplex import simplex
+    from .curvature.along import curvature_along_path, curvature_plane
+    from .curvature.at_point import curvature_operator
+    from .curvature.blocks import curvature_by_block
+    from .curvature.functions import hessian_density, hessian_eigen, hessian_eigenvalues, hessian_trace
+    from .curvature.sharpness import sharpness
+    from .curvature.views import eigen_line, eigen_plane
+    from .decomposition.ima import decompose, decompose_run
+    from .decomposition.similarity import averaging_curve, cka_matrix, linear_cka
+    from .evaluation.evaluator import Evaluator
+    from .geometry.basin import basin
+    from .geometry.groups import group_barrier, group_barrier_by_size
+    from .geometry.paths import barrier_matrix, interpolate
+    from .geometry.planes import pca_plane, plane, random_plane
+    from .infra.errors import (
+        ArchitectureMismatchError, BatchNormWarning, CacheError, CheckpointError, ConfigError, CurvatureError,
+        DataError, FileWriteError, LandscapeError, MetaDeviceError, NonFiniteLossWarning, NonFiniteWeightsError,
+        TrainingDivergedError, WeightOverflowError,
+    )
+    from .results.basin import BasinResult
+    from .results.connectivity import CurveResult, SimplexResult
+    from .results.curvature import (
+        CurvaturePlane, CurvatureProfile, Eigenvalues, HessianEigen, SpectralDensity, TraceEstimate,
+    )
+    from .results.curvature_views import BlockCurvature, EigenLine
+    from .results.decomposition import AveragingCurve, CKAMatrix, Decomposition
+    from .results.geometry import BarrierMatrix, GroupResult, Metrics, PathResult, PlaneResult
+    from .results.group_size import GroupSizeResult
+    from .results.plane_diagnostics import PlaneDiagnostics
+    from .results.sharpness import SharpnessResult
+    from .space.checkpoints import load_state_dict, save_state_dict
+    from .space.params import ParameterSpace
 
 #: subpackages reachable as attributes (``landscape.claims.transitivity``)
 _SUBPACKAGES = ("infra", "space", "evaluation", "alignment", "geometry", "curvature", "decomposition", "claims",
