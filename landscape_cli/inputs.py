@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,11 @@ import torch
 
 from landscape import ConfigError, DataError
 from landscape.infra.commandline import parse_json
+from landscape.infra.flags import add_option_flags
+from landscape.infra.options import Options, option
 from landscape_cli import datafiles, modelspec, runs
 from landscape_cli.evaluator_flags import evaluator_options
-from landscape_cli.limits import MAX_CLASSES, class_count
+from landscape_cli.limits import MAX_CLASSES
 
 EPILOG_INPUTS = ("models: --run DIR [--round R] [--models SEL ...] with SEL = global | client:K | clients "
                  "(optionally @ROUND), or --module SPEC --checkpoints FILE ... --data digits|NAME|FILE.pt|FILE.npz")
@@ -28,6 +31,43 @@ DATA_FORMAT = ("digits, another fl dataset name, or a data file: .npz (numpy.sav
 CLASS_LABEL_LOSSES = ("cross_entropy", "nll")
 
 
+@dataclass(frozen=True)
+class InputOptions(Options):
+    """The ``models and data`` flags: where the models and the evaluation data come from.
+
+    Attributes
+    ----------
+    run, round, models
+        An FL run folder, the round of its checkpoints and the run's models to analyse.
+    module, module_kwargs, checkpoints, labels
+        An architecture, its factory's keyword arguments, checkpoint files and their names.
+    data, split, bn_data, data_root
+        The evaluation data, its split, the BatchNorm re-estimation data, the torchvision folder.
+    num_classes
+        Outputs of a model built from ``module``.
+    """
+
+    run: str | None = option(None, metavar="DIR", help="an FL run directory (written by 'landscape train' or fl.run)")
+    round: int = option(-1, help="round of the run's checkpoints (default: the last)")
+    models: list[str] | None = option(None, metavar="SEL",
+                                      help="run models: global, client:K, clients, each optionally @ROUND")
+    module: str | None = option(None, metavar="SPEC",
+                                help="architecture: zoo name (mlp, ...), package.module:factory or file.py:factory")
+    module_kwargs: str = option("{}", metavar="JSON", help="keyword arguments of the factory, as JSON")
+    checkpoints: list[str] | None = option(None, metavar="FILE",
+                                           help="checkpoint files (.pt/.pth weights only, .safetensors)")
+    labels: list[str] | None = option(None, metavar="NAME", help="names of the checkpoints (default: file stems)")
+    data: str | None = option(None, metavar="DATA", help=DATA_FORMAT)
+    split: str = option("test", help="test | train (| client:K for a run): the evaluation data")
+    bn_data: str | None = option(None, metavar="DATA",
+                                 help="data whose batches re-estimate BatchNorm statistics under --bn recompute (same "
+                                      "forms as --data; default: the run's training data with --run, else the "
+                                      "evaluation data)")
+    data_root: str | None = option(None, metavar="DIR", help="folder of torchvision datasets (never downloaded here)")
+    num_classes: int | None = option(None, ge=1, le=MAX_CLASSES,
+                                     help="outputs of the model (default: largest label + 1)")
+
+
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``models and data`` group (``--run``, ``--module``, ``--checkpoints``, ``--data``, ...).
 
@@ -36,25 +76,7 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     parser : argparse.ArgumentParser
         A parent parser shared by the analysis commands.
     """
-    g = parser.add_argument_group("models and data")
-    g.add_argument("--run", metavar="DIR", help="an FL run directory (written by 'landscape train' or fl.run)")
-    g.add_argument("--round", type=int, default=-1, help="round of the run's checkpoints (default: the last)")
-    g.add_argument("--models", nargs="+", metavar="SEL",
-                   help="run models: global, client:K, clients, each optionally @ROUND")
-    g.add_argument("--module", metavar="SPEC",
-                   help="architecture: zoo name (mlp, ...), package.module:factory or file.py:factory")
-    g.add_argument("--module-kwargs", default="{}", metavar="JSON", help="keyword arguments of the factory, as JSON")
-    g.add_argument("--checkpoints", nargs="+", metavar="FILE",
-                   help="checkpoint files (.pt/.pth weights only, .safetensors)")
-    g.add_argument("--labels", nargs="+", metavar="NAME", help="names of the checkpoints (default: file stems)")
-    g.add_argument("--data", metavar="DATA", help=DATA_FORMAT)
-    g.add_argument("--split", default="test", help="test | train (| client:K for a run): the evaluation data")
-    g.add_argument("--bn-data", metavar="DATA",
-                   help="data whose batches re-estimate BatchNorm statistics under --bn recompute (same forms "
-                        "as --data; default: the run's training data with --run, else the evaluation data)")
-    g.add_argument("--data-root", metavar="DIR", help="folder of torchvision datasets (never downloaded here)")
-    g.add_argument("--num-classes", type=class_count,
-                   help=f"outputs of the model, at most {MAX_CLASSES:,} (default: largest label + 1)")
+    add_option_flags(parser.add_argument_group("models and data"), InputOptions)
 
 
 def command_name(args: argparse.Namespace) -> str:
@@ -244,6 +266,7 @@ class Context:
         clients = {k: v for k, v in self.models.items() if k not in globals_}
         if len(globals_) == 1 and self.run is not None:
             return clients, self.models[globals_[0]]
-        if getattr(self.args, "global_model", None):
-            return clients, Path(self.args.global_model)
+        global_file = vars(self.args).get("global")  # check shared-basin --global
+        if global_file:
+            return clients, Path(global_file)
         raise ConfigError("the global model is missing: select 'global' with --run, or pass --global FILE")

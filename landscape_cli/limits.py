@@ -6,17 +6,16 @@ the counts are documented.
 The estimate is :func:`landscape.infra.host_memory.points_bytes` (the analysis itself) plus
 :data:`FIGURE_POINT_BYTES` per point when the command draws its figures.
 
-Counts are bounded by ``type=`` converters, so a usage error names the option and the limit:
-Hessian-vector products (``--max-iter``) and Lanczos steps (``--iterations``,
-``--density-iterations``) by :data:`landscape.curvature.budget.MAX_ITERATIONS`, density probes
-(``--runs``) by :data:`~landscape.curvature.budget.MAX_RUNS`, and the number of classes (given by
+Counts are bounded by the ranges of their options (declared once, in the option sets the flags
+are generated from), so a usage error names the option and the limit: Hessian-vector products
+(``--max-iter``) and Lanczos steps (``--iterations``, ``--density-iterations``) by
+:data:`landscape.curvature.budget.MAX_ITERATIONS`, density probes (``--runs``) by
+:data:`~landscape.curvature.budget.MAX_RUNS`, and the number of classes (given by
 ``--num-classes`` or inferred from the labels) by :data:`MAX_CLASSES`.
 """
 from __future__ import annotations
 
-from landscape.curvature.budget import MAX_ITERATIONS, MAX_RUNS
 from landscape.infra.host_memory import POINT_BYTES, check_fits, points_bytes
-from landscape_cli.parsing import number
 
 #: Host bytes per plotted point of a path or plane: the matplotlib contour and image of the
 #: grid and the plotly page that embeds it. Measured with ``landscape plane`` on a small MLP:
@@ -26,11 +25,6 @@ FIGURE_POINT_BYTES = 1100
 #: Most classes (model outputs) of a model built from a module spec: ``--num-classes``, or the
 #: largest integer label + 1 when it is inferred from the data (ImageNet-21k has 21,841).
 MAX_CLASSES = 100_000
-
-#: ``type=`` converters of the bounded counts.
-iteration_count = number(int, ge=1, le=MAX_ITERATIONS)
-probe_count = number(int, ge=1, le=MAX_RUNS)
-class_count = number(int, ge=1, le=MAX_CLASSES)
 
 
 def check_points(n_points: int, option: str, what: str, *, figures: bool) -> None:

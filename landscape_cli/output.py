@@ -11,6 +11,7 @@ import json
 import math
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -18,7 +19,38 @@ import numpy as np
 
 from landscape.infra.errors import NonFiniteLossWarning
 from landscape.infra.files import write_json
+from landscape.infra.flags import add_option_flags
+from landscape.infra.options import Options, option
 from landscape_cli.inputs import Context
+
+
+@dataclass(frozen=True)
+class OutputOptions(Options):
+    """The ``output`` flags: where figures, JSON and the cache go, and what is printed.
+
+    Attributes
+    ----------
+    out
+        Folder for figures and JSON.
+    cache
+        HDF5 cache folder (default ``<out>/landscape_cache``).
+    no_cache
+        Neither read nor write a cache.
+    json
+        Print the numbers as JSON instead of a table.
+    no_figures
+        Skip the figures.
+    quiet
+        No progress bars.
+    """
+
+    out: str = option("landscape_out", metavar="DIR", help="folder for figures and JSON")
+    cache: str | None = option(None, metavar="DIR",
+                               help="HDF5 cache folder, one sealed file per result (default <out>/landscape_cache)")
+    no_cache: bool = option(False, help="do not read or write a cache")
+    json: bool = option(False, help="print the numbers as JSON instead of a table")
+    no_figures: bool = option(False, help="skip the figures")
+    quiet: bool = option(False, help="no progress bars")
 
 
 def add_output_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,14 +61,7 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     parser : argparse.ArgumentParser
         A parent parser shared by the analysis commands.
     """
-    o = parser.add_argument_group("output")
-    o.add_argument("--out", default="landscape_out", metavar="DIR", help="folder for figures and JSON")
-    o.add_argument("--cache", metavar="DIR",
-                   help="HDF5 cache folder, one sealed file per result (default <out>/landscape_cache)")
-    o.add_argument("--no-cache", action="store_true", help="do not read or write a cache")
-    o.add_argument("--json", action="store_true", help="print the numbers as JSON instead of a table")
-    o.add_argument("--no-figures", action="store_true", help="skip the figures")
-    o.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_option_flags(parser.add_argument_group("output"), OutputOptions)
 
 
 @contextlib.contextmanager

@@ -25,12 +25,8 @@ from ..infra.host_memory import check_fits, points_bytes
 from ..results import PlaneResult
 from ..space.params import ModelLike, ParameterSpace
 from ..space.points import PointSet
+from .options import MAX_MARGIN, NORMALIZATIONS
 from .span import AUTO, auto_span, check_span
-
-NORMALIZATIONS = ("filter", "layer", "none")
-#: Largest grid margin of :func:`plane` and :func:`pca_plane`: the grid then spans 21 times the
-#: models' bounding box, and the models already share a few cells of a 21-point grid.
-MAX_MARGIN = 10.0
 
 
 def check_margin(margin: float) -> None:

@@ -60,8 +60,8 @@ def add_option_flags(group: Any, cls: type[Options], *, only: Sequence[str] | No
     defaults : Mapping[str, Any], optional
         Defaults of this command that differ from the fields' (e.g. fewer alphas for a matrix).
     suppress : bool
-        Leave flags that are not given out of the namespace (the default is then written in the
-        help instead of being stored).
+        Leave flags that are not given out of the namespace (only the help then names the
+        default).
     validate : bool
         Also check each converted value with ``cls.from_mapping`` (constraints beyond type and
         range); off where the option set is validated as a whole later.
@@ -78,8 +78,9 @@ def add_option_flags(group: Any, cls: type[Options], *, only: Sequence[str] | No
         kind = argument_kind(cls, f, types_[name], validate=validate)
         if choices and name in choices:
             kind["choices"] = list(choices[name])
+        shown = default if suppress or "action" not in kind else None  # a boolean action shows its own
         group.add_argument(*flag_names(f), dest=flag_dest(f), default=argparse.SUPPRESS if suppress else default,
-                           help=help_text(f, default if suppress else None, (notes or {}).get(name, "")), **kind)
+                           help=help_text(f, shown, (notes or {}).get(name, "")), **kind)
 
 
 def option_values(cls: type[Options], args: argparse.Namespace, *, only: Sequence[str] | None = None) -> dict[str, Any]:
@@ -145,7 +146,7 @@ def help_text(field: dataclasses.Field, default: Any = None, note: str = "") -> 
     field : dataclasses.Field
         The field.
     default : Any
-        The default to write into the help (None: the parser shows it, or there is none).
+        The default to write into the help (None: none is written; a boolean action shows its own).
     note : str
         Text appended last.
 

@@ -6,47 +6,73 @@ barriers to the reference before and after.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
+from landscape.infra.flags import add_option_flags
+from landscape.infra.options import Options, option
 from landscape.space.checkpoints import check_save_path
 from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.output import emit
-from landscape_cli.parsing import api_default, checked, count_at_least_2, seed_int
 
-#: ``--save``: a file name ending in .safetensors, .pt or .pth, checked by
-#: :func:`landscape.space.checkpoints.check_save_path`.
-checkpoint_path = checked(check_save_path)
+#: Alphas of the line to the reference before and after alignment.
+ALIGN_ALPHAS = 11
+
+
+def checkpoint_path(text: str) -> str:
+    """``--save``: the file name as typed, once :func:`landscape.space.checkpoints.check_save_path` accepts it.
+
+    Parameters
+    ----------
+    text : str
+        A file name ending in .safetensors, .pt or .pth.
+
+    Returns
+    -------
+    str
+        ``text``.
+    """
+    check_save_path(text)
+    return text
+
+
+@dataclass(frozen=True)
+class AlignCommandOptions(Options):
+    """The flags of ``landscape align`` beyond the alignment's own options.
+
+    Attributes
+    ----------
+    save
+        Where the aligned checkpoint goes.
+    """
+
+    save: str | None = option(None, metavar="FILE", required=True, parse=checkpoint_path,
+                              help="where the aligned checkpoint goes (.safetensors, .pt or .pth)")
 
 
 @COMMANDS.register("align")
 def register(sub: Any) -> None:
     """Add ``align`` to the subcommands.
 
-    Options of ``landscape.connectivity.align_file``, defaults from ``landscape.connectivity.match``.
+    Options of ``landscape.connectivity.align_file`` (:class:`landscape.alignment.options.AlignOptions`), and
+    the alphas of the lines to the reference before and after.
 
     Parameters
     ----------
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
-    from landscape.alignment.matchers import MATCHERS
-    from landscape.connectivity import match
+    from landscape.alignment.options import AlignOptions
+    from landscape.geometry.options import PathOptions
 
     p = add_analysis_command(sub, "align", func=run, default_models=None, nmodels=(2, 2),
                              help="permute the hidden units of MODEL to match REFERENCE (Git Re-Basin); "
                                   "models: MODEL REFERENCE")
-    p.add_argument("--save", metavar="FILE", required=True, type=checkpoint_path,
-                   help="where the aligned checkpoint goes (.safetensors, .pt or .pth)")
-    p.add_argument("--method", default=api_default(match, "method"), choices=MATCHERS.names(),
-                   help="weight matching (Git Re-Basin Alg. 1) or activation matching (Sec. 3.1, on --data)")
-    p.add_argument("--seed", type=seed_int, default=api_default(match, "seed"),
-                   help="order of the weight-matching sweeps")
-    p.add_argument("--no-strict", dest="strict", action="store_false",
-                   help="leave the units of operations that cannot be permuted in place instead of refusing")
-    p.add_argument("--alphas", type=count_at_least_2, default=11,
-                   help="alphas of the line to the reference before and after alignment")
+    add_option_flags(p, AlignCommandOptions)
+    add_option_flags(p, AlignOptions)
+    add_option_flags(p, PathOptions, defaults={"alphas": ALIGN_ALPHAS})
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,31 +6,52 @@ Claims: ``transitivity`` (FedGuCci Hyp. 3.1), ``group`` (FedGuCci Def. 3.6),
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from landscape.infra.flags import add_option_flags
+from landscape.infra.options import Options, option
 from landscape_cli import runs
 from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.commands.group import check_weights
-from landscape_cli.commands.hessian import lanczos_parent
 from landscape_cli.inputs import Context
-from landscape_cli.limits import MAX_ITERATIONS, check_points, iteration_count
+from landscape_cli.limits import check_points
 from landscape_cli.output import emit
-from landscape_cli.parsing import (
-    Formatter,
-    Parser,
-    api_default,
-    count_at_least_2,
-    finite_float,
-    nonnegative_float,
-    number,
-    plane_margin,
-    positive_int,
-    seed_int,
-)
+from landscape_cli.parsing import Formatter, Parser
 
-METRICS = ("accuracy", "loss")
+#: Alphas of each client-global path of ``check shared-basin`` (``landscape.claims.shared_basin``'s default).
+SHARED_BASIN_ALPHAS = 11
+
+
+@dataclass(frozen=True)
+class TransitivityCommandOptions(Options):
+    """The flags of ``landscape check transitivity`` beyond the claim's own options.
+
+    Attributes
+    ----------
+    baseline
+        A baseline pair (checkpoints, or run selectors with ``--run``).
+    """
+
+    baseline: tuple[str, str] | None = option(
+        None, metavar=("V1", "V2"),
+        help="a baseline pair (checkpoints, or run selectors with --run) for the relative reduction")
+
+
+@dataclass(frozen=True)
+class SharedBasinCommandOptions(Options):
+    """The flags of ``landscape check shared-basin`` beyond the claim's own options.
+
+    Attributes
+    ----------
+    global_model
+        The global model's checkpoint (with ``--module``; a run knows its global model).
+    """
+
+    global_model: str | None = option(None, flag="--global", metavar="FILE",
+                                      help="the global model's checkpoint (with --module)")
 
 
 @COMMANDS.register("check")
@@ -42,68 +63,44 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
-    from landscape import claims as api
+    from landscape.claims.options import (
+        FlatterOptions,
+        GroupConnectivityOptions,
+        SharedBasinOptions,
+        TransitivityOptions,
+    )
+    from landscape.curvature.options import EigenOptions
+    from landscape.geometry.options import GroupOptions, PathOptions, PlaneOptions
 
     check = sub.add_parser("check", formatter_class=Formatter,
                            help="check a paper claim on your models (exit 0: holds, 1: does not)",
                            description="Check a claim; exit status 0 when it holds, 1 when it fails or is "
                                        "not applicable, 2 on errors.")
     claims = check.add_subparsers(dest="claim", metavar="CLAIM", required=True, parser_class=Parser)
-    fn = api.transitivity
     p = add_analysis_command(claims, "transitivity", func=run, default_models=None, nmodels=(3, 3),
                              help="w1, w2 connected to an anchor => connected to each other (models: W1 W2 ANCHOR)")
-    p.add_argument("--baseline", nargs=2, metavar=("V1", "V2"),
-                   help="a baseline pair (checkpoints, or run selectors with --run) for the relative reduction")
-    p.add_argument("--threshold", type=nonnegative_float, default=api_default(fn, "threshold"),
-                   help="largest barrier counted as connected (accuracy: relative drop, Eq. 4; loss: Eq. 3)")
-    p.add_argument("--min-reduction", type=finite_float, default=api_default(fn, "min_reduction"),
-                   help="with --baseline: smallest relative barrier reduction that supports the claim")
-    p.add_argument("--metric", default=api_default(fn, "metric"), choices=METRICS, help="barrier metric")
-    p.add_argument("--alphas", type=count_at_least_2, default=api_default(fn, "alphas"), help="alphas per path")
+    add_option_flags(p, TransitivityCommandOptions)
+    add_option_flags(p, TransitivityOptions)
+    add_option_flags(p, PathOptions)
 
-    fn = api.group_connectivity
     p = add_analysis_command(claims, "group", func=run, default_models=["clients"], nmodels=(2, None),
                              help="the group barrier of the models is small")
-    p.add_argument("--threshold", type=nonnegative_float, default=api_default(fn, "threshold"),
-                   help="largest group barrier counted as connected")
-    p.add_argument("--metric", default=api_default(fn, "metric"), choices=METRICS,
-                   help="barrier metric (Eq. 10 / 9)")
-    p.add_argument("--weights", nargs="+", type=nonnegative_float,
-                   help="fusion weights, non-negative, not all zero (normalised); default uniform")
-    p.add_argument("--by-size", action="store_true", help="also barriers of random subsets of every size K")
-    p.add_argument("--draws", type=positive_int, default=api_default(fn, "draws"), help="subsets per size")
-    p.add_argument("--seed", type=seed_int, default=api_default(fn, "seed"), help="seed of the subsets")
+    add_option_flags(p, GroupConnectivityOptions)
+    add_option_flags(p, GroupOptions)
 
-    fn = api.shared_basin
     p = add_analysis_command(claims, "shared-basin", func=run, default_models=["clients", "global"],
                              nmodels=(2, None),
                              help="clients and the global model lie in one basin (models: clients; global from the "
                                   "run or --global)")
-    p.add_argument("--global", dest="global_model", metavar="FILE",
-                   help="the global model's checkpoint (with --module)")
-    p.add_argument("--plane-kind", default=api_default(fn, "plane_kind"), choices=("clients", "pca"),
-                   help="plane through the first three clients, or the clients' top-2 PCA around the global")
-    p.add_argument("--resolution", type=count_at_least_2, default=api_default(fn, "resolution"),
-                   help="grid points per axis")
-    p.add_argument("--margin", type=plane_margin, default=api_default(fn, "margin"),
-                   help="grid margin around the models: the fraction of their bounding box added on each side")
-    p.add_argument("--level", type=finite_float,
-                   help="sublevel c of the basin (default: highest loss at the clients)")
-    p.add_argument("--barrier-threshold", type=nonnegative_float, default=api_default(fn, "barrier_threshold"),
-                   help="largest client-global barrier consistent with one basin")
-    p.add_argument("--metric", default=api_default(fn, "metric"), choices=METRICS, help="barrier metric")
-    p.add_argument("--alphas", type=count_at_least_2, default=api_default(fn, "alphas"),
-                   help="alphas per client-global path")
+    add_option_flags(p, SharedBasinCommandOptions)
+    add_option_flags(p, SharedBasinOptions)
+    add_option_flags(p, PlaneOptions, only=("resolution", "margin"))
+    add_option_flags(p, PathOptions, defaults={"alphas": SHARED_BASIN_ALPHAS})
 
-    fn = api.flatter
-    p = add_analysis_command(claims, "flatter", func=run, parents=(lanczos_parent(fn),), default_models=None,
-                             nmodels=(2, 2), help="model A has a smaller top Hessian eigenvalue than model B "
-                                                  "(models: A B)")
-    p.add_argument("--margin", type=number(float, ge=0, lt=1), default=api_default(fn, "margin"),
-                   help="A must be below (1 - margin) times B")
-    p.add_argument("--density", action="store_true", help="also both spectral densities (and a figure of them)")
-    p.add_argument("--density-iterations", type=iteration_count, default=api_default(fn, "density_iterations"),
-                   help=f"Lanczos steps of the densities, at most {MAX_ITERATIONS:,}")
+    p = add_analysis_command(claims, "flatter", func=run, default_models=None, nmodels=(2, 2),
+                             help="model A has a smaller top Hessian eigenvalue than model B (models: A B)")
+    add_option_flags(p, EigenOptions, skip=("method",))
+    add_option_flags(p, FlatterOptions)
 
 
 def run(args: argparse.Namespace) -> int:

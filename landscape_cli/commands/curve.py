@@ -6,56 +6,50 @@ barriers with the straight line's.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 from landscape import ConfigError
+from landscape.infra.flags import add_option_flags, option_values
+from landscape.infra.options import Options, option
 from landscape_cli import datafiles, runs
 from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context, check_labels
 from landscape_cli.output import emit
-from landscape_cli.parsing import (
-    api_default,
-    count_at_least_2,
-    nonnegative_float,
-    number,
-    positive_float,
-    positive_int,
-    seed_int,
-)
+
+
+@dataclass(frozen=True)
+class CurveCommandOptions(Options):
+    """The flags of ``landscape curve`` beyond the curve's own options.
+
+    Attributes
+    ----------
+    train_data
+        The data the bends are trained on.
+    """
+
+    train_data: str | None = option(None, metavar="DATA",
+                                    help="data the bends are trained on (default: the run's client data, or the train "
+                                         "split of the --data dataset); same formats as --data")
 
 
 @COMMANDS.register("curve")
 def register(sub: Any) -> None:
-    """Add ``curve`` to the subcommands (defaults from ``landscape.connectivity.curve``).
+    """Add ``curve`` to the subcommands (options of :class:`landscape.connectivity.options.CurveOptions`).
 
     Parameters
     ----------
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
-    from landscape.connectivity import curve
-    from landscape.results.curve_shapes import KINDS
+    from landscape.connectivity.options import CurveOptions
 
     p = add_analysis_command(sub, "curve", func=run, default_models=["clients"], keep_clients=2, nmodels=(2, 2),
                              help="train a Bezier curve / polygonal chain between two models and compare its "
                                   "barriers with the line's (Garipov et al. 2018)")
-    p.add_argument("--train-data", metavar="DATA",
-                   help="data the bends are trained on (default: the run's client data, or the train split of "
-                        "the --data dataset); same formats as --data")
-    p.add_argument("--kind", default=api_default(curve, "kind"), choices=KINDS, help="curve family")
-    p.add_argument("--bends", type=positive_int, default=api_default(curve, "bends"), help="trainable knots")
-    p.add_argument("--epochs", type=positive_int, default=api_default(curve, "epochs"), help="training epochs")
-    p.add_argument("--lr", type=positive_float, default=api_default(curve, "lr"), help="SGD learning rate")
-    p.add_argument("--momentum", type=number(float, ge=0, lt=1), default=api_default(curve, "momentum"),
-                   help="SGD momentum")
-    p.add_argument("--train-batch-size", type=positive_int, default=api_default(curve, "batch_size"),
-                   help="SGD mini-batch size")
-    p.add_argument("--weight-decay", type=nonnegative_float, default=api_default(curve, "weight_decay"),
-                   help="SGD weight decay")
-    p.add_argument("--points", type=count_at_least_2, default=api_default(curve, "points"),
-                   help="evaluation points on the curve (both ends included)")
-    p.add_argument("--seed", type=seed_int, default=api_default(curve, "seed"), help="mini-batch order and t draws")
+    add_option_flags(p, CurveCommandOptions)
+    add_option_flags(p, CurveOptions)
 
 
 def training_data(ctx: Context, args: argparse.Namespace) -> Any:
@@ -103,13 +97,13 @@ def run(args: argparse.Namespace) -> int:
         0.
     """
     from landscape.cache.store import make_key
+    from landscape.connectivity.options import CurveOptions
     from landscape_cli.connectivity_commands import curve_summary
 
     ctx = Context(args)
     (la, a), (lb, b) = ctx.models.items()
-    training = {"bends": args.bends, "epochs": args.epochs, "lr": args.lr, "momentum": args.momentum,
-                "batch_size": args.train_batch_size, "weight_decay": args.weight_decay, "points": args.points,
-                "seed": args.seed}
+    training = option_values(CurveOptions, args)
+    training.pop("kind")
     cache = ctx.evaluator.cache
     key = make_key({"command": "curve", "models": [la, lb], "kind": args.kind, "training": training,
                     "train_data": args.train_data or args.data or args.run, "evaluator": ctx.evaluator.fingerprint()})

@@ -2,20 +2,37 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from landscape import ConfigError
+from landscape.infra.flags import add_option_flags
+from landscape.infra.options import Options, option
 from landscape_cli import datafiles, runs
 from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.commands.group import check_weights
 from landscape_cli.inputs import Context, check_labels
 from landscape_cli.output import emit
-from landscape_cli.parsing import nonnegative_float
 
 TERMS = ("bias", "train_bias", "heter_bias", "cross", "variance", "covariance", "wens_loss", "fma_loss", "gap")
+
+
+@dataclass(frozen=True)
+class DecomposeCommandOptions(Options):
+    """The flags of ``landscape decompose`` beyond the decomposition's own options.
+
+    Attributes
+    ----------
+    client_data
+        One data file per checkpoint (with ``--module``; a run knows its clients' data).
+    """
+
+    client_data: list[str] | None = option(None, metavar="FILE",
+                                           help="one data file per checkpoint (with --module; a run knows its clients' "
+                                                "data), in the --data file format")
 
 
 @COMMANDS.register("decompose")
@@ -27,13 +44,12 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
+    from landscape.decomposition.options import DecomposeOptions
+
     p = add_analysis_command(sub, "decompose", func=run, default_models=["clients"], nmodels=(2, None),
                              help="bias/variance/covariance decomposition of the averaged model's loss (IMA Thm. 1)")
-    p.add_argument("--client-data", nargs="+", metavar="FILE",
-                   help="one data file per checkpoint (with --module; a run knows its clients' data), "
-                        "in the --data file format")
-    p.add_argument("--weights", nargs="+", type=nonnegative_float,
-                   help="client weights p_k, non-negative, not all zero (default |D_k|/|D|)")
+    add_option_flags(p, DecomposeCommandOptions)
+    add_option_flags(p, DecomposeOptions)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,13 +4,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from landscape.infra.flags import add_option_flags, option_values
 from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.commands.hessian import curvature_parent, density_figures, operator_options
 from landscape_cli.inputs import Context
-from landscape_cli.limits import MAX_ITERATIONS, MAX_RUNS, iteration_count, probe_count
 from landscape_cli.output import emit
-from landscape_cli.parsing import api_default, number, positive_float, seed_int
 
 
 @COMMANDS.register("density")
@@ -22,21 +21,12 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
-    from landscape import hessian_density
+    from landscape.curvature.options import DensityOptions
 
     p = add_analysis_command(sub, "density", func=run, parents=(curvature_parent(),), default_models=["global"],
                              nmodels=(1, None),
                              help="Hessian (or GGN, Fisher) eigenvalue density (stochastic Lanczos quadrature)")
-    p.add_argument("--iterations", type=iteration_count, default=api_default(hessian_density, "iterations"),
-                   help=f"Lanczos steps per probe, at most {MAX_ITERATIONS:,} (the basis holds them all: larger "
-                        "bases than the available memory are refused)")
-    p.add_argument("--runs", type=probe_count, default=api_default(hessian_density, "runs"),
-                   help=f"Rademacher probes, at most {MAX_RUNS:,}")
-    p.add_argument("--sigma", type=positive_float, default=api_default(hessian_density, "sigma"),
-                   help="Gaussian width (default: 0.5%% of the node spread)")
-    p.add_argument("--grid-size", type=number(int, ge=2), default=api_default(hessian_density, "grid_size"),
-                   help="points of the density grid")
-    p.add_argument("--seed", type=seed_int, default=api_default(hessian_density, "seed"), help="seed of the probes")
+    add_option_flags(p, DensityOptions)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,10 +43,10 @@ def run(args: argparse.Namespace) -> int:
         0.
     """
     from landscape import hessian_density
+    from landscape.curvature.options import DensityOptions
 
     ctx = Context(args)
-    densities = {label: hessian_density(model, ctx.evaluator, iterations=args.iterations, runs=args.runs,
-                                        seed=args.seed, sigma=args.sigma, grid_size=args.grid_size,
+    densities = {label: hessian_density(model, ctx.evaluator, **option_values(DensityOptions, args),
                                         **operator_options(args))
                  for label, model in ctx.models.items()}
     numbers = {label: {"grid_range": [float(d.grid[0]), float(d.grid[-1])], "sigma": d.sigma,

@@ -2,16 +2,34 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from landscape import ConfigError
+from landscape.infra.flags import add_option_flags
+from landscape.infra.options import Options, option
 from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.output import emit
-from landscape_cli.parsing import api_default, count_at_least_2, nonnegative_float, positive_int, seed_int
+
+#: Alphas of each pairwise path of ``--matrix`` (``landscape.barrier_matrix``'s default).
+MATRIX_ALPHAS = 11
+
+
+@dataclass(frozen=True)
+class GroupCommandOptions(Options):
+    """The flags of ``landscape group`` beyond the group's own options.
+
+    Attributes
+    ----------
+    matrix
+        Also the pairwise barrier matrix (its paths take ``--alphas``).
+    """
+
+    matrix: bool = option(False, help="also the pairwise barrier matrix (its paths: --alphas)")
 
 
 @COMMANDS.register("group")
@@ -23,19 +41,15 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
-    from landscape import group_barrier_by_size
+    from landscape.claims.options import GroupConnectivityOptions
+    from landscape.geometry.options import GroupOptions, PathOptions
 
     p = add_analysis_command(sub, "group", func=run, default_models=["clients"], nmodels=(2, None),
                              help="group barrier of K models around their centroid (FedGuCci Def. 3.6)")
-    p.add_argument("--weights", nargs="+", type=nonnegative_float,
-                   help="fusion weights, non-negative, not all zero (normalised); default uniform")
-    p.add_argument("--by-size", action="store_true", help="also barriers of random subsets of every size K")
-    p.add_argument("--draws", type=positive_int, default=api_default(group_barrier_by_size, "draws"),
-                   help="subsets per size")
-    p.add_argument("--seed", type=seed_int, default=api_default(group_barrier_by_size, "seed"),
-                   help="seed of the random subsets")
-    p.add_argument("--matrix", action="store_true", help="also the pairwise barrier matrix")
-    p.add_argument("--alphas", type=count_at_least_2, default=11, help="alphas of the pairwise paths (--matrix)")
+    add_option_flags(p, GroupOptions)
+    add_option_flags(p, GroupConnectivityOptions, only=("by_size",))
+    add_option_flags(p, GroupCommandOptions)
+    add_option_flags(p, PathOptions, defaults={"alphas": MATRIX_ALPHAS})
 
 
 def check_weights(weights: Sequence[float] | None, flag: str = "--weights") -> None:

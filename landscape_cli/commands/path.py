@@ -2,17 +2,33 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from landscape import ConfigError
+from landscape.infra.flags import add_option_flags
+from landscape.infra.options import Options, option
 from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
 from landscape_cli.output import emit
-from landscape_cli.parsing import api_default, count_at_least_2, finite_float
+
+
+@dataclass(frozen=True)
+class PathCommandOptions(Options):
+    """The flags of ``landscape path`` beyond the path's own options.
+
+    Attributes
+    ----------
+    alpha_range
+        The interval the alphas are spread over (0 and 1 are always added).
+    """
+
+    alpha_range: tuple[float, float] = option((0.0, 1.0), metavar=("LO", "HI"),
+                                              help="alpha interval (0 and 1 are always added)")
 
 
 @COMMANDS.register("path")
@@ -24,14 +40,12 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
-    from landscape import interpolate
+    from landscape.geometry.options import PathOptions
 
     p = add_analysis_command(sub, "path", func=run, default_models=["clients"], keep_clients=2, nmodels=(2, 2),
                              help="loss/accuracy along the line between two models, barriers (FedGuCci Eq. 3/4)")
-    p.add_argument("--alphas", type=count_at_least_2, default=api_default(interpolate, "alphas"),
-                   help="number of alphas")
-    p.add_argument("--alpha-range", nargs=2, type=finite_float, default=(0.0, 1.0), metavar=("LO", "HI"),
-                   help="alpha interval (0 and 1 are always added)")
+    add_option_flags(p, PathOptions)
+    add_option_flags(p, PathCommandOptions)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,23 +8,30 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from landscape import ConfigError
-from landscape.geometry.span import AUTO, check_span
+from landscape.infra.flags import add_option_flags
+from landscape.infra.options import Options, option
 from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
 from landscape_cli.output import emit
-from landscape_cli.parsing import api_default, checked, count_at_least_2, finite_float, plane_margin, seed_int
 
 KINDS = ("through", "random", "pca")
 
 
-def _span_text(text: str) -> float | str:
-    """The text as a number, or as it is when it is none (``check_span`` then names the choices)."""
-    try:
-        return float(text)
-    except ValueError:
-        return text
+@dataclasses.dataclass(frozen=True)
+class PlaneCommandOptions(Options):
+    """The flags of ``landscape plane`` beyond the plane's and the basin's own options.
+
+    Attributes
+    ----------
+    kind
+        Which plane: through three models, random around one, or PCA of all.
+    """
+
+    kind: str = option("through", choices=KINDS,
+                       help="through the first three models (others placed in it); random around the first; "
+                            "PCA of all models around the last")
 
 
 @COMMANDS.register("plane")
@@ -36,28 +43,13 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
-    from landscape import plane, random_plane
-    from landscape.geometry.planes import MAX_MARGIN, NORMALIZATIONS
+    from landscape.geometry.options import BasinOptions, PlaneOptions
 
     p = add_analysis_command(sub, "plane", func=run, default_models=["clients", "global"], keep_clients=3,
                              nmodels=(1, None),
                              help="a 2-D plane through three models (or random / PCA directions) and its basins")
-    p.add_argument("--kind", default="through", choices=KINDS,
-                   help="through the first three models (others placed in it); random around the first; "
-                        "PCA of all models around the last")
-    p.add_argument("--resolution", type=count_at_least_2, default=api_default(plane, "resolution"),
-                   help="grid points per axis")
-    p.add_argument("--margin", type=plane_margin, default=api_default(plane, "margin"),
-                   help="grid margin (through / pca): the fraction of the models' bounding box added on each side, "
-                        f"in [0, {MAX_MARGIN:g}]")
-    p.add_argument("--span", type=checked(check_span, parse=_span_text), default=api_default(random_plane, "span"),
-                   help=f"grid half-width (random): a positive number, or {AUTO!r} to choose it from the loss's growth "
-                        "along the directions")
-    p.add_argument("--normalization", default=api_default(random_plane, "normalization"), choices=NORMALIZATIONS,
-                   help="random")
-    p.add_argument("--seed", type=seed_int, default=api_default(random_plane, "seed"), help="random directions")
-    p.add_argument("--level", type=finite_float,
-                   help="sublevel of the basin analysis (default: highest loss at the models)")
+    for options in (PlaneCommandOptions, PlaneOptions, BasinOptions):
+        add_option_flags(p, options)
 
 
 def run(args: argparse.Namespace) -> int:

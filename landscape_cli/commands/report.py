@@ -10,12 +10,16 @@ from typing import Any
 import numpy as np
 
 from landscape import ConfigError
+from landscape.infra.flags import add_option_flags
 from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
 from landscape_cli.output import emit
-from landscape_cli.parsing import count_at_least_2
+
+#: Grid points per axis of the report's plane, and alphas of its paths (a quick overview).
+REPORT_RESOLUTION = 15
+REPORT_ALPHAS = 11
 
 
 @COMMANDS.register("report")
@@ -27,11 +31,13 @@ def register(sub: Any) -> None:
     sub : argparse._SubParsersAction
         The subcommands of ``landscape``.
     """
+    from landscape.geometry.options import PathOptions, PlaneOptions
+
     p = add_analysis_command(sub, "report", func=run, default_models=None, nmodels=(0, None),
                              help="an HTML report (report/index.html) of an FL run: curves, paths, plane, basins, "
                                   "claims")
-    p.add_argument("--resolution", type=count_at_least_2, default=15, help="plane resolution")
-    p.add_argument("--alphas", type=count_at_least_2, default=11, help="alphas of the paths")
+    add_option_flags(p, PlaneOptions, only=("resolution",), defaults={"resolution": REPORT_RESOLUTION})
+    add_option_flags(p, PathOptions, defaults={"alphas": REPORT_ALPHAS})
 
 
 def run(args: argparse.Namespace) -> int:
