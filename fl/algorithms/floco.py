@@ -1,4 +1,4 @@
-"""FLOCO and FLOCO+ (Grinwald, Wiesner & Nakajima, "Federated Learning over Connected Modes", NeurIPS 2024).
+"""FLOCO (Grinwald, Wiesner & Nakajima, "Federated Learning over Connected Modes", NeurIPS 2024).
 
 Architecture (Sec. 3.1, Eq. 6): the model's final ``nn.Linear`` becomes a
 :class:`SimplexLinear` with ``vertices`` weight matrices ``W_1..W_V`` (its endpoints; a
@@ -50,15 +50,12 @@ client's model at ``alpha_k`` (the centre before ``tau``) on its local test spli
 Checkpoints: the global checkpoint is the plain architecture at the simplex centre; each
 client checkpoint is that client's personalised model at its point ``alpha_k`` (the centre
 before ``tau``): for FLOCO its trained upload, for FLOCO+ its personal model, with its own
-buffers under ``local_buffers``; ``point_state`` materialises any other point. ``Run.algorithm_state(r)`` holds
+buffers under ``local_buffers``; ``point_state`` materialises any other point.
+``Run.algorithm_state(r)`` holds
 ``floco.endpoints`` (E, out, in), and once assigned ``floco.points`` (K, E),
 ``floco.kappa``, ``floco.z`` and ``floco.energy`` (the Riesz curve over the grid).
 
-FLOCO+ (App. C, Ditto-style, see :mod:`fl.algorithms.ditto`): every participating client also
-keeps a personal model (full training state, its client state on the server) trained after the
-global update for ``personal_epochs`` epochs (default the run's local epochs, ``E_Ditto = E``)
-with the same alpha sampling and the proximal term ``lambda/2 |v - w_received|^2`` over all
-trainable tensors (``lam`` 1.0, the authors' code; the paper gives none), used at ``alpha_k``.
+FLOCO+ (App. C, FLOCO plus Ditto-style personal models) is :mod:`fl.algorithms.floco_plus`.
 """
 from __future__ import annotations
 
@@ -80,14 +77,13 @@ from .base import (
     ClientUpdate,
     EvalContext,
     LocalContext,
+    LocalResult,
     RoundContext,
     State,
     local_sgd,
     make_generator,
     sample_weighted_average,
 )
-from .ditto import DittoOptions
-from .proximal import proximal_loss
 from .simplex import (
     SUBREGION_SAMPLERS,
     assign_points,
@@ -186,15 +182,6 @@ class FlocoOptions(Options):
         if self.tau is not None:
             return self
         return dataclasses.replace(self, tau=max(1, round(0.2 * int(config["rounds"]))))
-
-
-@dataclasses.dataclass(frozen=True)
-class FlocoPlusOptions(DittoOptions, FlocoOptions):
-    """Options of FLOCO+ (App. C).
-
-    FLOCO's plus Ditto's personal-model options (``lam``: the official code's 1.0, the paper
-    gives none; ``personal_epochs``: the run's local epochs).
-    """
 
 
 class Floco(Algorithm):
@@ -326,7 +313,22 @@ class Floco(Algorithm):
                                 self.opts.subregion_sampler).to(ctx.device)
 
     # -- local training ---------------------------------------------------------------
-    def _simplex_sgd(self, ctx: LocalContext, generator: torch.Generator, **kwargs: Any):
+    def simplex_sgd(self, ctx: LocalContext, generator: torch.Generator, **kwargs: Any) -> LocalResult:
+        """:func:`local_sgd` with a simplex point from :meth:`draw_points` for every step.
+
+        Parameters
+        ----------
+        ctx : LocalContext
+            The client's context.
+        generator : torch.Generator
+            Draws the points.
+        **kwargs
+            Arguments of :func:`local_sgd` (``epochs`` defaults to the run's local epochs).
+
+        Returns
+        -------
+        LocalResult
+        """
         epochs = kwargs.get("epochs") or ctx.local_epochs
         steps = epochs * math.ceil(len(ctx.y) / ctx.batch_size)
         layer = ctx.module.get_submodule(self.classifier)
@@ -352,7 +354,7 @@ class Floco(Algorithm):
     def client_update(self, ctx: LocalContext) -> ClientUpdate:
         """Local SGD with a simplex point drawn per step (:meth:`draw_points`: the client's subregion once assigned)."""
         alpha_gen = make_generator(self.seed, "floco-alpha", ctx.round, ctx.client)
-        result = self._simplex_sgd(ctx, alpha_gen, state=self.received(ctx))
+        result = self.simplex_sgd(ctx, alpha_gen, state=self.received(ctx))
         kept = self.kept_buffers(result.state)
         return ClientUpdate(result.state, len(ctx.y), kept or None, {"train_loss": result.loss})
 
@@ -399,37 +401,3 @@ class Floco(Algorithm):
             losses.append(loss)
             accs.append(acc)
         return {"local_loss": sum(losses) / len(losses), "local_accuracy": sum(accs) / len(accs)}
-
-
-class FlocoPlus(Floco):
-    """FLOCO+ (App. C): FLOCO plus Ditto-style personal models kept on the server."""
-
-    name = "floco+"
-    Options = FlocoPlusOptions
-
-    def client_update(self, ctx: LocalContext) -> ClientUpdate:
-        """The FLOCO update, then ``personal_epochs`` from the client's personal model.
-
-        The personal epochs minimise ``F_k(v_alpha) + lam/2 |v - w_received|^2``.
-        """
-        alpha_gen = make_generator(self.seed, "floco-alpha", ctx.round, ctx.client)
-        result = self._simplex_sgd(ctx, alpha_gen, state=self.received(ctx))
-        start = _personal(ctx.client_state) or self.received(ctx)
-        personal = self._simplex_sgd(ctx, alpha_gen, state=start,
-                                     extra_loss=proximal_loss(ctx.global_state, float(self.opts.lam)),
-                                     epochs=int(self.opts.personal_epochs))
-        return ClientUpdate(result.state, len(ctx.y), {**personal.state, **self.kept_buffers(result.state)},
-                            {"train_loss": result.loss, "personal_loss": personal.loss})
-
-    def client_model(self, upload: State, client_state: State | None) -> State:
-        """FLOCO+ exports the client's personal model (its upload until it has one)."""
-        return _personal(client_state or {}) or upload
-
-    def personal_state(self, ctx: EvalContext, client: int) -> State:
-        """The client's personal model (the global one until it has trained)."""
-        return _personal(ctx.client_states.get(client, {})) or ctx.global_state
-
-
-def _personal(client_state: Mapping[str, Tensor]) -> State:
-    """A FLOCO+ personal model: the client-state entries that are not FLOCO's own keys."""
-    return {n: t for n, t in client_state.items() if not n.startswith(PREFIX)}

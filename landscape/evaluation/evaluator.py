@@ -130,10 +130,7 @@ class Evaluator:
         return self.options.strategy
 
     def __getattr__(self, name: str) -> Any:
-        """Every :class:`EvaluatorOptions` field reads as an attribute of the evaluator.
-
-        For example ``autocast``, ``compile``, ``backend``, ``n_jobs``, ``progress``.
-        """
+        """Every :class:`EvaluatorOptions` field (``autocast``, ``compile``, ``n_jobs``, ...) reads as an attribute."""
         if name != "options" and name in EvaluatorOptions.__dataclass_fields__:
             return getattr(self.options, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

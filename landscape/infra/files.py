@@ -321,10 +321,9 @@ def exclusive_lock(path: str | os.PathLike, *, timeout: float, busy: Callable[[]
 
 
 def _open_folder(folder: Path, size: int | None, root: str | os.PathLike | None = None) -> int:
-    """Open ``folder`` (created if missing).
+    """Open ``folder`` (created if missing) never through a link; its descriptor.
 
-    It and every folder below ``root`` down to it are opened one at a time relative to the one above,
-    never through a link. Returns its descriptor.
+    It and every folder below ``root`` down to it are opened one at a time relative to the one above.
     """
     if not folder.name:  # "/" or ".": nothing above it to check
         top, parts = folder, ()

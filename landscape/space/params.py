@@ -34,16 +34,10 @@ class TensorSpec:
 
     Attributes
     ----------
-    name
-        The tensor's ``state_dict`` name.
-    shape
-        Its shape.
-    kind
-        ``"parameter"`` or ``"buffer"``.
-    offset
-        Index of its first element in the flat vector.
-    numel
-        Number of elements.
+    name, shape, kind
+        The tensor's ``state_dict`` name, its shape, and ``"parameter"`` or ``"buffer"``.
+    offset, numel
+        Index of its first element in the flat vector, and its number of elements.
     """
 
     name: str
@@ -71,8 +65,7 @@ class ParameterSpace:
     size
         Length of the flat vector.
     param_mask
-        Boolean mask over the flat vector, True on parameter entries (geometry is measured
-        there).
+        Boolean mask over the flat vector, True on parameter entries (geometry is measured there).
     has_buffers
         Whether the vector holds floating-point buffers (e.g. BatchNorm statistics).
     fixed
