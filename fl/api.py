@@ -156,6 +156,10 @@ def open_run(algorithm: str | None = None, *, recipe: str | None = None, model: 
     check_model_fits(template, bundle)
     if config["model"].startswith("custom:"):  # tell two custom models of one class apart
         config["model_digest"] = state_digest(template.state_dict())
+    frozen = [n for n, p in template.named_parameters() if not p.requires_grad]
+    if frozen:  # e.g. a LoRA model's base: not trained, not averaged, not stored per client
+        config["frozen"] = frozen
+        alg = make_algorithm(config)  # the algorithm reads the frozen names from the configuration
     apply_init(template, config)  # the weights of init=, their digest recorded in the configuration
     path = Path(out) if out is not None else Path("runs") / (
         f"{config['algorithm']}-{config['dataset']}-seed{config['seed']}-{config_digest(config)}")

@@ -34,7 +34,7 @@ BACKENDS = ("sequential", "vectorized", "loky", "processes", "ray", "dask")
 SAVE_MODES = ("all", "last", "none")
 #: Stored keys besides the RunConfig fields: derived from the data and the model.
 DERIVED_KEYS = ("version", "options", "num_classes", "input_shape", "model_digest", "init_digest", "recipe",
-                "recipe_dropped")
+                "recipe_dropped", "frozen")
 #: Keys a stored config.json must hold (all others default to their RunConfig default).
 REQUIRED_KEYS = ("version", "algorithm", "dataset", "model", "clients", "rounds", "seed", "options",
                  "num_classes", "input_shape")
@@ -213,6 +213,7 @@ def check_stored_config(config: Any, where: str) -> dict[str, Any]:
         check_value("init_digest", out.get("init_digest"), str | None, {})
         check_value("recipe", out.get("recipe"), str | None, {})
         check_value("recipe_dropped", out.get("recipe_dropped"), dict[str, Any] | None, {})
+        check_value("frozen", out.get("frozen"), list[str] | None, {})
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     if not 1 <= len(out["input_shape"]) <= 4:

@@ -16,6 +16,7 @@ floating-point tolerance.
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -222,7 +223,7 @@ class Engine:
         if sorted(updates) != sorted(plan.clients):
             raise ConfigError(f"round {r}: updates came from clients {sorted(updates)}, the round trained "
                               f"{sorted(plan.clients)}")
-        updates = {k: updates[k] for k in plan.clients}  # the aggregation order of the plan
+        updates = {k: self._complete(updates[k], plan.sent) for k in plan.clients}  # the plan's order
         for k, u in updates.items():
             if u.client_state is not None:
                 self.client_states[k] = {n: t.detach() for n, t in u.client_state.items()}
@@ -235,10 +236,22 @@ class Engine:
             r, self.global_state, self.server_state, self.client_states, updates, self._local_test(),
             (self.data.test_x, self.data.test_y), self._evaluate_with, self.module, self.device)))
         record["time"] = time.perf_counter() - plan.start
-        exported = {k: self.alg.export_state(u.state, plan.server_state, k, self.client_states.get(k))
+        exported = {k: self._trained(self.alg.export_state(u.state, plan.server_state, k, self.client_states.get(k)))
                     for k, u in updates.items()} if saves_clients(self.config, r) else {}
         self._write(r, exported, self.client_states, record)
         return record
+
+    def _complete(self, update: ClientUpdate, sent: State) -> ClientUpdate:
+        """The update with the frozen parameters a remote client left out (they are ``sent``'s)."""
+        missing = [n for n in self.alg.frozen if n not in update.state]
+        if not missing:
+            return update
+        return dataclasses.replace(update, state={n: update.state[n] if n in update.state else sent[n]
+                                                  for n in sent})
+
+    def _trained(self, state: State) -> State:
+        """A client checkpoint: the state without the frozen parameters (the global model's)."""
+        return {n: t for n, t in state.items() if n not in self.alg.frozen}
 
     def train(self, r: int, ids: Sequence[int], tag: str, sent: State, server_state: State
               ) -> dict[int, ClientUpdate]:

@@ -14,6 +14,8 @@ from torch.func import functional_call
 
 from landscape import DataError
 
+from .outputs import logits_of
+
 
 @torch.no_grad()
 def evaluate(module: nn.Module, state: Mapping[str, Tensor], x: Tensor, y: Tensor, *,
@@ -50,7 +52,7 @@ def evaluate(module: nn.Module, state: Mapping[str, Tensor], x: Tensor, y: Tenso
     correct = torch.zeros((), dtype=torch.int64, device=device)
     for start in range(0, len(y), batch_size):
         xb, yb = x[start:start + batch_size], y[start:start + batch_size]
-        logits = functional_call(module, tensors, (xb,))
+        logits = logits_of(functional_call(module, tensors, (xb,)))
         loss += F.cross_entropy(logits.float(), yb, reduction="sum").double()
         correct += (logits.argmax(1) == yb).sum()
     return float(loss) / len(y), float(correct) / len(y)

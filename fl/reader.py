@@ -217,10 +217,16 @@ class Run:
         Returns
         -------
         dict[int, State]
-            Client id -> state_dict.
+            Client id -> state_dict (parameters the run froze, stored only with the global
+            model, filled in from it).
         """
         r = self._round(round)
-        return {k: self._read(r, p) for k, p in self.client_checkpoints(r).items()}
+        clients = {k: self._read(r, p) for k, p in self.client_checkpoints(r).items()}
+        frozen = self.config.get("frozen")
+        if not frozen or not clients:
+            return clients
+        shared = self.global_state(r)  # a client checkpoint stores only the trained parameters
+        return {k: {n: state[n] if n in state else shared[n] for n in shared} for k, state in clients.items()}
 
     def algorithm_state(self, round: int = -1) -> State:
         """The algorithm's server state after ``round`` (IMA window, anchors, endpoints, ...).

@@ -64,6 +64,7 @@ def check_model_fits(template: nn.Module, bundle: Any) -> None:
     try:
         with torch.no_grad():
             out = copy.deepcopy(template).eval()(x)
+        out = out["logits"] if isinstance(out, dict) and "logits" in out else out  # Hugging Face ModelOutput
     except Exception as exc:  # any shape error of the user's model
         first = str(exc).splitlines()[0] if str(exc) else ""
         raise DataError(f"the model cannot be applied to {bundle.name} inputs of shape "

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from .algorithms.base import Algorithm, ClientUpdate, LocalContext, State, minibatches
+from .outputs import logits_of
 
 
 def unsupported_reason(alg: Algorithm, module: nn.Module) -> str | None:
@@ -130,7 +131,7 @@ def train_clients(alg: Algorithm, contexts: Sequence[LocalContext]) -> dict[int,
     weight = weight.to(device, pool_x.dtype if pool_x.is_floating_point() else torch.float32)
 
     def client_objective(p: State, x: Tensor, y: Tensor, w: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
-        logits = functional_call(module, {**p, **fixed}, (x,))
+        logits = logits_of(functional_call(module, {**p, **fixed}, (x,)))
         loss = (F.cross_entropy(logits, y, reduction="none") * w).sum() / n
         extra = alg.extra_loss(first, p, x, y, logits)
         return (loss if extra is None else loss + extra), loss

@@ -5,7 +5,7 @@ pool averages).
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -15,8 +15,9 @@ from landscape import ConfigError
 from .contexts import ClientUpdate, State
 
 
-def sample_weighted_average(global_state: State, updates: Mapping[int, ClientUpdate]) -> State:
-    """FedAvg: ``w = sum_k n_k / sum_j n_j * w_k`` over the participants' whole states.
+def sample_weighted_average(global_state: State, updates: Mapping[int, ClientUpdate],
+                            keep: Collection[str] = ()) -> State:
+    """FedAvg: ``w = sum_k n_k / sum_j n_j * w_k`` over the participants' states.
 
     Parameters
     ----------
@@ -25,6 +26,8 @@ def sample_weighted_average(global_state: State, updates: Mapping[int, ClientUpd
         participant holds samples).
     updates : Mapping[int, ClientUpdate]
         Client id -> update.
+    keep : Collection[str]
+        Entries copied from ``global_state`` instead of averaged (frozen parameters).
 
     Returns
     -------
@@ -36,11 +39,11 @@ def sample_weighted_average(global_state: State, updates: Mapping[int, ClientUpd
     counts = [updates[k].num_samples for k in ids]
     if ids and sum(counts) == 0:
         return {k: v.clone() for k, v in global_state.items()}
-    return weighted_average([updates[k].state for k in ids], counts, like=global_state)
+    return weighted_average([updates[k].state for k in ids], counts, like=global_state, keep=keep)
 
 
 def weighted_average(states: Sequence[Mapping[str, Tensor]], weights: Sequence[float],
-                     like: Mapping[str, Tensor] | None = None) -> State:
+                     like: Mapping[str, Tensor] | None = None, keep: Collection[str] = ()) -> State:
     """``sum_i (w_i / sum_j w_j) * state_i`` for every entry (FedAvg, IMA Eq. 5 window mean).
 
     Parameters
@@ -51,6 +54,8 @@ def weighted_average(states: Sequence[Mapping[str, Tensor]], weights: Sequence[f
         Non-negative weights with a positive sum, one per state.
     like : Mapping[str, Tensor], optional
         Gives the key order and device of the result (default: the first state).
+    keep : Collection[str]
+        Entries copied from ``like`` (a clone) instead of averaged.
 
     Returns
     -------
@@ -72,6 +77,9 @@ def weighted_average(states: Sequence[Mapping[str, Tensor]], weights: Sequence[f
     ref = like if like is not None else states[0]
     out: State = {}
     for name, target in ref.items():
+        if name in keep:
+            out[name] = target.clone()
+            continue
         acc = torch.zeros(target.shape, dtype=torch.float64, device=target.device)
         for wi, s in zip(w.tolist(), states):
             acc += wi * s[name].to(target.device, torch.float64)

@@ -113,6 +113,8 @@ class Algorithm:
         self.opts: Any = self.Options.from_mapping(options, owner=f"{self.name} option ")
         self.config = config
         self.seed = int(config["seed"])
+        #: parameters the run does not train (``requires_grad=False``: a LoRA model's base); never averaged
+        self.frozen = frozenset(config.get("frozen") or ())
 
     @property
     def label(self) -> str:
@@ -307,6 +309,9 @@ class Algorithm:
                   server_state: State, round: int) -> tuple[State, State]:
         """The server step: FedAvg ``w = sum_k n_k / sum_j n_j * w_k`` (McMahan et al. 2017).
 
+        Frozen parameters (``self.frozen``) keep the broadcast values: only the trained subset
+        is averaged.
+
         Parameters
         ----------
         global_state : State
@@ -323,7 +328,7 @@ class Algorithm:
         tuple[State, State]
             The new global state and server state.
         """
-        return sample_weighted_average(global_state, updates), server_state
+        return sample_weighted_average(global_state, updates, keep=self.frozen), server_state
 
     def local_metrics(self, ctx: EvalContext) -> dict[str, float]:
         """Personalised metrics, e.g. ``{"local_accuracy": ..., "local_loss": ...}``.

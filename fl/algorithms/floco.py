@@ -361,7 +361,7 @@ class Floco(Algorithm):
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate], server_state: State,
                   round: int) -> tuple[State, State]:
         """Eq. 11 (participant-normalised, or literal with the total N); the global point stays the centre."""
-        new = sample_weighted_average(global_state, updates)
+        new = sample_weighted_average(global_state, updates, keep=self.frozen)
         if self.opts.aggregation == "literal" and updates:
             total = float(server_state.get(f"{PREFIX}total_samples", 0.0))
             if total <= 0:

@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from ..outputs import logits_of
+
 from .contexts import LocalContext, State
 
 ExtraLoss = Callable[[State, Tensor, Tensor, Tensor], "Tensor | None"]
@@ -67,9 +69,9 @@ def forward(module: nn.Module, params: Mapping[str, Tensor], buffers: Mapping[st
     Returns
     -------
     Tensor
-        The outputs (logits).
+        The logits (the ``"logits"`` of a Hugging Face ``ModelOutput``).
     """
-    return functional_call(module, {**params, **buffers}, (x,))
+    return logits_of(functional_call(module, {**params, **buffers}, (x,)))
 
 
 def minibatches(n: int, batch_size: int, epochs: int, generator: torch.Generator) -> Iterator[Tensor]:

@@ -312,7 +312,7 @@ def client_app(*, model: nn.Module | None = None, load_data: LoadData | None = N
         request = TrainRequest(request.round, [k], request.tag, _on(request.sent, device),
                                _on(request.server_state, device), {k: _on(request.client_states[k], device)})
         update = algorithm.client_update(client_context(config, algorithm, module, data, device, request, k))
-        return update_reply(message, k, update)
+        return update_reply(message, k, update, drop=algorithm.frozen)  # a LoRA client sends its adapter
 
     return app
 

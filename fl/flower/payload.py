@@ -13,7 +13,7 @@ dtype and bits, so the exchange itself changes no number.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
@@ -92,7 +92,7 @@ def read_request(message: Message) -> tuple[TrainRequest, dict[str, Any], int]:
     return request, json.loads(str(head["config"])), k
 
 
-def update_reply(message: Message, client: int, update: ClientUpdate) -> Message:
+def update_reply(message: Message, client: int, update: ClientUpdate, drop: Collection[str] = ()) -> Message:
     """The reply carrying ``update``.
 
     Parameters
@@ -103,6 +103,8 @@ def update_reply(message: Message, client: int, update: ClientUpdate) -> Message
         The partition id.
     update : ClientUpdate
         The client's update.
+    drop : Collection[str]
+        Entries not sent (the run's frozen parameters: the server has them).
 
     Returns
     -------
@@ -111,7 +113,8 @@ def update_reply(message: Message, client: int, update: ClientUpdate) -> Message
     """
     metrics = MetricRecord({PARTITION_ID: int(client), NUM_EXAMPLES: int(update.num_samples),
                             **{k: float(v) for k, v in update.metrics.items()}})
-    content = RecordDict({"state": ArrayRecord(dict(update.state)), "metrics": metrics,
+    state = {n: t for n, t in update.state.items() if n not in drop}
+    content = RecordDict({"state": ArrayRecord(state), "metrics": metrics,
                           FL_RECORD: ConfigRecord({"client-state": update.client_state is not None})})
     if update.client_state is not None:
         content["client"] = ArrayRecord(dict(update.client_state))
