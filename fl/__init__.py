@@ -12,8 +12,9 @@ configuration), ``rundir``/``store`` (the run folder), ``template`` (the model),
 (the initial model from ``init=`` weights), ``pretrain`` (``fl.pretrain``: central pretraining
 on data disjoint from the federation's), ``reader`` (``Run``), ``engine``/``vectorized`` (the
 round loop), ``algorithms/`` (one file per algorithm, found by the registry), ``recipes``
-(papers' settings), ``cli`` (``fl-run``), ``flower`` (records a Flower federation as a run
-folder; needs the ``flower`` extra, not imported here).
+(papers' settings), ``cli`` (``fl-run``), ``flower`` (Flower's Message API: records any Flower
+strategy's run as a run folder, and runs this package's algorithms on a Flower federation;
+needs the ``flower`` extra, not imported here).
 """
 from .api import run
 from .config import RunConfig
