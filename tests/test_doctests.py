@@ -1,4 +1,4 @@
-"""The worked examples in module docstrings run and print what they show."""
+"""The worked examples in module and function docstrings run and print what they show."""
 from __future__ import annotations
 
 import doctest
@@ -7,7 +7,8 @@ import importlib
 import pytest
 
 MODULES = ("landscape.claims.statistics", "fl.convergence", "fl.algorithms.proximal", "landscape.infra.registry",
-           "landscape.curvature.at_point")
+           "landscape.curvature.at_point", "landscape.curvature.functions", "landscape.geometry.paths",
+           "landscape.geometry.planes", "landscape.results.barriers", "landscape.alignment.align")
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -224,6 +224,31 @@ def align(model: Any, *, to: Any, data: Any = None, method: str = "weight", seed
     -------
     nn.Module
         Same outputs as ``model`` (to float rounding), weights closer to ``to``'s.
+
+    Examples
+    --------
+    Permuting the hidden units of an MLP, ``W1 -> P W1``, ``b1 -> P b1``, ``W2 -> W2 P^T``, leaves
+    its function unchanged (Git Re-Basin, Ainsworth et al. 2023, section 2). Weight matching
+    (their Algorithm 1) maximises ``sum_l <W_l^a, P_l W_l^b P_{l-1}^T>``, which for a permuted copy
+    is largest at the inverse permutation: ``b``'s unit ``perms[0][i]`` is ``a``'s unit ``i``.
+
+    >>> import torch, landscape
+    >>> g = torch.Generator().manual_seed(0)
+    >>> w1, b1, w2 = torch.randn(3, 2, generator=g), torch.randn(3, generator=g), torch.randn(1, 3, generator=g)
+    >>> def mlp(w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor) -> torch.nn.Module:
+    ...     model = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+    ...     _ = model.load_state_dict({"0.weight": w1, "0.bias": b1, "2.weight": w2, "2.bias": torch.zeros(1)})
+    ...     return model
+    >>> perm = torch.tensor([2, 0, 1])
+    >>> a, b = mlp(w1, b1, w2), mlp(w1[perm], b1[perm], w2[:, perm])
+    >>> x = torch.randn(5, 2, generator=g)
+    >>> torch.allclose(a(x), b(x))  # one function, two parametrisations
+    True
+    >>> landscape.alignment.match(b, to=a).perms[0]
+    tensor([1, 2, 0])
+    >>> aligned = landscape.align(b, to=a)
+    >>> all(torch.equal(p, q) for p, q in zip(aligned.parameters(), a.parameters()))
+    True
     """
     template = options.get("template") or next((m for m in (model, to) if isinstance(m, nn.Module)), None)
     found = match(model, to=to, data=data, method=method, seed=seed, **options)

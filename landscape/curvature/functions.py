@@ -142,6 +142,19 @@ def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: Any, *, k: i
     -------
     Eigenvalues or tuple
         The eigenvalues, or ``(values, vectors)`` with ``return_eigenvectors=True``.
+
+    Examples
+    --------
+    Least squares on a linear model, ``L(w) = (1/N) sum_n (w . x_n - y_n)^2``, is a quadratic
+    whose Hessian ``H = (2/N) sum_n x_n x_n^T`` does not depend on ``w`` or ``y``. With
+    ``x_1 = (1, 0)`` and ``x_2 = (0, 2)``, ``H = diag(1, 4)``; Lanczos finds both eigenvalues.
+
+    >>> import torch, landscape
+    >>> model = torch.nn.Linear(2, 1, bias=False)
+    >>> data = (torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.tensor([[0.0], [1.0]]))
+    >>> ev = landscape.Evaluator(model, data, loss="mse", dtype=torch.float64, progress=False)
+    >>> landscape.hessian_eigenvalues(model, ev, k=2).round(6)
+    array([4., 1.])
     """
     res = hessian_eigen(model, evaluator, k=k, tol=tol, max_iter=max_iter, seed=seed, method=method,
                         params=params, return_eigenvectors=return_eigenvectors, hvp=hvp,
@@ -185,6 +198,24 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float
     ConfigError
         ``max_iter`` outside ``[1, MAX_ITERATIONS]``, or a Hutch++ sketch larger than the memory
         available on the evaluator's device.
+
+    Examples
+    --------
+    Hutchinson's estimator averages ``z^T H z`` over random sign vectors ``z``, whose mean is
+    ``tr H``. The least-squares problem of :func:`hessian_eigenvalues` has ``H = diag(1, 4)``:
+    there every probe gives ``z_1^2 + 4 z_2^2 = 5`` exactly, so the estimate is the trace with a
+    standard error of zero; Hutch++ (Meyer et al. 2021) sketches the top of the spectrum first
+    and, for two parameters, computes the trace exactly too.
+
+    >>> import torch, landscape
+    >>> model = torch.nn.Linear(2, 1, bias=False)
+    >>> data = (torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.tensor([[0.0], [1.0]]))
+    >>> ev = landscape.Evaluator(model, data, loss="mse", dtype=torch.float64, progress=False)
+    >>> estimate = landscape.hessian_trace(model, ev, method="hutchinson")
+    >>> round(estimate.value, 6), round(estimate.stderr, 6)
+    (5.0, 0.0)
+    >>> round(landscape.hessian_trace(model, ev).value, 6)
+    5.0
     """
     check_count(max_iter, "max_iter", MAX_ITERATIONS)
     estimator = TRACE_ESTIMATORS.get(method)

@@ -100,6 +100,33 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *, alphas: Alp
         not above 0 or is given with a fixed grid.
     ArchitectureMismatchError
         If an endpoint does not fit the evaluator's model.
+
+    Examples
+    --------
+    Two copies of one function ``f(x) = w2 w1 x``, ``a`` with ``w1 = w2 = 1`` and ``b`` with
+    ``w1 = w2 = -1`` (a sign symmetry, like the permutation symmetry of hidden units). On the line
+    ``w1 = w2 = 1 - 2 alpha``, so on the sample ``(x, y) = (1, 1)`` the squared error is
+    ``L(alpha) = ((1 - 2 alpha)^2 - 1)^2``: 0 at both ends, where it equals the endpoints' own
+    loss, and 1 at the midpoint, where the network is zero. The loss barrier (Eq. 3) is 1.
+
+    >>> import torch, landscape
+    >>> def net(w: float) -> torch.nn.Module:
+    ...     model = torch.nn.Sequential(torch.nn.Linear(1, 1, bias=False), torch.nn.Linear(1, 1, bias=False))
+    ...     for layer in model:
+    ...         torch.nn.init.constant_(layer.weight, w)
+    ...     return model
+    >>> a, b = net(1.0), net(-1.0)
+    >>> ev = landscape.Evaluator(a, (torch.ones(1, 1), torch.ones(1, 1)), loss="mse", dtype=torch.float64,
+    ...                          progress=False)
+    >>> path = landscape.interpolate(a, b, ev, alphas=5)
+    >>> path.alphas
+    array([0.  , 0.25, 0.5 , 0.75, 1.  ])
+    >>> path.loss
+    array([0.    , 0.5625, 1.    , 0.5625, 0.    ])
+    >>> ev.evaluate([a, b]).loss
+    array([0., 0.])
+    >>> path.loss_barrier
+    1.0
     """
     tol = search_tolerance(alphas, tol)
     grid = alpha_grid(alphas) if tol is None else None

@@ -318,6 +318,19 @@ def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 2
         ``ignore_bias_and_norm=True``), ``normalization`` is unknown, ``resolution < 2``,
         ``span`` is neither a positive number nor ``"auto"``, or the centre's loss is not finite
         with ``span="auto"``.
+
+    Examples
+    --------
+    A 3 x 3 grid of span 1 has coordinates -1, 0, 1; the centre is its middle point.
+
+    >>> import torch, landscape
+    >>> model = torch.nn.Linear(2, 2)
+    >>> ev = landscape.Evaluator(model, (torch.eye(2), torch.tensor([0, 1])), progress=False)
+    >>> plane = landscape.random_plane(model, ev, resolution=3, span=1.0, seed=0)
+    >>> plane.x, plane.y, plane.loss.shape, plane.coordinates(model)
+    (array([-1.,  0.,  1.]), array([-1.,  0.,  1.]), (3, 3), (0.0, 0.0))
+    >>> bool(abs(plane.loss[1, 1] - ev.evaluate([model]).loss[0]) < 1e-6)
+    True
     """
     half_width = check_span(span)
     space = evaluator.space
