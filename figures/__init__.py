@@ -27,7 +27,8 @@ from .simplex import simplex_figure, simplex_plotly, simplex_projection
 from .style import OKABE_ITO, ROLES, role_of, style_context
 
 __all__ = [
-    "FIGURES", "FigureKind", "draw", "kind_of", "OKABE_ITO", "ROLES", "Report", "averaging_figure", "averaging_plotly", "barrier_matrix_figure",
+    "FIGURES", "FigureKind", "draw", "kind_of", "OKABE_ITO", "ROLES", "Report", "averaging_figure", "averaging_plotly",
+    "barrier_matrix_figure",
     "barrier_matrix_plotly", "curvature_path_figure", "curvature_path_plotly", "decomposition_figure",
     "decomposition_plotly", "eigen_line_figure", "eigen_line_plotly", "fl_curves_figure", "fl_curves_plotly",
     "group_size_figure", "group_size_plotly", "path_figure", "path_plotly", "plane_figure", "plane_plotly",

@@ -16,12 +16,27 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from landscape.infra.errors import ConfigError
 from landscape.infra.registry import Registry
-from landscape.results import (AveragingCurve, BarrierMatrix, CurveResult, CurvatureProfile, EigenLine,
-                               PathResult, PlaneResult, SharpnessResult, SpectralDensity)
+from landscape.results import (
+    AveragingCurve,
+    BarrierMatrix,
+    CurvatureProfile,
+    CurveResult,
+    EigenLine,
+    PathResult,
+    PlaneResult,
+    SharpnessResult,
+    SpectralDensity,
+)
 
-from .curvature import (curvature_path_figure, curvature_path_plotly, eigen_line_figure, eigen_line_plotly,
-                        spectral_density_figure, spectral_density_plotly)
 from .connectivity import curve_figure, curve_plotly
+from .curvature import (
+    curvature_path_figure,
+    curvature_path_plotly,
+    eigen_line_figure,
+    eigen_line_plotly,
+    spectral_density_figure,
+    spectral_density_plotly,
+)
 from .decomposition import averaging_figure, averaging_plotly
 from .groups import barrier_matrix_figure, barrier_matrix_plotly
 from .paths import path_figure, path_plotly

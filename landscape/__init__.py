@@ -88,7 +88,9 @@ if TYPE_CHECKING:  # the lazy exports spelled out for type checkers (tests/test_
     from .alignment.graph import PermutationError
     from .cache.store import Cache
     from .claims.connectivity import (
-        connected_by_curve, connected_modulo_permutation, group_connected_modulo_permutation,
+        connected_by_curve,
+        connected_modulo_permutation,
+        group_connected_modulo_permutation,
     )
     from .claims.verdict import Verdict
     from .connectivity.curves import curve
@@ -108,14 +110,30 @@ if TYPE_CHECKING:  # the lazy exports spelled out for type checkers (tests/test_
     from .geometry.paths import barrier_matrix, interpolate
     from .geometry.planes import pca_plane, plane, random_plane
     from .infra.errors import (
-        ArchitectureMismatchError, BatchNormWarning, CacheError, CheckpointError, ConfigError, CurvatureError,
-        DataError, FileWriteError, LandscapeError, MetaDeviceError, NonFiniteLossWarning, NonFiniteWeightsError,
-        TrainingDivergedError, WeightOverflowError,
+        ArchitectureMismatchError,
+        BatchNormWarning,
+        CacheError,
+        CheckpointError,
+        ConfigError,
+        CurvatureError,
+        DataError,
+        FileWriteError,
+        LandscapeError,
+        MetaDeviceError,
+        NonFiniteLossWarning,
+        NonFiniteWeightsError,
+        TrainingDivergedError,
+        WeightOverflowError,
     )
     from .results.basin import BasinResult
     from .results.connectivity import CurveResult, SimplexResult
     from .results.curvature import (
-        CurvaturePlane, CurvatureProfile, Eigenvalues, HessianEigen, SpectralDensity, TraceEstimate,
+        CurvaturePlane,
+        CurvatureProfile,
+        Eigenvalues,
+        HessianEigen,
+        SpectralDensity,
+        TraceEstimate,
     )
     from .results.curvature_views import BlockCurvature, EigenLine
     from .results.decomposition import AveragingCurve, CKAMatrix, Decomposition

@@ -152,8 +152,9 @@ def test_a_figure_file_is_found_by_draw(plugin) -> None:
 
 
 def test_draw_picks_the_figure_of_a_real_result_and_refuses_an_unknown_type() -> None:
-    import landscape
     from torch import nn
+
+    import landscape
 
     torch.manual_seed(0)
     a, b = nn.Linear(3, 2), nn.Linear(3, 2)

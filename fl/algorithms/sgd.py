@@ -15,7 +15,6 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from ..outputs import logits_of
-
 from .contexts import LocalContext, State
 
 ExtraLoss = Callable[[State, Tensor, Tensor, Tensor], "Tensor | None"]
