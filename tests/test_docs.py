@@ -132,6 +132,22 @@ def test_cli_page_is_generated_from_the_parsers() -> None:
         assert f"## `{command}`" in current
 
 
+def test_option_tables_are_generated_from_the_option_sets() -> None:
+    spec = importlib.util.spec_from_file_location("option_tables", ROOT / "scripts" / "option_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    current = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    stale = "docs/api.md is out of date: run .venv/bin/python scripts/option_tables.py"
+    assert current == module.render(current), stale
+    tables = current.split(module.BEGIN, 1)[1].split(module.END, 1)[0]
+    for name in ("evaluation.options.EvaluatorOptions", "geometry.options.PlaneOptions",
+                 "curvature.options.EigenOptions", "claims.options.SharedBasinOptions", "fl.config.RunConfig",
+                 "fl.algorithms.fedprox.FedProxOptions"):
+        assert f"{name}`" in tables, name
+    assert "| `resolution` | `int` | `21` | >= 2 | grid points per axis |" in tables
+    assert "RunCommandOptions" not in tables  # the command line's own groups are on cli.md
+
+
 @pytest.mark.parametrize("page", ["index.md", "api.md", "barriers.md", "batchnorm.md", "cli.md", "run-folder.md",
                                   "cache.md", "methods/fedgucci.md", "methods/floco.md", "methods/ima.md",
                                   "methods/lss.md", "methods/landscape.md", "claims.md"])

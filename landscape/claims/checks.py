@@ -30,9 +30,10 @@ from ..geometry.paths import interpolate
 from ..geometry.planes import pca_plane, plane
 from ..infra.errors import ConfigError
 from ..results import PathResult
-from ..results.barriers import DEFAULT_THRESHOLD, METRICS
+from ..results.barriers import DEFAULT_THRESHOLD
 from ..results.base import Result
 from ..space.params import ModelLike
+from .options import FlatterOptions, GroupConnectivityOptions, SharedBasinOptions, TransitivityOptions
 from .verdict import Verdict
 
 TRANSITIVITY_LEGEND = {
@@ -72,11 +73,6 @@ FLATNESS_LEGEND = {
     "ratio_a_to_b": "top eigenvalue of a divided by that of b",
     "converged": "whether both Lanczos runs met their tolerance",
 }
-
-
-def _check_metric(metric: str) -> None:
-    if metric not in METRICS:
-        raise ConfigError(f"metric must be one of {METRICS}, got {metric!r}")
 
 
 def _path_barrier(path: PathResult, metric: str) -> float:
@@ -124,9 +120,9 @@ def transitivity(w1: ModelLike, w2: ModelLike, anchor: ModelLike, evaluator: Eva
     Raises
     ------
     ConfigError
-        If ``metric`` is unknown or the grid is invalid.
+        If ``metric`` is unknown, ``threshold`` negative or the grid is invalid.
     """
-    _check_metric(metric)
+    TransitivityOptions.from_mapping({"threshold": threshold, "min_reduction": min_reduction, "metric": metric})
     paths = {"w1-anchor": interpolate(w1, anchor, evaluator, alphas=alphas),
              "w2-anchor": interpolate(w2, anchor, evaluator, alphas=alphas),
              "w1-w2": interpolate(w1, w2, evaluator, alphas=alphas)}
@@ -205,7 +201,8 @@ def group_connectivity(models: Sequence[ModelLike], evaluator: Evaluator, *, thr
     ConfigError
         If there are fewer than two models or ``metric`` is unknown.
     """
-    _check_metric(metric)
+    # any threshold: a group barrier may be negative (the command line asks for one >= 0)
+    GroupConnectivityOptions.from_mapping({"metric": metric, "by_size": by_size})
     if len(models) < 2:
         raise ConfigError("group connectivity needs at least two models")
     group = group_barrier(models, evaluator, weights=weights)
@@ -280,7 +277,8 @@ def shared_basin(client_models: Sequence[ModelLike] | Mapping[str, ModelLike], g
     ConfigError
         If an option is invalid or a model lies outside the plane's grid.
     """
-    _check_metric(metric)
+    SharedBasinOptions.from_mapping({"plane_kind": plane_kind, "level": level, "barrier_threshold": barrier_threshold,
+                                     "metric": metric})
     named = dict(client_models) if isinstance(client_models, Mapping) else {
         f"client {i}": m for i, m in enumerate(client_models)}
     names = list(named)
@@ -293,15 +291,13 @@ def shared_basin(client_models: Sequence[ModelLike] | Mapping[str, ModelLike], g
         in_plane = [names[i] for i in plane_clients]
         grid = plane(*(vecs[n] for n in in_plane), evaluator, resolution=resolution, margin=margin,
                      labels=tuple(in_plane), extra={"global": g})
-    elif plane_kind == "pca":
+    else:  # "pca"
         if len(names) < 2:
             raise ConfigError("a PCA plane of the clients needs at least two clients")
         in_plane = names
         grid = pca_plane([vecs[n] for n in names] + [g], evaluator, resolution=resolution, margin=margin)
         coords = list(grid.models.values())
         grid = dataclasses.replace(grid, models={**dict(zip(names, coords)), "global": coords[-1]})
-    else:
-        raise ConfigError(f"plane_kind must be 'clients' or 'pca', got {plane_kind!r}")
     metrics = evaluator.evaluate(torch.stack([vecs[n] for n in names] + [g]))
     losses = {**dict(zip(names, map(float, metrics.loss[:-1]))), "global": float(metrics.loss[-1])}
     placed = in_plane + ["global"]
@@ -379,10 +375,9 @@ def flatter(model_a: ModelLike, model_b: ModelLike, evaluator: Evaluator, *, k: 
     Raises
     ------
     ConfigError
-        If ``margin`` lies outside [0, 1).
+        If ``margin`` lies outside [0, 1) or ``density_iterations`` outside [1, MAX_ITERATIONS].
     """
-    if not 0.0 <= margin < 1.0:
-        raise ConfigError(f"margin must lie in [0, 1), got {margin}")
+    FlatterOptions.from_mapping({"margin": margin, "density": density, "density_iterations": density_iterations})
     ea = hessian_eigen(model_a, evaluator, k=k, tol=tol, max_iter=max_iter, seed=seed)
     eb = hessian_eigen(model_b, evaluator, k=k, tol=tol, max_iter=max_iter, seed=seed)
     la, lb = float(ea.values[0]), float(eb.values[0])

@@ -13,6 +13,7 @@ from ..results.barriers import group_accuracy_barrier, group_loss_barrier, norma
 from ..results.group_size import GroupSizeResult
 from ..space.params import ModelLike
 from ..space.points import PointSet
+from .options import GroupOptions
 
 
 def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
@@ -102,8 +103,9 @@ def group_barrier_by_size(models: Sequence[ModelLike], evaluator: Evaluator, *,
     Raises
     ------
     ConfigError
-        If a size lies outside [2, n].
+        If a size lies outside [2, n], ``draws`` is not a positive integer or ``seed`` not a seed.
     """
+    GroupOptions.from_mapping({"draws": draws, "seed": seed})
     vecs = torch.stack([evaluator.vector(m) for m in models])
     n = len(vecs)
     sizes = np.asarray(sizes if sizes is not None else range(2, n + 1), dtype=np.int64)

@@ -8,7 +8,9 @@ commands generate their flags from them (:func:`landscape.infra.flags.add_option
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from numbers import Real
 
 from ..infra.errors import ConfigError
 from ..infra.options import Options, option, seed_option
@@ -20,6 +22,41 @@ NORMALIZATIONS = ("filter", "layer", "none")
 #: :func:`~landscape.geometry.planes.pca_plane`: the grid then spans 21 times the models'
 #: bounding box, and the models already share a few cells of a 21-point grid.
 MAX_MARGIN = 10.0
+
+
+def check_margin(margin: float) -> None:
+    """Refuse a grid margin that is not a finite number in ``[0, MAX_MARGIN]``.
+
+    Parameters
+    ----------
+    margin
+        The widening of the models' bounding box on each side, as a fraction of its size.
+
+    Raises
+    ------
+    ConfigError
+        Naming the accepted range; a margin above it says why it is too large.
+    """
+    ok = isinstance(margin, Real) and not isinstance(margin, bool) and math.isfinite(margin)
+    if ok and 0 <= margin <= MAX_MARGIN:
+        return
+    what = "the fraction of the models' bounding box added on each side"
+    if ok and margin > MAX_MARGIN:
+        raise ConfigError(f"margin {margin:g} is too large: the accepted range is [0, {MAX_MARGIN:g}] ({what}; "
+                          "beyond it the models shrink to a few grid cells, and a huge margin makes the grid "
+                          "non-finite)")
+    raise ConfigError(f"margin must be a finite number in [0, {MAX_MARGIN:g}] ({what}), got {margin!r}")
+
+
+def _margin(text: str) -> float:
+    """The typed margin as a number, once :func:`check_margin` accepts it (it explains a refusal)."""
+    try:
+        value = float(text)
+    except ValueError:
+        check_margin(text)  # type: ignore[arg-type]  # refuses the text, naming the accepted range
+        raise
+    check_margin(value)
+    return value
 
 
 def _span(text: str) -> float | str:
@@ -67,7 +104,7 @@ class PlaneOptions(Options):
     configures = ("landscape.plane", "landscape.random_plane", "landscape.pca_plane")
 
     resolution: int = option(21, ge=2, help="grid points per axis")
-    margin: float = option(0.2, ge=0, le=MAX_MARGIN,
+    margin: float = option(0.2, ge=0, le=MAX_MARGIN, parse=_margin,
                            help="grid margin (planes through models, PCA planes): the fraction of the models' "
                                 "bounding box added on each side")
     span: float | str = option(1.0, gt=0, parse=_span, metavar="SPAN",

@@ -12,8 +12,6 @@
 """
 from __future__ import annotations
 
-import math
-from numbers import Real
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -25,32 +23,8 @@ from ..infra.host_memory import check_fits, points_bytes
 from ..results import PlaneResult
 from ..space.params import ModelLike, ParameterSpace
 from ..space.points import PointSet
-from .options import MAX_MARGIN, NORMALIZATIONS
+from .options import NORMALIZATIONS, check_margin
 from .span import AUTO, auto_span, check_span
-
-
-def check_margin(margin: float) -> None:
-    """Refuse a grid margin that is not a finite number in ``[0, MAX_MARGIN]``.
-
-    Parameters
-    ----------
-    margin
-        The widening of the models' bounding box on each side, as a fraction of its size.
-
-    Raises
-    ------
-    ConfigError
-        Naming the accepted range; a margin above it says why it is too large.
-    """
-    ok = isinstance(margin, Real) and not isinstance(margin, bool) and math.isfinite(margin)
-    if ok and 0 <= margin <= MAX_MARGIN:
-        return
-    what = "the fraction of the models' bounding box added on each side"
-    if ok and margin > MAX_MARGIN:
-        raise ConfigError(f"margin {margin:g} is too large: the accepted range is [0, {MAX_MARGIN:g}] ({what}; "
-                          "beyond it the models shrink to a few grid cells, and a huge margin makes the grid "
-                          "non-finite)")
-    raise ConfigError(f"margin must be a finite number in [0, {MAX_MARGIN:g}] ({what}), got {margin!r}")
 
 
 def grid_axis(lo: float, hi: float, resolution: int) -> np.ndarray:

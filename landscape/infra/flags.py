@@ -78,7 +78,7 @@ def add_option_flags(group: Any, cls: type[Options], *, only: Sequence[str] | No
         kind = argument_kind(cls, f, types_[name], validate=validate)
         if choices and name in choices:
             kind["choices"] = list(choices[name])
-        shown = default if suppress or "action" not in kind else None  # a boolean action shows its own
+        shown = default if suppress or "action" not in kind else None  # a formatter shows a switch's default
         group.add_argument(*flag_names(f), dest=flag_dest(f), default=argparse.SUPPRESS if suppress else default,
                            help=help_text(f, shown, (notes or {}).get(name, "")), **kind)
 
@@ -146,7 +146,7 @@ def help_text(field: dataclasses.Field, default: Any = None, note: str = "") -> 
     field : dataclasses.Field
         The field.
     default : Any
-        The default to write into the help (None: none is written; a boolean action shows its own).
+        The default to write into the help (None: none is written; a switch's is left to the formatter).
     note : str
         Text appended last.
 
