@@ -18,7 +18,7 @@ these declarations come:
 Used by every option set of the toolkit: the FL run configuration and each algorithm's options
 (``fl``), the evaluator's options (:class:`landscape.evaluation.options.EvaluatorOptions`), the
 keyword groups of the analysis functions (``options`` modules of the core's subpackages) and
-the command line's own groups (``landscape_cli.option_sets``).
+the command line's own groups (beside each ``landscape_cli`` command, and ``fl.cli``).
 
 Supported annotations: those of :func:`.values.check_value`.
 """
