@@ -14,17 +14,23 @@ The operators are the Hessian, GGN and Fisher of an evaluator's loss.
 * ``functions`` -- the public functions at one point; ``along`` -- along paths and on planes.
 * ``views`` -- the loss along the top eigenvectors; ``blocks`` -- curvature per block of parameters.
 * ``sharpness`` -- worst-case sharpness in a ball around the weights (``landscape.sharpness``).
+* ``distributed`` -- products summed over the ranks of a ``torch.distributed`` process group
+  (:func:`distributed_operator`); ``distributed_launch`` -- starts the worker processes itself
+  (:func:`distributed_curvature`, :func:`distributed_hessian_eigenvalues`).
 """
 from .along import curvature_along_path, curvature_plane
 from .at_point import curvature_operator
 from .blocks import curvature_by_block
 from .density import slq
+from .distributed import distributed_operator
+from .distributed_launch import distributed_curvature, distributed_hessian_eigenvalues
 from .functions import hessian_density, hessian_eigen, hessian_eigenvalues, hessian_trace
 from .lanczos import lanczos_top
 from .power import power_iteration
 from .trace import hutchinson, hutchpp
 from .views import eigen_line, eigen_plane
 
-__all__ = ["curvature_along_path", "curvature_by_block", "curvature_operator", "curvature_plane", "eigen_line",
+__all__ = ["curvature_along_path", "curvature_by_block", "curvature_operator", "curvature_plane",
+           "distributed_curvature", "distributed_hessian_eigenvalues", "distributed_operator", "eigen_line",
            "eigen_plane", "hessian_density", "hessian_eigen", "hessian_eigenvalues", "hessian_trace", "hutchinson",
            "hutchpp", "lanczos_top", "power_iteration", "slq"]

@@ -23,6 +23,7 @@ read back as another's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -102,23 +103,41 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1
         option that does not apply to it.
     """
     check_count(max_iter, "max_iter", MAX_ITERATIONS)
-    solver = EIGEN_SOLVERS.get(method)
+    EIGEN_SOLVERS.get(method)
     options = dict(k=k, tol=tol, max_iter=max_iter, seed=seed, method=method, params=params,
                    vectors=return_eigenvectors, **operator_options(kind, hvp, include_frozen, mc_samples))
-
-    def compute(op: CurvatureOperator) -> HessianEigen:
-        res = solver(op, k, tol=tol, max_iter=max_iter, generator=_generator(seed),
-                     return_vectors=return_eigenvectors)
-        vectors = res.vectors.double().cpu().numpy() if res.vectors is not None else None
-        return HessianEigen(values=res.values, residuals=res.residuals, matvecs=op.matvecs,
-                            converged=res.converged, method=method, dim=op.dim, vectors=vectors,
-                            restarts=res.restarts)
-
+    compute = functools.partial(eigen_result, k=k, tol=tol, max_iter=max_iter, seed=seed, method=method,
+                                return_vectors=return_eigenvectors)
     result = computed_at_point("hessian_eigen", model, evaluator, options, compute, point_ready=point_ready)
     if not result.converged:
         warnings.warn(f"hessian_eigen: {method} did not reach tol={tol} within max_iter={max_iter} products "
                       f"(residuals {result.residuals.tolist()}); raise max_iter or tol", stacklevel=2)
     return result
+
+
+def eigen_result(op: Any, *, k: int, tol: float, max_iter: int, seed: int, method: str,
+                 return_vectors: bool = False) -> HessianEigen:
+    """The ``k`` largest eigenvalues of ``op`` by the registered solver ``method``.
+
+    Parameters
+    ----------
+    op
+        The curvature operator (any object the solvers accept: ``matvec``, ``dim``, ``matvecs``).
+    k, tol, max_iter, seed, method
+        As for :func:`hessian_eigen`.
+    return_vectors
+        Also keep the eigenvectors (float64, CPU).
+
+    Returns
+    -------
+    HessianEigen
+        Values, residuals, products used, convergence, the method and the operator's dimension.
+    """
+    res = EIGEN_SOLVERS.get(method)(op, k, tol=tol, max_iter=max_iter, generator=_generator(seed),
+                                    return_vectors=return_vectors)
+    vectors = res.vectors.double().cpu().numpy() if res.vectors is not None else None
+    return HessianEigen(values=res.values, residuals=res.residuals, matvecs=op.matvecs, converged=res.converged,
+                        method=method, dim=op.dim, vectors=vectors, restarts=res.restarts)
 
 
 def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1, tol: float = 1e-3,

@@ -153,6 +153,10 @@ class CurvatureError(LandscapeError):
     """Curvature cannot be computed for this model, e.g. an operation in it has no second derivative."""
 
 
+class DistributedError(LandscapeError):
+    """A worker process of a data-parallel computation failed, died, or did not finish in time."""
+
+
 def _short(items: Sequence[str], limit: int = 8) -> str:
     shown = ", ".join(str(i) for i in list(items)[:limit])
     more = len(items) - limit
