@@ -10,7 +10,7 @@ DOCS_SITE   ?= site
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
-	$(PIP) install -c constraints.txt -e ".[test,ray,dask,flower]"
+	$(PIP) install -c constraints.txt -e ".[test,ray,dask,flower,hf]"
 	touch $@
 
 install: $(VENV)/.installed

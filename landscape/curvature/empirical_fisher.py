@@ -156,7 +156,7 @@ class EmpiricalFisherOperator(OuterProductOperator):
         for xc, yc in zip(x.split(self.chunk), y.split(self.chunk)):
             g = self.per_sample_gradients(xc, yc).detach()
             out += g.T @ (g @ v)
-        return out / self.evaluator.num_samples
+        return out / self.evaluator.num_targets
 
     def _vmap_works(self) -> bool:
         x, y = self.evaluator.batches[0]

@@ -36,6 +36,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import torch
 from torch.func import grad, jvp, vjp
 
+from ..evaluation.inputs import leading
 from ..infra.errors import ConfigError
 from ..space.params import ModelLike
 from .linear import MatrixOperator, SymmetricOperator, scipy_view
@@ -160,7 +161,7 @@ class CurvatureOperator:
         return self.evaluator.forward(self.params_dict(theta), x)
 
     def batch_loss(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The batch's share of the loss: ``sum_{i in batch} l_i / N``.
+        """The batch's share of the loss: ``sum_{i in batch} l_i / N`` (``N`` the evaluator's ``num_targets``).
 
         Parameters
         ----------
@@ -175,7 +176,7 @@ class CurvatureOperator:
             A scalar; its sum over the evaluator's batches is ``L(theta)``.
         """
         ev = self.evaluator
-        return ev.per_sample_loss(self.outputs(theta, x), y).sum() / ev.num_samples
+        return ev.per_sample_loss(self.outputs(theta, x), y).sum() / ev.num_targets
 
     def loss(self) -> float:
         """``L(theta)`` at the operator's point.
@@ -293,7 +294,7 @@ class CurvatureOperator:
     # ---------------------------------------------------------------- checks
     def _check_determinism(self) -> None:
         x, _ = self.evaluator.batches[0]
-        x = x[:8]
+        x = leading(x, 8)
         with torch.no_grad():
             first = self.outputs(self.theta, x)
             second = self.outputs(self.theta, x)

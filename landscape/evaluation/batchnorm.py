@@ -19,10 +19,10 @@ import copy
 
 import torch
 from torch import nn
-from torch.func import functional_call
 
 from ..space.params import ParameterSpace
 from .data import DeviceData
+from .inputs import functional_forward
 
 
 class BatchNormModes:
@@ -108,7 +108,7 @@ class BatchNormModes:
         batches = self.data.batches if self.batches is None else self.data.batches[:self.batches]
         with torch.no_grad():
             for x, _ in batches:
-                functional_call(self.train_module, state, (x,), tie_weights=True)
+                functional_forward(self.train_module, state, x)
         return self.space.flatten(state, dtype=vec.dtype, check_finite=False).to(vec.device)
 
     @staticmethod

@@ -1,8 +1,10 @@
 """Evaluation data: moved to the device once, fingerprinted for the cache.
 
 "data" is a ``DataLoader``, a ``Dataset`` yielding ``(input, target)`` pairs, or a tuple
-``(inputs, targets)`` of tensors. It is materialised as a list of ``(x, y)`` batches that
-stay resident on the evaluation device.
+``(inputs, targets)`` of tensors. Its batches may be pairs, tuples or dicts, or anything a
+``batch_fn`` maps to ``(model_inputs, targets)`` (:mod:`.inputs`). It is materialised as a list
+of ``(x, y)`` batches that stay resident on the evaluation device (``x`` a tensor, or a tuple or
+dict of tensors).
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..infra.errors import DataError
+from .inputs import BatchFn, ModelInputs, input_length, map_tensors, tensors, to_pair
+from .losses import IGNORE_INDEX, LOSSES
 
 DEFAULT_BATCH_SIZE = 1024
 
@@ -33,14 +37,15 @@ class DeviceData:
         batch (as given, before any cast), for the cache key.
     """
 
-    batches: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    batches: tuple[tuple[ModelInputs, torch.Tensor], ...]
     num_samples: int
     fingerprint: str
 
 
 def prepare_data(data: Any, device: torch.device, dtype: torch.dtype,
-                 batch_size: int | None = None, max_batches: int | None = None) -> DeviceData:
-    """Materialise ``data`` as device-resident batches (inputs cast to ``dtype`` if floating).
+                 batch_size: int | None = None, max_batches: int | None = None,
+                 batch_fn: BatchFn | None = None) -> DeviceData:
+    """Materialise ``data`` as device-resident batches (floating-point inputs cast to ``dtype``).
 
     Parameters
     ----------
@@ -56,6 +61,8 @@ def prepare_data(data: Any, device: torch.device, dtype: torch.dtype,
         ``DataLoader`` keeps its own).
     max_batches
         Keep only the first this many batches.
+    batch_fn
+        ``batch -> (model_inputs, targets)`` applied to every batch (see :mod:`.inputs`).
 
     Returns
     -------
@@ -68,7 +75,7 @@ def prepare_data(data: Any, device: torch.device, dtype: torch.dtype,
         If the data are empty, of an unusable type, not ``(inputs, targets)`` tensor pairs,
         of mismatched lengths, or hold NaN or infinite values.
     """
-    cpu_batches = list(_iter_batches(data, batch_size))
+    cpu_batches = list(_iter_batches(data, batch_size, batch_fn))
     if max_batches is not None:
         cpu_batches = cpu_batches[:max_batches]
     if not cpu_batches or sum(len(y) for _, y in cpu_batches) == 0:
@@ -77,31 +84,33 @@ def prepare_data(data: Any, device: torch.device, dtype: torch.dtype,
     batches = []
     n = 0
     for x, y in cpu_batches:
-        if len(x) != len(y):
-            raise DataError(f"a batch has {len(x)} inputs but {len(y)} targets")
-        x = x.contiguous()
+        if input_length(x) != len(y):
+            raise DataError(f"a batch has {input_length(x)} inputs but {len(y)} targets")
+        x = map_tensors(x, torch.Tensor.contiguous)
         y = y.contiguous()
-        for name, t in (("inputs", x), ("targets", y)):
+        named = [(f"inputs {key}".rstrip(), t) for key, t in tensors(x)] + [("targets", y)]
+        for name, t in named:
             if torch.is_floating_point(t) and not torch.isfinite(t).all():
                 bad = int((~torch.isfinite(t)).sum())
                 raise DataError(f"the {name} contain {bad} NaN or infinite values (batch {len(batches)}); "
                                 "every loss would be NaN: clean or impute the data first")
-        for t in (x, y):
+        for key, t in named:
+            if not isinstance(x, torch.Tensor):  # a tensor's digest stays what it was before structured inputs
+                digest.update(key.encode())
             digest.update(f"{t.dtype}:{tuple(t.shape)}".encode())
             digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-        if torch.is_floating_point(x):
-            x = x.to(dtype)
+        x = map_tensors(x, lambda t: (t.to(dtype) if torch.is_floating_point(t) else t).to(device))
         if torch.is_floating_point(y):
             y = y.to(dtype)
-        batches.append((x.to(device), y.to(device)))
+        batches.append((x, y.to(device)))
         n += len(y)
     return DeviceData(tuple(batches), n, digest.hexdigest()[:32])
 
 
-def _iter_batches(data: Any, batch_size: int | None):
+def _iter_batches(data: Any, batch_size: int | None, batch_fn: BatchFn | None):
     if isinstance(data, DataLoader):
         for item in data:
-            yield _pair(item)
+            yield to_pair(item, batch_fn)
         return
     if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
         x, y = data
@@ -109,24 +118,15 @@ def _iter_batches(data: Any, batch_size: int | None):
             raise DataError(f"inputs have {len(x)} samples but targets have {len(y)}")
         bs = batch_size or DEFAULT_BATCH_SIZE
         for start in range(0, len(x), bs):
-            yield x[start:start + bs].detach().cpu(), y[start:start + bs].detach().cpu()
+            yield to_pair((x[start:start + bs], y[start:start + bs]), batch_fn)
         return
     if isinstance(data, Dataset) or hasattr(data, "__getitem__"):
         loader = DataLoader(data, batch_size=batch_size or DEFAULT_BATCH_SIZE, shuffle=False)
         for item in loader:
-            yield _pair(item)
+            yield to_pair(item, batch_fn)
         return
     raise DataError(f"cannot use {type(data).__name__} as data: pass a DataLoader, a Dataset of "
                     "(input, target) pairs, or a tuple (inputs, targets) of tensors")
-
-
-def _pair(item: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    if not isinstance(item, (tuple, list)) or len(item) < 2:
-        raise DataError("each batch must be an (inputs, targets) pair")
-    x, y = item[0], item[1]
-    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
-        raise DataError("inputs and targets must be tensors")
-    return x.detach().cpu(), y.detach().cpu()
 
 
 def check_targets(outputs: torch.Tensor, targets: torch.Tensor, loss: str) -> None:
@@ -139,15 +139,20 @@ def check_targets(outputs: torch.Tensor, targets: torch.Tensor, loss: str) -> No
     targets
         The batch's targets.
     loss
-        The loss name; integer labels are checked for ``cross_entropy``, ``nll`` and ``mse``.
+        The loss name; integer labels are checked for ``cross_entropy``, ``nll``, ``mse`` and the
+        token losses (``causal_lm``, ``masked_lm``, ``token``).
 
     Raises
     ------
     DataError
-        If an integer label lies outside ``[0, C - 1]`` for ``C`` outputs, or the labels of a
-        classification loss are booleans, floating point (other than class probabilities of
-        the outputs' shape for cross-entropy) or not one-dimensional.
+        If an integer label lies outside ``[0, C - 1]`` for ``C`` outputs (``-100``, ignored, is
+        allowed for token losses), the labels of a classification loss are booleans, floating
+        point (other than class probabilities of the outputs' shape for cross-entropy) or not
+        one-dimensional, or token labels do not have the ``(N, T)`` shape of ``(N, T, V)`` logits.
     """
+    found = LOSSES.find(loss)
+    if found is not None and found.tokens:
+        _check_token_labels(outputs, targets, loss)
     if loss in ("cross_entropy", "nll"):
         shape = tuple(targets.shape)
         if targets.dtype == torch.bool:
@@ -158,14 +163,30 @@ def check_targets(outputs: torch.Tensor, targets: torch.Tensor, loss: str) -> No
             raise DataError(f"labels are floating point with shape {shape}: {loss} needs integer class indices "
                             f"of shape (N,){probabilities}; convert them with labels.long().reshape(-1)")
         if not torch.is_floating_point(targets) and targets.ndim != 1:
-            raise DataError(f"labels have shape {shape}: {loss} needs class indices of shape (N,); "
-                            "flatten them with labels.reshape(-1)")
+            hint = ("; for a language model's (N, T, V) logits pass loss='causal_lm' (next-token labels) or "
+                    "loss='token' (one label per position)" if outputs.ndim == 3 and targets.ndim == 2
+                    else "; flatten them with labels.reshape(-1)")
+            raise DataError(f"labels have shape {shape}: {loss} needs class indices of shape (N,){hint}")
         if torch.is_floating_point(targets) and loss == "nll":
             raise DataError("nll needs integer class indices, not floating-point labels")
-    if loss in ("cross_entropy", "nll", "mse") and not torch.is_floating_point(targets):
+    if loss in ("cross_entropy", "nll", "mse") or (found is not None and found.tokens):
+        if torch.is_floating_point(targets):
+            return
+        counted = targets[targets != IGNORE_INDEX] if found is not None and found.tokens else targets
+        if not counted.numel():
+            return
         classes = outputs.shape[-1]
-        lo, hi = int(targets.min()), int(targets.max())
+        lo, hi = int(counted.min()), int(counted.max())
         if lo < 0 or hi >= classes:
             kind = " (integer class indices >= 0)" if lo < 0 else ""
             raise DataError(f"labels must lie in [0, {classes - 1}] for a model with {classes} outputs{kind}; "
                             f"found labels in [{lo}, {hi}]")
+
+
+def _check_token_labels(outputs: torch.Tensor, targets: torch.Tensor, loss: str) -> None:
+    """Token losses need integer ``(N, T)`` labels for ``(N, T, V)`` logits."""
+    if outputs.ndim != 3 or torch.is_floating_point(targets) or targets.dtype == torch.bool \
+            or targets.ndim != 2 or targets.shape[1] != outputs.shape[1]:
+        raise DataError(f"loss={loss!r} needs (N, T, V) logits and integer (N, T) labels (-100 for ignored "
+                        f"tokens), got logits of shape (N, {', '.join(map(str, outputs.shape[1:]))}) and labels "
+                        f"of shape {tuple(targets.shape)} ({targets.dtype})")

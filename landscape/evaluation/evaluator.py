@@ -21,7 +21,6 @@ An Evaluator sets the weights of its private module copy in place: use one per t
 """
 from __future__ import annotations
 
-import copy
 import os
 import warnings
 from typing import Any, Mapping, Sequence
@@ -29,7 +28,6 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call
 
 from ..cache.store import Cache, make_key
 from ..infra.devices import resolve_device
@@ -41,13 +39,14 @@ from . import strategies
 from .batchnorm import BatchNormModes
 from .class_major import ClassMetrics
 from .data import DeviceData, check_targets, prepare_data
+from .inputs import BatchFn, ModelInputs, describe, functional_forward, leading
 from .losses import loss_identity
 from .memory import activation_bytes, default_budget, fitting_chunk
 from .options import EvaluatorOptions
 from .resumable import fill_points
 from .runner import ChunkRunner
 from .scoring import Scorer, scoring_plan, select_output
-from .strategies import LoopStrategy
+from .strategies import LoopStrategy, private_copy
 
 ALGORITHM_VERSION = "evaluator-2"
 
@@ -60,7 +59,12 @@ class Evaluator:
     module
         Template ``nn.Module`` giving the architecture; never modified.
     data
-        A ``DataLoader``, a ``Dataset`` or a tuple ``(inputs, targets)`` of tensors.
+        A ``DataLoader``, a ``Dataset`` or a tuple ``(inputs, targets)`` of tensors; batches may
+        be pairs, tuples or dicts such as ``{"input_ids", "attention_mask", "labels"}``
+        (:mod:`~landscape.evaluation.inputs`).
+    batch_fn
+        ``batch -> (model_inputs, targets)`` for batches of other forms; model inputs may be a
+        tensor, a tuple (positional arguments) or a dict (keyword arguments).
     bn_data
         Data for ``bn="recompute"`` (default: ``data``, with a warning, since re-estimating
         statistics on evaluation data is rarely what is wanted).
@@ -69,7 +73,7 @@ class Evaluator:
     options
         An :class:`EvaluatorOptions`; keyword options override its fields.
     **kwargs
-        Any field of :class:`EvaluatorOptions` (``loss``, ``device``, ``bn``, ``bn_batches``,
+        Any field of :class:`EvaluatorOptions` (``loss``, ``metric``, ``device``, ``bn``, ``bn_batches``,
         ``dtype``, ``strategy``, ``chunk_size``, ``batch_size``, ``memory_budget``,
         ``autocast``, ``compile``, ``backend``, ``n_jobs``, ``input_shortcut``, ``progress``,
         ``flush_interval``, ``output``).
@@ -84,7 +88,7 @@ class Evaluator:
 
     def __init__(self, module: nn.Module, data: Any, *, bn_data: Any = None,
                  cache: str | os.PathLike | Cache | None = None, options: EvaluatorOptions | None = None,
-                 **kwargs: Any):
+                 batch_fn: BatchFn | None = None, **kwargs: Any):
         unknown = set(kwargs) - set(EvaluatorOptions.__dataclass_fields__)
         if unknown:
             raise ConfigError(f"unknown Evaluator option(s) {sorted(unknown)}; the options are "
@@ -96,15 +100,15 @@ class Evaluator:
         self.device = resolve_device(opts.device)
         self.dtype = opts.dtype or torch.float32
         self.space = ParameterSpace(module)
-        self.module = _private_copy(module).to(self.device, self.dtype).eval()
+        self.module = private_copy(module).to(self.device, self.dtype).eval()
         self.loss_name = loss_identity(opts.loss)
         self.bn = opts.bn
-        self.data: DeviceData = prepare_data(data, self.device, self.dtype, opts.batch_size)
+        self.data: DeviceData = prepare_data(data, self.device, self.dtype, opts.batch_size, batch_fn=batch_fn)
         self.batches = self.data.batches
         self.num_samples = self.data.num_samples
         self.bn_batches = opts.bn_batches
         self.bn_data = (self.data if bn_data is None
-                        else prepare_data(bn_data, self.device, self.dtype, opts.batch_size))
+                        else prepare_data(bn_data, self.device, self.dtype, opts.batch_size, batch_fn=batch_fn))
         self.cache = (Cache(cache, flush_interval=opts.flush_interval)
                       if isinstance(cache, (str, bytes, os.PathLike)) else cache)
         self.chunk_size = opts.chunk_size
@@ -118,7 +122,11 @@ class Evaluator:
                           "evaluation data itself; pass bn_data=<training data> (see docs/batchnorm.md)",
                           stacklevel=2)
         targets, class_metrics = self._check_data()
-        self.scorer = Scorer(opts.loss, self.loss_name, self.dtype, class_metrics)
+        self.scorer = Scorer(opts.loss, self.loss_name, self.dtype, class_metrics, opts.metric)
+        #: Targets that count over all of the data (samples, or non-ignored tokens): the loss's divisor.
+        self.num_targets = sum(self.scorer.loss.count(y) for _, y in self.batches)
+        if self.num_targets == 0:
+            raise DataError(f"every label is ignored (-100): loss={self.loss_name!r} has no target to evaluate")
         self.runner = ChunkRunner(self, targets)
         self._warned_batchnorm = False
         self._activation_bytes: int | None = None
@@ -188,7 +196,7 @@ class Evaluator:
         return self.runner.measure_strategies(vecs, coeffs)
 
     # ------------------------------------------------------------------ basics
-    def forward(self, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    def forward(self, params: dict[str, torch.Tensor], x: ModelInputs) -> torch.Tensor:
         """Logits of the template at ``params`` (state_dict-named tensors), eval mode.
 
         Parameters
@@ -197,15 +205,14 @@ class Evaluator:
             Tensors keyed like the template's state_dict (those outside the flat vector,
             such as integer buffers, are filled in).
         x
-            A batch of inputs on the evaluation device.
+            A batch of model inputs on the evaluation device (tensor, tuple or dict of tensors).
 
         Returns
         -------
         torch.Tensor
             The logits (selected with ``output`` when the forward returns a container).
         """
-        out = functional_call(self.module, {**self.fixed, **params}, (x,), tie_weights=True)
-        return select_output(out, self.options.output)
+        return select_output(functional_forward(self.module, {**self.fixed, **params}, x), self.options.output)
 
     def _check_data(self) -> tuple[torch.Tensor | None, ClassMetrics | None]:
         x, _ = self.batches[0]
@@ -213,15 +220,15 @@ class Evaluator:
             self.space.flatten(self.module.state_dict(), check_finite=False)).items()}
         try:
             with torch.no_grad():
-                raw = functional_call(self.module, {**self.fixed, **template}, (x[:2],), tie_weights=True)
+                raw = functional_forward(self.module, {**self.fixed, **template}, leading(x, 2))
         except Exception as exc:  # any shape error of the user's model
-            raise DataError(f"the model cannot be applied to inputs of shape {tuple(x.shape[1:])}: "
+            raise DataError(f"the model cannot be applied to inputs of {describe(x)}: "
                             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
         out = select_output(raw, self.options.output)
         for _, yb in self.batches:
             check_targets(out, yb, self.loss_name)
         return scoring_plan(out, self.batches, self.num_samples, self.device, self.loss_name, self.compile,
-                            strategies.CONCAT_OUTPUT_BYTES)
+                            strategies.CONCAT_OUTPUT_BYTES, self.options.metric)
 
     def fingerprint(self) -> dict[str, Any]:
         """Everything about this evaluator that determines a metric value.
@@ -229,8 +236,9 @@ class Evaluator:
         Returns
         -------
         dict
-            Data fingerprint, loss, BatchNorm mode (and its data), dtype, parameter layout,
-            algorithm version and autocast dtype: the inputs of every cache key.
+            Data fingerprint, loss, metric (when not accuracy), BatchNorm mode (and its data),
+            dtype, parameter layout, algorithm version and autocast dtype: the inputs of every
+            cache key.
         """
         return {
             "data": self.data.fingerprint, "loss": self.loss_name, "bn": self.bn,
@@ -239,6 +247,7 @@ class Evaluator:
             "dtype": str(self.dtype), "space": self.space.layout_digest(), "version": ALGORITHM_VERSION,
             "batchnorm_layers": len(self.batchnorm.layers),
             **({"autocast": str(self.autocast)} if self.autocast is not None else {}),
+            **({"metric": self.options.metric} if self.options.metric != "accuracy" else {}),
             **({"output": repr(self.options.output)} if self.options.output is not None else {}),
         }
 
@@ -405,14 +414,3 @@ class Evaluator:
     # --------------------------------------------------------------- internals
     def _count(self, n: int) -> None:
         self.points_evaluated += n
-
-def _private_copy(module: nn.Module) -> nn.Module:
-    """A deep copy of the user's template, with a clear error for modules that cannot be copied."""
-    try:
-        return copy.deepcopy(module)
-    except RuntimeError as exc:
-        if "weight_norm" in str(exc) or any(hasattr(m, "weight_g") for m in module.modules()):
-            raise ConfigError("the model uses the deprecated torch.nn.utils.weight_norm, which cannot be "
-                              "copied; re-create it with torch.nn.utils.parametrizations.weight_norm") from None
-        raise ConfigError(f"the model cannot be copied (copy.deepcopy failed: {exc}); the evaluator "
-                          "needs a private copy of the template") from None

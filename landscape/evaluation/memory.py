@@ -6,6 +6,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from .inputs import call_model, input_length
+
 #: Most points in one chunk, whatever the budget (bounds the host-side bookkeeping).
 MAX_CHUNK = 256
 
@@ -70,7 +72,7 @@ def activation_bytes(module: nn.Module, batches: Sequence[tuple[torch.Tensor, to
     handles = [m.register_forward_hook(hook) for m in module.modules()]
     try:
         with torch.no_grad():
-            module(max(batches, key=lambda b: len(b[0]))[0])
+            call_model(module, max(batches, key=lambda b: input_length(b[0]))[0])
     finally:
         for h in handles:
             h.remove()

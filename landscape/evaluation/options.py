@@ -17,6 +17,8 @@ from ..infra.backends import as_backend
 from ..infra.devices import resolve_device
 from ..infra.errors import ConfigError
 from ..infra.options import Options, option
+from .losses import LOSSES
+from .metrics import resolve_metric
 
 BN_MODES = ("interpolate", "keep", "recompute")
 STRATEGIES = ("auto", "loop", "vmap")
@@ -47,6 +49,11 @@ def _dtype_problem(what: str, value: Any) -> str:
             f"got {value!r}{also}")
 
 
+def _loss_names() -> tuple[str, ...]:
+    """The registered losses, in the order of registration (the classic ones first)."""
+    return tuple(LOSSES.entries())
+
+
 def _compile(text: str) -> bool | str:
     return {"true": True, "false": False}.get(text.lower(), text)
 
@@ -69,7 +76,12 @@ class EvaluatorOptions(Options):
     Attributes
     ----------
     loss
-        Per-sample loss: ``"cross_entropy"``, ``"mse"``, ``"nll"`` or a callable.
+        A loss of the registry :data:`~landscape.evaluation.losses.LOSSES`
+        (``"cross_entropy"``, ``"mse"``, ``"nll"``, ``"causal_lm"``, ``"masked_lm"``,
+        ``"token"``) or a per-sample callable.
+    metric
+        The metric reported next to the loss, from :data:`~landscape.evaluation.metrics.METRICS`
+        (``"accuracy"``, ``"token_accuracy"``, ``"top<k>_accuracy"``, ``"perplexity"``).
     device
         ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a ``torch.device``.
     bn
@@ -101,9 +113,13 @@ class EvaluatorOptions(Options):
     Raises :class:`~landscape.ConfigError` naming the option for any invalid value.
     """
 
-    loss: Literal["cross_entropy", "mse", "nll"] | Callable[..., Any] = option(
-        "cross_entropy", help="per-sample loss: a built-in name or (Python only) a callable "
-        "(outputs, targets) -> per-sample losses")
+    loss: str | Callable[..., Any] = option(
+        "cross_entropy", help="loss: a registered name (causal_lm: next-token cross-entropy of a language "
+        "model, labels -100 ignored; masked_lm/token: per-position) or (Python only) a callable "
+        "(outputs, targets) -> per-sample losses", choices=_loss_names)
+    metric: str = option(
+        "accuracy", help="metric next to the loss: accuracy, token_accuracy, top<k>_accuracy (e.g. "
+        "top5_accuracy) or perplexity (exp of the mean loss)", metavar="NAME")
     device: str | torch.device = option(
         "auto", help="device to evaluate on: auto (CUDA when available), cpu, cuda, cuda:N", parse=_device)
     bn: Literal["interpolate", "keep", "recompute"] = option(
@@ -151,16 +167,17 @@ class EvaluatorOptions(Options):
         self.validate()
 
     def check(self) -> None:
-        """Constraints the annotations cannot express: the allowed dtypes and compile back ends.
+        """Constraints the annotations cannot express: the allowed dtypes, compile back ends and metrics.
 
         Raises
         ------
         ConfigError
-            A dtype or autocast dtype outside the supported ones, or an unknown ``torch.compile``
-            back end.
+            A dtype or autocast dtype outside the supported ones, an unknown ``torch.compile``
+            back end or an unknown metric.
         """
         if isinstance(self.backend, str):
             as_backend(self.backend)  # refuses an unknown back-end name
+        resolve_metric(self.metric)  # refuses an unknown metric name
         if isinstance(self.compile, str) and self.compile not in torch.compiler.list_backends(exclude_tags=()):
             raise ConfigError(f"compile={self.compile!r} is not a torch.compile backend; available: "
                               f"{', '.join(torch.compiler.list_backends())}")

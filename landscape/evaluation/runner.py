@@ -131,8 +131,8 @@ class ChunkRunner:
     def plans_shortcut(self, points: PointSet) -> bool:
         """Whether the input-layer expansion is worth its set-up for ``points``.
 
-        Enabled, applicable (loop strategy, no autocast, compile or output selector) and at
-        least ``4 (k + 1)`` points. Decided from the whole set, never from which of its
+        Enabled, applicable (loop strategy, tensor inputs, no autocast, compile or output
+        selector) and at least ``4 (k + 1)`` points. Decided from the whole set, never from which of its
         points are missing, so an interrupted, resumed or sharded evaluation computes every
         point on the same code path as an uninterrupted one (bit-identical results).
 
@@ -148,6 +148,7 @@ class ChunkRunner:
         opts = self.ev.options
         k = points.directions.shape[0]
         return bool(opts.input_shortcut and self.strategy != "vmap" and opts.autocast is None
+                    and isinstance(self.ev.batches[0][0], torch.Tensor)
                     and opts.compile is False and opts.output is None and len(points) >= 4 * (k + 1))
 
     def _make_shortcut(self, points: PointSet) -> InputLayerShortcut | None:
@@ -173,8 +174,8 @@ class ChunkRunner:
                     ev = self.ev
                     self._vmap = VmapStrategy(ev.forward, ev.space, ev.batches, ev.scorer, ev.options.compile)
                 sums = self._vmap.sums(vecs)
-        host = sums.double().cpu().numpy()  # the one synchronisation per chunk
-        return host[:, 0] / self.ev.num_samples, host[:, 1] / self.ev.num_samples
+        host = sums.double().cpu().numpy() / self.ev.num_targets  # the one synchronisation per chunk
+        return host[:, 0], self.ev.scorer.metric.finish(host[:, 0], host[:, 1])
 
     def _autotune(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
         if self.ev.device.type == "cpu":

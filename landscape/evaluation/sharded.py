@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader
 from ..infra.errors import ConfigError
 from ..infra.parallel import Backend, as_backend, current_device, iter_shards, run_shards, to_device, worker_device
 from ..space.points import PointSet
+from .inputs import map_tensors
 from .options import EvaluatorOptions
 from .resumable import contiguous_run, fill_points
 
@@ -97,7 +98,7 @@ class EvaluatorSpec:
         EvaluatorSpec
         """
         def cpu(data) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
-            return tuple((x.cpu(), y.cpu()) for x, y in data.batches)
+            return tuple((map_tensors(x, torch.Tensor.cpu), y.cpu()) for x, y in data.batches)
 
         options = evaluator.options.replace(
             strategy=evaluator.strategy or evaluator.requested_strategy, chunk_size=evaluator.chunk_size,

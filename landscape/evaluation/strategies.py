@@ -22,15 +22,17 @@ import torch
 from torch import nn
 from torch.func import vmap
 
+from ..infra.errors import ConfigError
 from ..space.params import ParameterSpace
 from .class_major import install_class_major_head
 from .input_layer import InputLayerShortcut
+from .inputs import ModelInputs, call_model
 from .options import OutputSelector
 from .scoring import Scorer, select_output
 
 #: The loop scores a point's outputs over all batches in one call when they fit in this.
 CONCAT_OUTPUT_BYTES = 64 << 20
-Batches = Sequence[tuple[torch.Tensor, torch.Tensor]]
+Batches = Sequence[tuple[ModelInputs, torch.Tensor]]
 
 
 def maybe_compile(fn: Callable[..., torch.Tensor], compile: bool | str) -> Callable[..., torch.Tensor]:
@@ -89,7 +91,7 @@ class LoopStrategy:
             self.class_major_head = install_class_major_head(self.module, batches[0][0][:2])
         self.shortcut: InputLayerShortcut | None = None
 
-        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        def step(x: ModelInputs, y: torch.Tensor) -> torch.Tensor:
             return torch.stack(self.scorer(self.outputs(x), y, class_major=self.compile is False))
 
         self.step = maybe_compile(step, compile)
@@ -114,20 +116,20 @@ class LoopStrategy:
             setattr(sub, attr, tensor)  # replaces the parameter or buffer of that name in place
         return module, flat
 
-    def outputs(self, x: torch.Tensor) -> torch.Tensor:
+    def outputs(self, x: ModelInputs) -> torch.Tensor:
         """The logits of the current point on inputs ``x``.
 
         Parameters
         ----------
         x
-            A batch of inputs on the device.
+            A batch of model inputs on the device (a tensor, or a tuple or dict of tensors).
 
         Returns
         -------
         torch.Tensor
             The selected output (see :func:`~landscape.evaluation.scoring.select_output`).
         """
-        return select_output(self.module(x), self.output)
+        return select_output(call_model(self.module, x), self.output)
 
     def sums(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> torch.Tensor:
         """Per-point (summed loss, correct) of ``vecs``.
@@ -204,7 +206,8 @@ class VmapStrategy:
     Parameters
     ----------
     forward
-        ``forward(params, x) -> logits`` with ``params`` keyed like the template's state_dict.
+        ``forward(params, x) -> logits`` with ``params`` keyed like the template's state_dict
+        (``x`` a tensor, or a tuple or dict of tensors).
     space
         The parameter space (to unflatten stacked vectors).
     batches
@@ -215,12 +218,12 @@ class VmapStrategy:
         ``torch.compile`` the vmapped metrics (``True`` or a backend name).
     """
 
-    def __init__(self, forward: Callable[[dict[str, torch.Tensor], torch.Tensor], torch.Tensor],
+    def __init__(self, forward: Callable[[dict[str, torch.Tensor], ModelInputs], torch.Tensor],
                  space: ParameterSpace, batches: Batches, scorer: Scorer, compile: bool | str):
         self.space = space
         self.batches = batches
 
-        def metrics(p: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        def metrics(p: dict[str, torch.Tensor], x: ModelInputs, y: torch.Tensor) -> torch.Tensor:
             return torch.stack(scorer(forward(p, x), y))
 
         self.vmapped = maybe_compile(vmap(metrics, in_dims=(0, None, None)), compile)
@@ -243,6 +246,34 @@ class VmapStrategy:
         for x, y in self.batches:
             out += self.vmapped(params, x, y)
         return out
+
+
+def private_copy(module: nn.Module) -> nn.Module:
+    """A deep copy of the user's template, with a clear error for modules that cannot be copied.
+
+    Parameters
+    ----------
+    module
+        The user's template module (never modified).
+
+    Returns
+    -------
+    nn.Module
+        The copy.
+
+    Raises
+    ------
+    ConfigError
+        The module cannot be deep-copied (for example the deprecated ``weight_norm``).
+    """
+    try:
+        return copy.deepcopy(module)
+    except RuntimeError as exc:
+        if "weight_norm" in str(exc) or any(hasattr(m, "weight_g") for m in module.modules()):
+            raise ConfigError("the model uses the deprecated torch.nn.utils.weight_norm, which cannot be "
+                              "copied; re-create it with torch.nn.utils.parametrizations.weight_norm") from None
+        raise ConfigError(f"the model cannot be copied (copy.deepcopy failed: {exc}); the evaluator "
+                          "needs a private copy of the template") from None
 
 
 def _float_dtype(module: nn.Module) -> torch.dtype:
