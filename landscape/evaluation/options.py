@@ -119,7 +119,8 @@ class EvaluatorOptions(Options):
         "(outputs, targets) -> per-sample losses", choices=_loss_names)
     metric: str = option(
         "accuracy", help="metric next to the loss: accuracy, token_accuracy, top<k>_accuracy (e.g. "
-        "top5_accuracy) or perplexity (exp of the mean loss)", metavar="NAME")
+        "top5_accuracy) or perplexity (exp of the mean loss)", metavar="NAME",
+        flag="--eval-metric")
     device: str | torch.device = option(
         "auto", help="device to evaluate on: auto (CUDA when available), cpu, cuda, cuda:N", parse=_device)
     bn: Literal["interpolate", "keep", "recompute"] = option(
