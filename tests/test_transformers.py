@@ -240,3 +240,21 @@ def test_gpt2_hessian_with_the_causal_lm_loss_matches_the_dense_hessian(tokens):
     res = landscape.hessian_eigen(model, ev, k=1, params=names, tol=1e-10, max_iter=300)
     expected = dense_top_eigenvalue(model, names, mean_token_loss, {"input_ids": ids})
     assert res.values[0] == pytest.approx(expected, rel=1e-6)
+
+
+def test_empirical_fisher_of_dict_batches_sums_per_sequence_gradients(tokens):
+    ids, labels, _ = tokens
+    model = tiny_gpt2(0).double()
+    rows = [{"input_ids": ids[i], "labels": labels[i]} for i in range(len(ids))]
+    ev = lm_evaluator(model, DataLoader(rows, batch_size=4))
+    names = ["transformer.ln_f.weight", "transformer.ln_f.bias"]
+    res = landscape.hessian_eigen(model, ev, k=1, params=names, kind="empirical_fisher", tol=1e-10, max_iter=300)
+    params = dict(model.named_parameters())
+    grads = []
+    for i in range(len(ids)):  # one gradient per sequence: its summed next-token losses
+        logits = model(input_ids=ids[i:i + 1]).logits[0]
+        loss = torch.nn.functional.cross_entropy(logits[:-1], labels[i, 1:], reduction="sum")
+        grads.append(torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, [params[n] for n in names])]))
+    g = torch.stack(grads)
+    fisher = g.T @ g / int((labels[:, 1:] != -100).sum())
+    assert res.values[0] == pytest.approx(float(torch.linalg.eigvalsh(fisher).max()), rel=1e-6)

@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Sequence
 import torch
 from torch.func import grad, vmap
 
+from ..evaluation.inputs import ModelInputs, leading, map_tensors
 from ..infra.errors import ConfigError
 from ..space.params import ModelLike
 from .gauss_newton import OuterProductOperator
@@ -128,8 +129,8 @@ class EmpiricalFisherOperator(OuterProductOperator):
         torch.Tensor
             ``(samples, dim)``.
         """
-        def sample_loss(theta: torch.Tensor, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
-            return self.batch_outputs(theta, xi.unsqueeze(0), yi.unsqueeze(0)).sum()
+        def sample_loss(theta: torch.Tensor, xi: ModelInputs, yi: torch.Tensor) -> torch.Tensor:
+            return self.batch_outputs(theta, map_tensors(xi, lambda t: t.unsqueeze(0)), yi.unsqueeze(0)).sum()
 
         return vmap(grad(sample_loss), in_dims=(None, 0, 0))(self.theta, x, y)
 
@@ -153,8 +154,9 @@ class EmpiricalFisherOperator(OuterProductOperator):
         if self.mode == "jvp-vjp":
             return super().batch_product(index, x, y, v)
         out = torch.zeros_like(self.theta)
-        for xc, yc in zip(x.split(self.chunk), y.split(self.chunk)):
-            g = self.per_sample_gradients(xc, yc).detach()
+        for start in range(0, len(y), self.chunk):
+            rows = slice(start, start + self.chunk)
+            g = self.per_sample_gradients(map_tensors(x, lambda t: t[rows]), y[rows]).detach()
             out += g.T @ (g @ v)
         return out / self.evaluator.num_targets
 
@@ -162,7 +164,7 @@ class EmpiricalFisherOperator(OuterProductOperator):
         x, y = self.evaluator.batches[0]
         try:
             with second_order("vmap", self.kind):
-                self.per_sample_gradients(x[:2], y[:2])
+                self.per_sample_gradients(leading(x, 2), y[:2])
         except (RuntimeError, NotImplementedError, ValueError):  # no batching rule, data-dependent control flow
             return False
         return True
