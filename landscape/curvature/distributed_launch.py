@@ -180,7 +180,8 @@ def _launch(job: _Job, workers: int, store: str) -> Any:
                         status, rank, payload = results.get(timeout=2.0)
                     except queue.Empty:
                         raise DistributedError(f"worker {dead[0][0]} of {workers} died (exit code {dead[0][1]}) "
-                                               "without reporting an error; check its memory use") from None
+                                               "without reporting an error; a negative code is the signal that "
+                                               "killed it (-9: often out of memory)") from None
                 elif time.monotonic() > deadline:
                     raise DistributedError(f"the {workers} workers did not finish within timeout={job.timeout:g} s; "
                                            "raise timeout= or look for a rank that stopped calling matvec")
