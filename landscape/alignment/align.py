@@ -20,10 +20,11 @@ from landscape import ConfigError, ParameterSpace
 from ..evaluation.batches import first_inputs
 from .graph import PermutationSpec, discover
 from .matchers import MATCHERS
-from .permute import apply_permutation, permute_state
+from .permute import apply_permutation, permute_state, with_aliases
 from .weight_matching import weight_matching
 
 _GUESSED_SIDES = (32, 28, 16, 8, 64, 224)
+_GUESSED_LENGTHS = (8, 4, 1)
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,9 @@ def example_input(template: nn.Module, data: Any = None, input_shape: Sequence[i
     Returns
     -------
     torch.Tensor
-        Two inputs; without ``data`` or ``input_shape`` guessed from the first Linear/Conv layer
-        (a ConvNd gets the first of 32, 28, 16, 8, 64, 224 pixels per side the model accepts).
+        Two inputs; without ``data`` or ``input_shape`` guessed from the first Linear/Conv/Embedding
+        layer (a ConvNd gets the first of 32, 28, 16, 8, 64, 224 pixels per side the model accepts,
+        an Embedding token ids 0 in the first of 8, 4, 1 positions it accepts).
 
     Raises
     ------
@@ -128,17 +130,18 @@ def example_input(template: nn.Module, data: Any = None, input_shape: Sequence[i
         return first_inputs(data, 2)
     if input_shape is not None:
         return torch.zeros(2, *input_shape, dtype=dtype)
-    first = next((m for m in template.modules() if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))),
-                 None)
+    first = next((m for m in template.modules()
+                  if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Embedding))), None)
     if isinstance(first, nn.Linear):
-        candidates = [(first.in_features,)]
+        candidates = [torch.zeros(2, first.in_features, dtype=dtype)]
+    elif isinstance(first, nn.Embedding):
+        candidates = [torch.zeros(2, length, dtype=torch.long) for length in _GUESSED_LENGTHS]
     elif first is not None:
         dims = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}[type(first)]
-        candidates = [(first.in_channels,) + (side,) * dims for side in _GUESSED_SIDES]
+        candidates = [torch.zeros(2, first.in_channels, *(side,) * dims, dtype=dtype) for side in _GUESSED_SIDES]
     else:
         candidates = []
-    for shape in candidates:
-        x = torch.zeros(2, *shape, dtype=dtype)
+    for x in candidates:
         try:
             with torch.no_grad():
                 copy.deepcopy(template).eval()(x)
@@ -322,7 +325,7 @@ def align_group(models: Sequence[Any], *, to: Any = None, data: Any = None, meth
     out = []
     for m, s in zip(mods, states):
         copy_ = copy.deepcopy(m)
-        copy_.load_state_dict(s)
+        copy_.load_state_dict(with_aliases(m, s))
         out.append(copy_)
     return out
 

@@ -17,7 +17,6 @@ symmetry of hidden units) and Appendix A (permutation specifications).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -25,94 +24,11 @@ from torch import nn
 from torch.func import functional_call
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from landscape import ConfigError
-
+from .attention import AttentionBlock, attention_groups, find_attention
 from .rules import RULES
 from .rules.slots import Slot, Unsupported, fixed_value_like, op_name, pin
+from .spec import Group, Member, PermutationError, PermutationSpec
 from .units import find, fixed_layout, leaf_runs
-
-
-class PermutationError(ConfigError):
-    """The model contains an operation through which hidden units cannot be permuted safely."""
-
-
-@dataclass(frozen=True)
-class Member:
-    """Where a group's units sit in one tensor.
-
-    Along ``axis`` viewed as (outer, units, inner), positions ``start:start + size`` of the
-    units dimension.
-
-    Attributes
-    ----------
-    name : str
-        State-dict name of the tensor.
-    axis : int
-        Axis of the tensor carrying the units.
-    outer, units, inner : int
-        The axis viewed as (outer, units, inner) sizes; the group's units lie along ``units``.
-    start, size : int
-        The group's units are positions ``start:start + size`` of ``units``.
-    """
-
-    name: str
-    axis: int
-    outer: int
-    units: int
-    start: int
-    size: int
-    inner: int
-
-
-@dataclass(frozen=True)
-class Group:
-    """Hidden units permuted together.
-
-    ``block``: permutations stay within contiguous blocks of that many units (GroupNorm
-    groups); 0 means free. ``probes`` are the activations (graph node name and unit view) that
-    activation matching correlates: the last few nonlinearity outputs and residual sums
-    carrying the units (else the last value carrying them).
-
-    Attributes
-    ----------
-    size : int
-        Number of units.
-    block : int
-        Block size of allowed permutations (0: free).
-    members : tuple[Member, ...]
-        Every tensor position the units occupy.
-    probes : tuple[tuple[str, Member], ...]
-        Activation nodes (graph node name, unit view) for activation matching.
-    """
-
-    size: int
-    block: int
-    members: tuple[Member, ...]
-    probes: tuple[tuple[str, Member], ...]
-
-
-@dataclass(frozen=True)
-class PermutationSpec:
-    """The permutation groups of a model, and the units left fixed with the reasons.
-
-    Attributes
-    ----------
-    groups : tuple[Group, ...]
-        The permutation groups (Git Re-Basin Appendix A).
-    pinned : tuple[str, ...]
-        Distinct reasons why some units were left in place (``strict=False``).
-    input_shape : tuple[int, ...]
-        Shape of the traced input, without the batch axis.
-    """
-
-    groups: tuple[Group, ...]
-    pinned: tuple[str, ...]
-    input_shape: tuple[int, ...]
-
-    def __repr__(self) -> str:
-        sizes = [g.size for g in self.groups]
-        return (f"PermutationSpec({len(self.groups)} groups, {sum(sizes)} units, "
-                f"sizes {sizes[:8]}{'...' if len(sizes) > 8 else ''}; {len(self.pinned)} pinned reasons)")
 
 
 def unique_state(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -163,8 +79,9 @@ def trace(module: nn.Module, example: torch.Tensor) -> tuple[torch.fx.GraphModul
     if state:
         example = example.to(next(iter(state.values())).device)
 
-    def forward(tensors: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        return functional_call(template, dict(zip(names, tensors)), (x,), tie_weights=True)
+    def forward(tensors: list[torch.Tensor], x: torch.Tensor) -> list[torch.Tensor]:
+        out = functional_call(template, dict(zip(names, tensors)), (x,), tie_weights=True)
+        return _output_tensors(out)
 
     try:
         graph = make_fx(forward, tracing_mode="fake")(list(state.values()), example)
@@ -172,6 +89,14 @@ def trace(module: nn.Module, example: torch.Tensor) -> tuple[torch.fx.GraphModul
         raise PermutationError(f"cannot trace {type(module).__name__} on inputs of shape {tuple(example.shape)}: "
                                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
     return graph, names
+
+
+def _output_tensors(out: Any) -> list[torch.Tensor]:
+    """The tensors of a model's output (nested in tuples, lists or dicts); caches and other objects dropped."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    items = out.values() if isinstance(out, dict) else out if isinstance(out, (list, tuple)) else ()
+    return [t for item in items for t in _output_tensors(item)]
 
 
 def discover(module: nn.Module, example: torch.Tensor, *, strict: bool = True) -> PermutationSpec:
@@ -202,6 +127,8 @@ def discover(module: nn.Module, example: torch.Tensor, *, strict: bool = True) -
         slots = [Slot(None) for _ in node.meta["val"].shape]
         members += [(name, axis, slot) for axis, slot in enumerate(slots)]
         env[node] = slots
+    blocks = find_attention(module)
+    _pin_attention(blocks, dict(zip(names, placeholders)), env)
     env[placeholders[-1]] = [Slot(fixed_layout(d, "the model input")) for d in placeholders[-1].meta["val"].shape]
     probes: list[tuple[Any, str]] = []
     for node in graph.graph.nodes:
@@ -218,13 +145,25 @@ def discover(module: nn.Module, example: torch.Tensor, *, strict: bool = True) -
         if any(a in data_nodes for a in node.all_input_nodes):
             data_nodes.add(node)
             probes.append((node, op_name(node.target)))
-    return _collect(members, env, probes, reasons, tuple(example.shape[1:]))
+    spec = _collect(members, env, probes, reasons, tuple(example.shape[1:]))
+    return PermutationSpec(spec.groups + tuple(attention_groups(blocks)), spec.pinned, spec.input_shape)
+
+
+def _pin_attention(blocks: list[AttentionBlock], placeholders: dict[str, Any], env: dict) -> None:
+    """Fix the axes of attention projections in the trace: their units are the attention groups'."""
+    for block in blocks:
+        for span in block.spans:
+            if span.name in placeholders:
+                env[placeholders[span.name]][span.axis].layout = fixed_layout(
+                    span.length, f"multi-head attention {block.name} (permuted by heads)")
 
 
 def _apply(node: Any, env: dict, strict: bool, reasons: list[str]) -> Any:
     name = op_name(node.target)
     rule: Callable | None = RULES.get(name)
     try:
+        if rule is None and _all_fixed(_tensors(env, [*node.args, *node.kwargs.values()])):
+            return fixed_value_like(node.meta.get("val"))  # no units reach it: it computes the same values
         if rule is None:
             raise Unsupported(f"operation {node.target} (graph node {node.name}) has no permutation rule")
         return rule(node, env)
@@ -236,6 +175,12 @@ def _apply(node: Any, env: dict, strict: bool, reasons: list[str]) -> Any:
         for slots in _tensors(env, node.args):
             pin(slots, str(exc))
         return fixed_value_like(node.meta.get("val"), str(exc))
+
+
+def _all_fixed(values: list[list[Slot]]) -> bool:
+    """Whether no hidden units reach these values: every axis is known and its runs pinned or single units."""
+    return all(s.layout is not None and all(find(leaf).fixed or find(leaf).size == 1 for leaf, _ in leaf_runs(s.layout))
+               for slots in values for s in slots)
 
 
 def _tensors(env: dict, args: Any) -> list[list[Slot]]:

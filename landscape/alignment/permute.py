@@ -159,10 +159,30 @@ def apply_permutation(model: nn.Module, spec: PermutationSpec, perms: Permutatio
     nn.Module
         A deep copy whose state is :func:`permute_state` of the model's.
     """
-    state = model.state_dict()
-    permuted = permute_state(state, spec, perms)
     out = copy.deepcopy(model)
-    out.load_state_dict(permuted)
+    out.load_state_dict(with_aliases(model, permute_state(model.state_dict(), spec, perms)))
+    return out
+
+
+def with_aliases(model: nn.Module, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with every alias of a tied tensor (a language model's output layer) set to its first name's value.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The model whose tied tensors are looked up.
+    state : Mapping[str, torch.Tensor]
+        A state_dict of it in which only the first name of a tied tensor may have changed.
+
+    Returns
+    -------
+    dict[str, torch.Tensor]
+        A copy that loads consistently with ``load_state_dict`` (tied tensors receive one value).
+    """
+    first: dict[int, str] = {}
+    out = dict(state)
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        out[name] = out[first.setdefault(id(tensor), name)]
     return out
 
 

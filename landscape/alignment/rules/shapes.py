@@ -43,7 +43,9 @@ def _regroup(group_in: list[tuple[Slot, int]], group_out: list[int], node: Any) 
     """Slots of ``group_out``, axes of the same total length as the (slot, length) pairs of ``group_in``."""
     if len(group_in) == 1 and len(group_out) == 1:
         return [group_in[0][0]]
-    why = f"a reshape that splits or interleaves hidden units across axes ({node.target}, graph node {node.name})"
+    why = (f"a reshape that splits or interleaves hidden units across axes ({node.target}, graph node {node.name}; "
+           "multi-head attention is permuted by heads when its projections are found by "
+           "landscape.alignment.attention.find_attention)")
     carrying = [k for k, (s, d) in enumerate(group_in) if s.layout is not None and not is_fixed(s.layout)]
     if not carrying:  # positions that never move (batch, spatial, data axes; unmet parameter axes)
         pin([s for s, _ in group_in], why)
@@ -105,6 +107,16 @@ def _slice(node: Any, env: dict) -> list[Slot]:
     return result
 
 
+def _select(node: Any, env: dict) -> list[Slot]:
+    """``select``: one position of an axis (a class token); selecting a hidden unit raises :class:`Unsupported`."""
+    src, ins = env[node.args[0]], shape_of(node.args[0])
+    dim = node.args[1] % len(ins)
+    if src[dim].layout is not None and not is_fixed(src[dim].layout):
+        raise Unsupported(f"a selection of one hidden unit on axis {dim} ({node.target}, graph node {node.name})")
+    pin([src[dim]], f"a selection along axis {dim} ({node.name})")
+    return [s for k, s in enumerate(src) if k != dim]
+
+
 def _pad(node: Any, env: dict) -> list[Slot]:
     """``constant_pad_nd``: padded positions along a unit axis are new (zero) units."""
     src, ins = env[node.args[0]], shape_of(node.args[0])
@@ -128,7 +140,7 @@ def _pad(node: Any, env: dict) -> list[Slot]:
 
 def _cat(node: Any, env: dict) -> list[Slot]:
     """``cat``: other axes are tied across the parts; along ``dim`` the parts' runs are concatenated."""
-    parts = [(env[a], shape_of(a)) for a in node.args[0]]
+    parts = [(env[a], shape_of(a)) for a in node.args[0] if shape_of(a) != (0,)]  # cat skips empty 1-D tensors
     out = shape_of(node)
     dim = (node.args[1] if len(node.args) > 1 else 0) % len(out)
     result = []
@@ -152,4 +164,4 @@ def _cat(node: Any, env: dict) -> list[Slot]:
 RULES: dict[str, Rule] = dict.fromkeys(
     "view _unsafe_view reshape flatten unflatten squeeze unsqueeze".split(), _reshape)
 RULES.update(dict.fromkeys("t numpy_T transpose permute".split(), _transpose))
-RULES.update({"expand": _expand, "slice": _slice, "constant_pad_nd": _pad, "cat": _cat})
+RULES.update({"expand": _expand, "slice": _slice, "select": _select, "constant_pad_nd": _pad, "cat": _cat})
