@@ -258,3 +258,14 @@ def test_empirical_fisher_of_dict_batches_sums_per_sequence_gradients(tokens):
     g = torch.stack(grads)
     fisher = g.T @ g / int((labels[:, 1:] != -100).sum())
     assert res.values[0] == pytest.approx(float(torch.linalg.eigvalsh(fisher).max()), rel=1e-6)
+
+
+def test_vmap_and_loop_agree_on_dict_batches_with_attention_masks(tokens):
+    ids, labels, mask = tokens
+    a, b = tiny_gpt2(0), tiny_gpt2(1)
+    rows = [{"input_ids": ids[i], "attention_mask": mask[i], "labels": labels[i]} for i in range(len(ids))]
+    results = [lm_evaluator(a, DataLoader(rows, batch_size=4), strategy=strategy).evaluate([a, b])
+               for strategy in ("loop", "vmap")]
+    np.testing.assert_allclose(results[1].loss, results[0].loss, rtol=1e-10)
+    np.testing.assert_allclose(results[1].accuracy, results[0].accuracy, rtol=1e-12)
+    assert results[0].loss[0] == pytest.approx(hand_causal_lm(a.double(), ids, labels, mask)[0], rel=1e-10)
