@@ -203,11 +203,12 @@ def distributed_operator(model: ModelLike | torch.Tensor, evaluator: Any, *, kin
     if not point_ready:
         point = with_bn_mode(point, point, evaluator)
     options = dict(kind=kind, params=params, include_frozen=include_frozen, point_ready=True)
-    mode = curvature_operator(point, evaluator, hvp=hvp, check_determinism=False, **options).mode
+    if kind == "hessian":  # "auto" resolved on the whole data, as one process resolves it
+        hvp = curvature_operator(point, evaluator, hvp=hvp, check_determinism=False, **options).mode
     start, stop = batch_block(len(evaluator.batches), rank, world)
     shard = copy.copy(evaluator)  # shares everything, the loss's divisor N included, but the batches
     shard.batches = evaluator.batches[start:stop]
-    local = curvature_operator(point, shard, hvp=mode if kind == "hessian" else hvp, **options)
+    local = curvature_operator(point, shard, hvp=hvp, **options)
     return DistributedOperator(local, samples(evaluator.batches), group=group)
 
 
