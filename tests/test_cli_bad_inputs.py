@@ -319,7 +319,7 @@ def test_every_evaluator_option_has_a_flag_with_its_help_and_choices(files, caps
     for f in dataclasses.fields(EvaluatorOptions):
         if f.name in ELSEWHERE or f.metadata.get("cli") is False:
             continue
-        flag = "--" + f.name.replace("_", "-")
+        flag = f.metadata.get("flag", ("--" + f.name.replace("_", "-"),))[0]  # a declared flag, or --field-name
         assert flag in squeezed and "".join(f.metadata["help"].split()) in squeezed, f.name
         for choice in literal_choices(hints[f.name]):
             assert parser.parse_args([*base, flag, choice]) is not None
