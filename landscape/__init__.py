@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     "TrainingDivergedError": "infra.errors",
     "BatchNormWarning": "infra.errors", "NonFiniteLossWarning": "infra.errors",
     "FileWriteError": "infra.errors", "MetaDeviceError": "infra.errors", "WeightOverflowError": "infra.errors",
-    "CurvatureError": "infra.errors",
+    "CurvatureError": "infra.errors", "DistributedError": "infra.errors",
     # parameter spaces and checkpoints
     "ParameterSpace": "space.params", "load_state_dict": "space.checkpoints",
     "save_state_dict": "space.checkpoints",
@@ -117,6 +117,7 @@ if TYPE_CHECKING:  # the lazy exports spelled out for type checkers (tests/test_
         ConfigError,
         CurvatureError,
         DataError,
+        DistributedError,
         FileWriteError,
         LandscapeError,
         MetaDeviceError,
