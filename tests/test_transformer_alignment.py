@@ -166,3 +166,17 @@ def test_alignment_does_not_raise_the_barrier_of_independently_trained_vits() ->
     assert abs(path.loss[-1] - unaligned_end) < 1e-5  # the aligned endpoint is the same function as b
     # alignment lowers but does not remove the barrier (Verma & Elbayad 2024; Imfeld et al. 2024)
     assert after <= before + 0.05, (before, after)
+
+
+def test_activation_matching_reads_the_projection_outputs_of_attention_groups() -> None:
+    a, x = _case("vit")
+    b = _vit(1)
+    spec = discover(a, x[:2])
+    attention = [i for i, g in enumerate(spec.groups) if all(".attention." in m.name for m in g.members)]
+    assert len(attention) == 6 and all(spec.groups[i].probes for i in attention)
+    found = match(b, to=a, data=(torch.randn(64, 1, 8, 8), torch.zeros(64, dtype=torch.long)), method="activation")
+    assert found.info["mean_correlation"] > found.info["mean_correlation_before"] + 0.1, found.info
+    moved = [i for i in attention if not torch.equal(found.perms[i], torch.arange(spec.groups[i].size))]
+    assert moved, "activation matching left every attention group in place"
+    diff = float((_logits(found.apply(b), x) - _logits(b, x)).abs().max())
+    assert diff < 1e-5, diff

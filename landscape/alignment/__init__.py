@@ -1,7 +1,9 @@
 """Permutation alignment of models (Git Re-Basin, Ainsworth et al. 2023; Entezari et al. 2022).
 
-* :mod:`.graph` (with :mod:`.rules`, :mod:`.units`) -- permutation groups of any model, found
-  from its traced ATen graph; :mod:`.permute` applies permutations.
+* :mod:`.graph` (with :mod:`.rules`, :mod:`.units`, :mod:`.spec`) -- permutation groups of any
+  model, found from its traced ATen graph, plus those of multi-head attention blocks
+  (:mod:`.attention`: heads, query/key and value/output dimensions); :mod:`.permute` applies
+  permutations.
 * :mod:`.weight_matching`, :mod:`.activation_matching`, :mod:`.align` -- alignment of a model to
   a reference and of groups (MergeMany).
 

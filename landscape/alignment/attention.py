@@ -23,7 +23,8 @@ permutation. Rotary position embeddings (which pair dimensions) and grouped-quer
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping
 
 from torch import nn
 
@@ -220,23 +221,49 @@ def _dim_members(span: Span, block: AttentionBlock) -> list[Member]:
     return [Member(span.name, span.axis, 1, span.length, span.start + h * d, d, 1) for h in range(block.heads)]
 
 
-def attention_groups(blocks: list[AttentionBlock]) -> list[Group]:
+def _probes(spans: tuple[Span, ...], members: Callable[[Span], list[Member]],
+            outputs: Mapping[str, tuple[str, tuple[int, ...]]]) -> tuple[tuple[str, Member], ...]:
+    """The members of the projections' weights, moved to the last axis of their output activations."""
+    found = []
+    for span in spans:
+        node, shape = outputs.get(span.name, ("", ()))
+        if shape and shape[-1] == span.length:
+            found += [(node, replace(m, name=node, axis=len(shape) - 1)) for m in members(span)]
+    return tuple(found)
+
+
+def attention_groups(blocks: list[AttentionBlock], outputs: Mapping[str, tuple[str, tuple[int, ...]]] | None = None
+                     ) -> list[Group]:
     """The permutation groups of attention blocks: heads, query/key and value/output dimensions.
 
     Parameters
     ----------
     blocks : list[AttentionBlock]
         Blocks from :func:`find_attention`.
+    outputs : Mapping[str, tuple[str, tuple[int, ...]]], optional
+        Weight name -> (graph node name, shape) of the projection's output activation, whose last
+        axis holds its units: the probes of activation matching (none without it).
 
     Returns
     -------
     list[Group]
-        Three groups per block (heads; q/k dimensions; v/o dimensions), without activation probes.
+        Three groups per block (heads; q/k dimensions; v/o dimensions).
     """
+    outputs = outputs or {}
     groups = []
     for b in blocks:
-        qk = [m for s in b.query + b.key for m in _dim_members(s, b)]
-        vo = [m for s in b.value + b.output for m in _dim_members(s, b)]
-        groups += [Group(b.heads, 0, tuple(_head_member(s, b) for s in b.spans), ()),
-                   Group(b.head_dim, 0, tuple(qk), ()), Group(b.head_dim, 0, tuple(vo), ())]
+        qkv = tuple(s for s in b.query + b.key + b.value if s.name.endswith("weight"))
+        qk = tuple(s for s in b.query + b.key if s.name.endswith("weight"))
+        v = tuple(s for s in b.value if s.name.endswith("weight"))
+
+        def heads(span: Span, block: AttentionBlock = b) -> list[Member]:
+            return [_head_member(span, block)]
+
+        def dims(span: Span, block: AttentionBlock = b) -> list[Member]:
+            return _dim_members(span, block)
+
+        groups += [
+            Group(b.heads, 0, tuple(_head_member(s, b) for s in b.spans), _probes(qkv, heads, outputs)),
+            Group(b.head_dim, 0, tuple(m for s in b.query + b.key for m in dims(s)), _probes(qk, dims, outputs)),
+            Group(b.head_dim, 0, tuple(m for s in b.value + b.output for m in dims(s)), _probes(v, dims, outputs))]
     return groups

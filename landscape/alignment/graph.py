@@ -26,7 +26,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from .attention import AttentionBlock, attention_groups, find_attention
 from .rules import RULES
-from .rules.slots import Slot, Unsupported, fixed_value_like, op_name, pin
+from .rules.slots import Slot, Unsupported, fixed_value_like, op_name, pin, shape_of
 from .spec import Group, Member, PermutationError, PermutationSpec
 from .units import find, fixed_layout, leaf_runs
 
@@ -146,7 +146,29 @@ def discover(module: nn.Module, example: torch.Tensor, *, strict: bool = True) -
             data_nodes.add(node)
             probes.append((node, op_name(node.target)))
     spec = _collect(members, env, probes, reasons, tuple(example.shape[1:]))
-    return PermutationSpec(spec.groups + tuple(attention_groups(blocks)), spec.pinned, spec.input_shape)
+    outputs = {name: _contraction_of(node) for name, node in zip(names, placeholders)}
+    groups = attention_groups(blocks, {k: (n.name, shape_of(n)) for k, n in outputs.items() if n is not None})
+    return PermutationSpec(spec.groups + tuple(groups), spec.pinned, spec.input_shape)
+
+
+_LAYOUT_OPS = {"t", "numpy_T", "transpose", "permute"}
+_CONTRACTIONS = {"mm", "addmm"}
+
+
+def _contraction_of(placeholder: Any) -> Any:
+    """The matrix product a weight feeds as its right operand (through transposes), or None.
+
+    Its output's last axis holds the projection's output units.
+    """
+    frontier = [(placeholder, user) for user in placeholder.users]
+    while frontier:
+        source, node = frontier.pop(0)
+        op = op_name(node.target)
+        if op in _CONTRACTIONS and node.args[-1] is source:
+            return node
+        if op in _LAYOUT_OPS:
+            frontier += [(node, user) for user in node.users]
+    return None
 
 
 def _pin_attention(blocks: list[AttentionBlock], placeholders: dict[str, Any], env: dict) -> None:

@@ -7,7 +7,7 @@ gathered from one module per operator family:
 
 * :mod:`.pointwise` -- activations, arithmetic, softmax, dropout, tensor factories;
 * :mod:`.reductions` -- pooling, resampling, sums and maxima over axes;
-* :mod:`.shapes` -- reshapes, transposes, slices, padding, concatenation;
+* :mod:`.shapes` -- reshapes, transposes, slices, selections, padding, concatenation;
 * :mod:`.contractions` -- matrix products, convolutions, embeddings;
 * :mod:`.normalization` -- BatchNorm, GroupNorm, LayerNorm.
 """
