@@ -9,7 +9,10 @@ hidden units of a Linear/Conv layer are created by its weight and everything tha
 (biases, normalisation parameters and running statistics, the next layer's input axis,
 residual additions, flatten boundaries, channel padding and concatenation) is tied to them.
 What cannot commute with a permutation raises :class:`PermutationError` naming the
-operation (``strict=True``) or pins the units it touches (``strict=False``).
+operation (``strict=True``) or pins the units it touches (``strict=False``); an operation
+without a rule that no hidden units reach (mask and position computations) is a constant.
+Multi-head attention blocks (:mod:`.attention`) are declared by module structure: the trace
+pins their projections' unit axes and their head and within-head groups are added.
 
 Reference: Ainsworth, Hayase & Srinivasa (2023), Git Re-Basin, section 3 (permutation
 symmetry of hidden units) and Appendix A (permutation specifications).
@@ -116,6 +119,14 @@ def discover(module: nn.Module, example: torch.Tensor, *, strict: bool = True) -
     Returns
     -------
     PermutationSpec
+        The traced groups, then three groups per attention block (heads, query/key and
+        value/output dimensions; :func:`~.attention.attention_groups`).
+
+    Raises
+    ------
+    PermutationError
+        If the model cannot be traced, (``strict``) an operation does not commute with a
+        permutation, or an attention block cannot be permuted (grouped-query attention).
     """
     graph, names = trace(module, example)
     placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
