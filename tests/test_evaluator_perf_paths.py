@@ -13,7 +13,7 @@ from torch import nn
 from torch.func import functional_call
 
 from landscape import Evaluator
-from landscape.evaluation import strategies as strategies_module
+from landscape.evaluation import point_strategies as strategies_module
 from landscape.space.params import ParameterSpace
 from landscape.space.points import PointSet
 

@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from landscape import Evaluator, interpolate, plane
-from landscape.evaluation.class_major import ClassMetrics
+from landscape.evaluation.class_major_scoring import ClassMetrics
 from landscape.space.params import ParameterSpace
 
 from conftest import N_DIGITS, float32_tolerance, make_mlp, seeded_init_

@@ -6,8 +6,8 @@ the host once per chunk. Losses are sums over samples divided by the sample coun
 
 The pieces, one module each: options (:mod:`.options`), losses (:mod:`.losses`), scoring of a
 batch (:mod:`.scoring`), BatchNorm modes (:mod:`.batchnorm`), the loop and vmap strategies
-(:mod:`.strategies`), the exact CPU shortcuts (:mod:`.input_layer`, :mod:`.class_major`),
-memory budgets (:mod:`.memory`), the cached fill loop (:mod:`.resumable`) and sharded
+(:mod:`.point_strategies`), the exact CPU shortcuts (:mod:`.input_layer_shortcut`, :mod:`.class_major_scoring`),
+memory budgets (:mod:`.memory`), the cached fill loop (:mod:`.point_filling`) and sharded
 evaluation over workers (:mod:`.sharded`).
 
 ``strategy="auto"`` uses the loop on CPU (vmap is measured 2.5-5x slower there) and elsewhere
@@ -35,18 +35,18 @@ from ..infra.errors import BatchNormWarning, ConfigError, DataError
 from ..results import Metrics
 from ..space.params import ModelLike, ParameterSpace, vector_digest
 from ..space.points import PointSet, check_headroom
-from . import strategies
+from . import point_strategies
 from .batchnorm import BatchNormModes
-from .class_major import ClassMetrics
+from .chunk_runner import ChunkRunner
+from .class_major_scoring import ClassMetrics
 from .data import DeviceData, check_targets, prepare_data
 from .inputs import BatchFn, ModelInputs, describe, functional_forward, leading
 from .losses import loss_identity
 from .memory import activation_bytes, default_budget, fitting_chunk
 from .options import EvaluatorOptions
-from .resumable import fill_points
-from .runner import ChunkRunner
+from .point_filling import fill_points
+from .point_strategies import LoopStrategy, private_copy
 from .scoring import Scorer, scoring_plan, select_output
-from .strategies import LoopStrategy, private_copy
 
 ALGORITHM_VERSION = "evaluator-2"
 
@@ -181,7 +181,7 @@ class Evaluator:
     def measure_strategies(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
         """Time loop and vmap on the first points of ``vecs`` and keep the faster.
 
-        See :meth:`.runner.ChunkRunner.measure_strategies`.
+        See :meth:`.chunk_runner.ChunkRunner.measure_strategies`.
 
         Parameters
         ----------
@@ -228,7 +228,7 @@ class Evaluator:
         for _, yb in self.batches:
             check_targets(out, yb, self.loss_name)
         return scoring_plan(out, self.batches, self.num_samples, self.device, self.loss_name, self.compile,
-                            strategies.CONCAT_OUTPUT_BYTES, self.options.metric)
+                            point_strategies.CONCAT_OUTPUT_BYTES, self.options.metric)
 
     def fingerprint(self) -> dict[str, Any]:
         """Everything about this evaluator that determines a metric value.

@@ -3,7 +3,7 @@
 A :class:`Scorer` turns a batch of outputs into ``(summed loss in float64, summed metric)``
 (:mod:`.losses`, :mod:`.metrics`): cross-entropy is summed inside the kernel, other losses per
 sample; on CPU the eager loop may score class-major logits with
-:class:`~landscape.evaluation.class_major.ClassMetrics`.
+:class:`~landscape.evaluation.class_major_scoring.ClassMetrics`.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..infra.errors import DataError
-from .class_major import ClassMetrics
+from .class_major_scoring import ClassMetrics
 from .losses import Loss, resolve_loss
 from .metrics import Metric, resolve_metric
 from .options import OutputSelector

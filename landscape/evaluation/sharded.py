@@ -26,7 +26,7 @@ from ..infra.parallel import Backend, as_backend, current_device, iter_shards, r
 from ..space.points import PointSet
 from .inputs import map_tensors
 from .options import EvaluatorOptions
-from .resumable import contiguous_run, fill_points
+from .point_filling import contiguous_run, fill_points
 
 if TYPE_CHECKING:  # the evaluator imports this module for its back ends; the class travels in the spec
     from .evaluator import Evaluator

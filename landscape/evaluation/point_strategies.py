@@ -5,8 +5,8 @@
   ``copy_`` and the module is called directly, so a point costs about as much as plain forward
   passes (``functional_call`` per batch cost about 2x that for a small MLP on CPU). On CPU with
   cross-entropy the output ``Linear`` returns class-major logits scored along the samples
-  (:mod:`~landscape.evaluation.class_major`); the input-layer expansion
-  (:mod:`~landscape.evaluation.input_layer`) plugs into the same copy.
+  (:mod:`~landscape.evaluation.class_major_scoring`); the input-layer expansion
+  (:mod:`~landscape.evaluation.input_layer_shortcut`) plugs into the same copy.
 * :class:`VmapStrategy` -- a chunk of stacked points at once through ``torch.func.vmap`` over
   ``functional_call``: much faster for small models on a GPU, slower on CPU.
 
@@ -24,8 +24,8 @@ from torch.func import vmap
 
 from ..infra.errors import ConfigError
 from ..space.params import ParameterSpace
-from .class_major import install_class_major_head
-from .input_layer import InputLayerShortcut
+from .class_major_scoring import install_class_major_head
+from .input_layer_shortcut import InputLayerShortcut
 from .inputs import ModelInputs, call_model
 from .options import OutputSelector
 from .scoring import Scorer, select_output

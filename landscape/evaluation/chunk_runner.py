@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from ..space.points import PointSet
-from .input_layer import InputLayerShortcut
+from .input_layer_shortcut import InputLayerShortcut
 from .memory import default_budget, is_out_of_memory
-from .resumable import contiguous_run
-from .strategies import LoopStrategy, VmapStrategy
+from .point_filling import contiguous_run
+from .point_strategies import LoopStrategy, VmapStrategy
 
 
 class ChunkRunner:
