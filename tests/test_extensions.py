@@ -1,6 +1,6 @@
 """Every extension point is one file.
 
-A throw-away alignment method, result type, figure and command-line command, each written to a temporary
+A throw-away alignment method, curvature kind, result type, figure and command-line command, each written to a temporary
 module in a folder appended to its package's path, are found by the registry and used by the
 public functions; the registry's rules and messages. (The throw-away FL algorithm is in
 tests/test_fl_registry.py.)
@@ -17,11 +17,13 @@ import torch
 
 import figures
 import landscape.alignment
+import landscape.curvature
 import landscape.results
 import landscape_cli.commands
 from figures.registry import FIGURES
 from landscape import ConfigError
 from landscape.alignment.matchers import MATCHERS
+from landscape.curvature.registry import OPERATOR_KINDS
 from landscape.infra.registry import Registry
 from landscape.results.base import RESULT_TYPES, result_type
 
@@ -86,6 +88,20 @@ FIGURE = textwrap.dedent('''
     FIGURES.add("echo-test", FigureKind((result_type("EchoTestResult"),), echo_figure, echo_plotly))
 ''')
 
+KIND = textwrap.dedent('''
+    """Twice the Hessian (a throw-away curvature kind)."""
+    from landscape.curvature.operators import HessianOperator
+    from landscape.curvature.registry import operator_kind
+
+
+    @operator_kind("double-hessian-test")
+    class DoubleHessian(HessianOperator):
+        """``2 H``."""
+
+        def matvec(self, v):
+            return 2 * super().matvec(v)
+''')
+
 COMMAND = textwrap.dedent('''
     """``landscape hello-test``: prints a greeting (a throw-away command)."""
     from landscape_cli.commands import COMMANDS
@@ -115,6 +131,7 @@ def plugin(tmp_path, monkeypatch):
     for package, name in added:
         sys.modules.pop(f"{package}.{name}", None)
     MATCHERS.remove("stay-test")
+    OPERATOR_KINDS.remove("double-hessian-test")
     FIGURES.remove("echo-test")
     RESULT_TYPES.remove("EchoTestResult")
     landscape_cli.commands.COMMANDS.remove("hello-test")
@@ -138,6 +155,22 @@ def test_a_result_type_file_is_found_by_a_cache_read(plugin, tmp_path) -> None:
     cache.save_result("echo", cls(values=np.arange(3.0), spec={"kind": "echo"}))
     back = cache.load_result("echo")
     assert type(back) is cls and np.array_equal(back.values, np.arange(3.0))
+
+
+def test_a_curvature_kind_file_is_found_by_kind(plugin) -> None:
+    from torch import nn
+
+    import landscape
+
+    plugin(landscape.curvature, "double_hessian_test", KIND)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    ev = landscape.Evaluator(model, (torch.randn(30, 3), torch.randint(0, 2, (30,))))
+    plain = landscape.hessian_eigenvalues(model, ev, k=2, tol=1e-8, max_iter=200)
+    double = landscape.hessian_eigenvalues(model, ev, k=2, tol=1e-8, max_iter=200, kind="double-hessian-test")
+    np.testing.assert_allclose(np.asarray(double), 2 * np.asarray(plain), rtol=1e-5)
+    eigen = landscape.hessian_eigen(model, ev, kind="double-hessian-test", tol=1e-8)
+    assert eigen.spec["operator"] == "double-hessian-test"
 
 
 def test_a_figure_file_is_found_by_draw(plugin) -> None:
