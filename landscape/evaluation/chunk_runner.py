@@ -132,7 +132,8 @@ class ChunkRunner:
         """Whether the input-layer expansion is worth its set-up for ``points``.
 
         Enabled, applicable (loop strategy, tensor inputs, no autocast, compile or output
-        selector) and at least ``4 (k + 1)`` points. Decided from the whole set, never from which of its
+        selector, full-size directions rather than a parameter subset's) and at least
+        ``4 (k + 1)`` points. Decided from the whole set, never from which of its
         points are missing, so an interrupted, resumed or sharded evaluation computes every
         point on the same code path as an uninterrupted one (bit-identical results).
 
@@ -147,7 +148,7 @@ class ChunkRunner:
         """
         opts = self.ev.options
         k = points.directions.shape[0]
-        return bool(opts.input_shortcut and self.strategy != "vmap" and opts.autocast is None
+        return bool(opts.input_shortcut and self.strategy != "vmap" and opts.autocast is None and points.index is None
                     and isinstance(self.ev.batches[0][0], torch.Tensor)
                     and opts.compile is False and opts.output is None and len(points) >= 4 * (k + 1))
 

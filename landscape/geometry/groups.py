@@ -13,11 +13,13 @@ from ..results.barriers import group_accuracy_barrier, group_loss_barrier, norma
 from ..results.group_size import GroupSizeResult
 from ..space.params import ModelLike
 from ..space.points import PointSet
+from ..space.subsets import ParamsLike, restrict_models
 from .options import GroupOptions
 
 
 def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
-                  weights: Sequence[float] | np.ndarray | None = None, align: str | None = None) -> GroupResult:
+                  weights: Sequence[float] | np.ndarray | None = None, align: str | None = None,
+                  params: ParamsLike = None) -> GroupResult:
     """Barrier of the fused model ``sum_i mu_i w_i`` against the members' weighted metrics.
 
     ``mu`` is uniform (the paper) unless ``weights`` are given (normalised to sum to one, e.g.
@@ -36,6 +38,10 @@ def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
         ``None``, ``"weight"`` or ``"activation"``: first permute every member's hidden units to
         match the first member (:func:`landscape.alignment.align`), then fuse: the group
         barrier "modulo permutation". The unaligned barriers are kept in ``spec["unaligned"]``.
+    params
+        Parameter subset that is fused (``None``: every entry; ``"trainable"``; or ``fnmatch``
+        patterns, :mod:`landscape.space.subsets`). The rest stays at the first member, and every
+        member must equal it there; ``spec["params"]`` records the subset.
 
     Returns
     -------
@@ -46,7 +52,8 @@ def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
     Raises
     ------
     ConfigError
-        If there are fewer than two models.
+        If there are fewer than two models, ``params`` matches nothing or is combined with
+        ``align``, or a member differs from the first outside ``params``.
     ValueError
         If the weights are not one finite, non-negative number per model, not all zero.
     """
@@ -56,6 +63,8 @@ def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
     evaluator.warn_interpolated_batchnorm()
     mu = normalise_weights(weights, len(vecs))
     spec: dict = {"kind": "group", "evaluator": evaluator.fingerprint()}
+    if params is not None and align is not None:
+        raise ConfigError("align permutes the whole model and params= fuses a subset: pass one of them")
     if align is not None:
         from ..alignment.align import aligned_vector
 
@@ -64,9 +73,15 @@ def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
                                             "accuracy_barrier": before.accuracy_barrier})
         vecs = torch.stack([vecs[0]] + [aligned_vector(v, to=vecs[0], evaluator=evaluator, method=align)
                                         for v in vecs[1:]])
-    fused = torch.from_numpy(mu) @ vecs
-    loss, acc = evaluator.evaluate_points(PointSet.explicit(torch.cat([vecs, fused[None]])),
-                                          reference=vecs[0], label="group")
+    sub, local = restrict_models(evaluator.space, params, list(vecs), [f"member {i}" for i in range(len(vecs))])
+    local = torch.stack(local)
+    points = PointSet.explicit(torch.cat([local, (torch.from_numpy(mu) @ local)[None]]))
+    if sub is not None:  # the members' subset entries written into the first member's other entries
+        base = vecs[0].clone()
+        base[sub.index] = 0.0
+        points = PointSet(base, points.directions, points.coeffs, sub.index)
+        spec["params"] = sub.spec()
+    loss, acc = evaluator.evaluate_points(points, reference=vecs[0], label="group")
     warn_nonfinite("group barrier", loss, [f"member {i}" for i in range(len(vecs))] + ["the fused model"])
     return GroupResult(weights=mu, member_loss=loss[:-1], member_accuracy=acc[:-1],
                        fused_loss=float(loss[-1]), fused_accuracy=float(acc[-1]), spec=spec)

@@ -18,6 +18,7 @@ from ..results import BarrierMatrix, PathResult
 from ..results.barriers import warn_nonfinite
 from ..space.params import ModelLike
 from ..space.points import PointSet
+from ..space.subsets import ParamsLike, restrict_models
 from .adaptive import ADAPTIVE, adaptive_search, search_tolerance
 
 #: What a path function's ``alphas`` accepts: a count, the values, or ``"adaptive"``.
@@ -58,7 +59,7 @@ def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:
 
 
 def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *, alphas: AlphasLike = 21,
-                align: str | None = None, tol: float | None = None) -> PathResult:
+                align: str | None = None, tol: float | None = None, params: ParamsLike = None) -> PathResult:
     """Loss and accuracy along the straight line from ``a`` (alpha=0) to ``b`` (alpha=1).
 
     The model at alpha is ``(1 - alpha) a + alpha b``; the barriers of FedGuCci Eq. 3/4 are
@@ -85,6 +86,11 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *, alphas: Alp
     tol
         Only with ``alphas="adaptive"`` (default 1e-3): tolerance on both barrier values, in
         their units (loss; relative accuracy drop).
+    params
+        Parameter subset that moves (``None``: every entry; ``"trainable"``: the parameters with
+        ``requires_grad=True``, e.g. a LoRA adapter; or ``fnmatch`` patterns of parameter names,
+        :mod:`landscape.space.subsets`). The rest stays at ``a``, and ``b`` must equal ``a``
+        there; ``spec["params"]`` records the subset.
 
     Returns
     -------
@@ -96,8 +102,9 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *, alphas: Alp
     Raises
     ------
     ConfigError
-        If the grid is invalid, ``alphas`` is another string than ``"adaptive"``, or ``tol`` is
-        not above 0 or is given with a fixed grid.
+        If the grid is invalid, ``alphas`` is another string than ``"adaptive"``, ``tol`` is
+        not above 0 or is given with a fixed grid, ``params`` matches nothing or is combined
+        with ``align``, or ``b`` differs from ``a`` outside ``params``.
     ArchitectureMismatchError
         If an endpoint does not fit the evaluator's model.
 
@@ -133,6 +140,12 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *, alphas: Alp
     evaluator.warn_interpolated_batchnorm()
     va, vb = evaluator.vector(a), evaluator.vector(b)
     spec: dict = {"kind": "path", "evaluator": evaluator.fingerprint()}
+    sub, _ = restrict_models(evaluator.space, params, [va, vb], ["model a", "model b"])
+    index = None if sub is None else sub.index
+    if sub is not None:
+        if align is not None:
+            raise ConfigError("align permutes the whole model and params= moves a subset: pass one of them")
+        spec["params"] = sub.spec()
     if tol is not None:
         spec.update(alphas=ADAPTIVE, tol=tol)
     if align is not None:
@@ -144,7 +157,7 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *, alphas: Alp
         vb = aligned_vector(vb, to=va, evaluator=evaluator, method=align)
 
     def evaluate(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return evaluator.evaluate_points(PointSet.line(va, vb, torch.from_numpy(points)), reference=va,
+        return evaluator.evaluate_points(PointSet.line(va, vb, torch.from_numpy(points), index), reference=va,
                                          label="path")
 
     search: dict = {}

@@ -9,6 +9,9 @@
   direction orthogonalised; its span a number or ``"auto"`` (:mod:`landscape.geometry.span`).
 * :func:`pca_plane` spanned by the top two principal directions of a trajectory of
   checkpoints around its last point (Li et al. 2018, Sec. 7).
+
+Each takes ``params=`` (:mod:`landscape.space.subsets`): only the selected parameters move, the
+directions have the subset's length, and the rest stays at the origin model.
 """
 from __future__ import annotations
 
@@ -19,83 +22,17 @@ import torch
 
 from ..evaluation.evaluator import Evaluator
 from ..infra.errors import ConfigError
-from ..infra.host_memory import check_fits, points_bytes
 from ..results import PlaneResult
 from ..space.params import ModelLike, ParameterSpace
-from ..space.points import PointSet
+from ..space.subsets import ParamsLike, Subspace, restrict_models
+from .grids import evaluate_grid, grid_axis
 from .options import NORMALIZATIONS, check_margin
 from .span import AUTO, auto_span, check_span
 
 
-def grid_axis(lo: float, hi: float, resolution: int) -> np.ndarray:
-    """``resolution`` evenly spaced coordinates on ``[lo, hi]``, refused if the grid will not fit.
-
-    Parameters
-    ----------
-    lo, hi
-        The ends of the axis.
-    resolution
-        Number of coordinates (at least 2); the square grid of ``resolution ** 2`` points must
-        fit in host memory.
-
-    Returns
-    -------
-    numpy.ndarray
-        The coordinates, float64.
-
-    Raises
-    ------
-    ConfigError
-        ``resolution < 2``, or a grid larger than host memory allows.
-    """
-    if resolution < 2:
-        raise ConfigError("resolution must be at least 2")
-    check_fits(points_bytes(int(resolution) ** 2), f"a plane of resolution={int(resolution):,} "
-               f"({int(resolution) ** 2:,} points)", advice="choose a smaller resolution")
-    return np.linspace(lo, hi, int(resolution))
-
-
-def evaluate_grid(evaluator: Evaluator, origin: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
-                  xs: np.ndarray, ys: np.ndarray, models: Mapping[str, Sequence[float]],
-                  spec: dict) -> PlaneResult:
-    """Loss and accuracy at ``origin + x u + y v`` for every ``x`` in ``xs`` and ``y`` in ``ys``.
-
-    Parameters
-    ----------
-    evaluator
-        Evaluates each grid point (``origin`` is the BatchNorm reference).
-    origin, u, v
-        Flat float64 vectors of the evaluator's space.
-    xs, ys
-        The grid's coordinates along ``u`` and ``v``.
-    models
-        Label -> ``(x, y)`` of the models placed in the plane.
-    spec
-        What defines the plane (``kind`` and options); the evaluator's fingerprint and strategy
-        are added.
-
-    Returns
-    -------
-    PlaneResult
-        ``(len(ys), len(xs))`` loss and accuracy (row = y, column = x).
-    """
-    evaluator.warn_interpolated_batchnorm()
-    gx, gy = np.meshgrid(xs, ys)  # row = y, column = x
-    coeffs = torch.from_numpy(np.stack([gx.ravel(), gy.ravel()], axis=1))
-    points = PointSet(origin, torch.stack([u, v]), coeffs)
-    loss, acc = evaluator.evaluate_points(points, reference=origin, label="plane")
-    space = evaluator.space
-    return PlaneResult(
-        x=xs, y=ys, loss=loss.reshape(len(ys), len(xs)), accuracy=acc.reshape(len(ys), len(xs)),
-        origin=origin.double().numpy(), u=u.double().numpy(), v=v.double().numpy(),
-        param_mask=space.param_mask.numpy(), models={k: [float(c) for c in xy] for k, xy in models.items()},
-        layout=[[e.name, e.offset, e.numel] for e in space.entries],
-        spec={**spec, "evaluator": evaluator.fingerprint(), "strategy": evaluator.strategy})
-
-
 def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: Evaluator, *, resolution: int = 21,
           margin: float = 0.2, labels: Sequence[str] = ("a", "b", "c"),
-          extra: Mapping[str, ModelLike] | None = None) -> PlaneResult:
+          extra: Mapping[str, ModelLike] | None = None, params: ParamsLike = None) -> PlaneResult:
     """Loss and accuracy on the plane through three models.
 
     The grid covers the bounding box of the three models' coordinates (and of ``extra``
@@ -119,6 +56,9 @@ def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: Evaluator, *, res
         Names of ``a``, ``b`` and ``c`` in the result's ``models``.
     extra
         Further models (name -> model-like) to project onto the plane and place on the figure.
+    params
+        Parameter subset that moves (``None``: every entry; ``"trainable"``; or ``fnmatch``
+        patterns, :mod:`landscape.space.subsets`); the rest stays at ``a``, and ``b``, ``c`` must equal ``a`` there.
 
     Returns
     -------
@@ -130,11 +70,14 @@ def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: Evaluator, *, res
     ------
     ConfigError
         If ``a`` and ``b`` are identical, the three models are collinear (up to float32
-        rounding), ``resolution < 2`` or ``margin`` is outside ``[0, MAX_MARGIN]``.
+        rounding), ``resolution < 2``, ``margin`` is outside ``[0, MAX_MARGIN]``, or ``b`` or
+        ``c`` differs from ``a`` outside ``params``.
     """
     check_margin(margin)
-    space = evaluator.space
-    va, vb, vc = (evaluator.vector(m) for m in (a, b, c))
+    base = evaluator.vector(a)
+    sub, (va, vb, vc) = restrict_models(evaluator.space, params, [base, evaluator.vector(b), evaluator.vector(c)],
+                                        labels)
+    space = sub or evaluator.space
     db, dc = vb - va, vc - va
     nb = float(space.norm(db))
     if nb == 0.0:
@@ -149,17 +92,18 @@ def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: Evaluator, *, res
     v = w / nw
     coords = {labels[0]: (0.0, 0.0), labels[1]: (nb, 0.0), labels[2]: (proj, nw)}
     for label, model in (extra or {}).items():
-        d = evaluator.vector(model) - va
+        vec = evaluator.vector(model)
+        d = (vec if sub is None else sub.restrict(vec)) - va
         coords[label] = (float(space.dot(d, u)), float(space.dot(d, v)))
     xs_, ys_ = np.array([p[0] for p in coords.values()]), np.array([p[1] for p in coords.values()])
     wx, wy = xs_.max() - xs_.min(), ys_.max() - ys_.min()
     xs = grid_axis(xs_.min() - margin * wx, xs_.max() + margin * wx, resolution)
     ys = grid_axis(ys_.min() - margin * wy, ys_.max() + margin * wy, resolution)
-    return evaluate_grid(evaluator, va, u, v, xs, ys, coords,
-                         {"kind": "plane", "resolution": resolution, "margin": margin})
+    return evaluate_grid(evaluator, base, u, v, xs, ys, coords,
+                         {"kind": "plane", "resolution": resolution, "margin": margin}, sub)
 
 
-def random_direction(space: ParameterSpace, center: torch.Tensor, generator: torch.Generator, *,
+def random_direction(space: ParameterSpace | Subspace, center: torch.Tensor, generator: torch.Generator, *,
                      normalization: str = "filter", ignore_bias_and_norm: bool = True) -> torch.Tensor:
     """Gaussian direction scaled per filter (or per tensor) to the norm of ``center``'s weights.
 
@@ -168,7 +112,8 @@ def random_direction(space: ParameterSpace, center: torch.Tensor, generator: tor
     Parameters
     ----------
     space
-        Layout of the flat vectors.
+        Layout of the flat vectors (a :class:`~landscape.space.subsets.Subspace` for a
+        direction of a parameter subset's length).
     center
         Flat vector whose weight norms scale the direction.
     generator
@@ -200,7 +145,7 @@ def random_direction(space: ParameterSpace, center: torch.Tensor, generator: tor
                                ignore_bias_and_norm=ignore_bias_and_norm)
 
 
-def normalize_direction(space: ParameterSpace, direction: torch.Tensor, center: torch.Tensor, *,
+def normalize_direction(space: ParameterSpace | Subspace, direction: torch.Tensor, center: torch.Tensor, *,
                         normalization: str = "filter", ignore_bias_and_norm: bool = True) -> torch.Tensor:
     """``direction`` scaled per filter (or per tensor) to the norm of ``center``'s weights.
 
@@ -247,7 +192,8 @@ def normalize_direction(space: ParameterSpace, direction: torch.Tensor, center: 
 
 def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 21, span: float | str = 1.0,
                  normalization: str = "filter", seed: int = 0, ignore_bias_and_norm: bool = True,
-                 orthogonalize: bool = False, extra: Mapping[str, ModelLike] | None = None) -> PlaneResult:
+                 orthogonalize: bool = False, extra: Mapping[str, ModelLike] | None = None,
+                 params: ParamsLike = None) -> PlaneResult:
     """Loss and accuracy on ``center + x d1 + y d2``, x and y in [-span, span] (Li et al. 2018).
 
     Coordinates are in units of the (filter-normalised) directions, not of parameter norm.
@@ -277,6 +223,10 @@ def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 2
         Make ``d2`` orthogonal to ``d1`` (over parameters), keeping its norm.
     extra
         Further models (name -> model-like) to project onto the plane.
+    params
+        Parameter subset that moves (``None``: every entry; ``"trainable"``; or ``fnmatch``
+        patterns, :mod:`landscape.space.subsets`); the rest stays at ``center``; the
+        directions (filter-normalised per selected tensor) have the subset's length.
 
     Returns
     -------
@@ -307,8 +257,9 @@ def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 2
     True
     """
     half_width = check_span(span)
-    space = evaluator.space
-    vc = evaluator.vector(center)
+    base = evaluator.vector(center)
+    sub, (vc,) = restrict_models(evaluator.space, params, [base], ["center"])
+    space = sub or evaluator.space
     gen = torch.Generator().manual_seed(seed)
     d1 = random_direction(space, vc, gen, normalization=normalization, ignore_bias_and_norm=ignore_bias_and_norm)
     d2 = random_direction(space, vc, gen, normalization=normalization, ignore_bias_and_norm=ignore_bias_and_norm)
@@ -322,20 +273,20 @@ def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 2
     rule = {}
     if half_width == AUTO:
         grid_axis(-1.0, 1.0, resolution)  # refuse a bad resolution before evaluating the probes
-        half_width, found = auto_span(evaluator, vc, d1, d2)
+        half_width, found = auto_span(evaluator, base, d1, d2, None if sub is None else sub.index)
         rule = {"span_rule": found}
     xs = grid_axis(-half_width, half_width, resolution)
     models = {"center": (0.0, 0.0)}
-    result = evaluate_grid(evaluator, vc, d1, d2, xs, xs.copy(), models,
+    result = evaluate_grid(evaluator, base, d1, d2, xs, xs.copy(), models,
                            {"kind": "random_plane", "resolution": resolution, "span": half_width,
                             "normalization": normalization, "seed": seed,
                             "ignore_bias_and_norm": ignore_bias_and_norm, "orthogonalize": orthogonalize,
-                            **rule})
+                            **rule}, sub)
     return result.with_models(**dict(extra or {}))
 
 
 def pca_plane(trajectory: Sequence[ModelLike], evaluator: Evaluator, *, resolution: int = 21,
-              margin: float = 0.2) -> PlaneResult:
+              margin: float = 0.2, params: ParamsLike = None) -> PlaneResult:
     """Plane of the top two principal directions of ``trajectory - trajectory[-1]`` (parameters only).
 
     The grid covers the projected trajectory, widened by ``margin``; the trajectory's points
@@ -354,6 +305,10 @@ def pca_plane(trajectory: Sequence[ModelLike], evaluator: Evaluator, *, resoluti
     margin
         Widening of the trajectory's bounding box on each side, as a fraction of its width, in
         ``[0, MAX_MARGIN]``.
+    params
+        Parameter subset that moves (``None``: every entry; ``"trainable"``; or ``fnmatch``
+        patterns, :mod:`landscape.space.subsets`); the rest stays at the last checkpoint, and
+        the others must equal it there.
 
     Returns
     -------
@@ -365,13 +320,19 @@ def pca_plane(trajectory: Sequence[ModelLike], evaluator: Evaluator, *, resoluti
     ------
     ConfigError
         If the trajectory has fewer than three checkpoints or spans fewer than two dimensions,
-        ``resolution < 2`` or ``margin`` is outside ``[0, MAX_MARGIN]``.
+        ``resolution < 2``, ``margin`` is outside ``[0, MAX_MARGIN]``, or a checkpoint differs
+        from the last outside ``params``.
     """
     check_margin(margin)
-    space = evaluator.space
-    vecs = torch.stack([evaluator.vector(m) for m in trajectory])
-    if len(vecs) < 3:
+    full = [evaluator.vector(m) for m in trajectory]
+    if len(full) < 3:
         raise ConfigError("PCA directions need a trajectory of at least three checkpoints")
+    base = full[-1]
+    sub, local = restrict_models(evaluator.space, params, full[::-1],
+                                 [f"step {i}" for i in reversed(range(len(full)))])
+    del full
+    space = sub or evaluator.space
+    vecs = torch.stack(local[::-1])
     center = vecs[-1]
     mask = space.param_mask
     diffs = (vecs - center)[:, mask]
@@ -389,6 +350,6 @@ def pca_plane(trajectory: Sequence[ModelLike], evaluator: Evaluator, *, resoluti
     xs = grid_axis(xs_.min() - margin * wx, xs_.max() + margin * wx, resolution)
     ys = grid_axis(ys_.min() - margin * wy, ys_.max() + margin * wy, resolution)
     explained = (evals[order] / evals.clamp_min(0).sum()).tolist()
-    return evaluate_grid(evaluator, center, dirs[0], dirs[1], xs, ys, coords,
+    return evaluate_grid(evaluator, base, dirs[0], dirs[1], xs, ys, coords,
                          {"kind": "pca_plane", "resolution": resolution, "margin": margin,
-                          "explained_variance": explained})
+                          "explained_variance": explained}, sub)

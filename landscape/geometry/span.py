@@ -133,7 +133,7 @@ def choose_span(distances: np.ndarray, rise: np.ndarray, needed: float) -> tuple
 
 
 def auto_span(evaluator: Evaluator, centre: torch.Tensor, u: torch.Tensor,
-              v: torch.Tensor) -> tuple[float, dict[str, Any]]:
+              v: torch.Tensor, index: torch.Tensor | None = None) -> tuple[float, dict[str, Any]]:
     """The span of the module's rule for the plane ``centre + x u + y v``, and its probes.
 
     Parameters
@@ -143,7 +143,9 @@ def auto_span(evaluator: Evaluator, centre: torch.Tensor, u: torch.Tensor,
     centre
         Flat vector of the centre model.
     u, v
-        The plane's two directions (flat vectors).
+        The plane's two directions (flat vectors; of a parameter subset's length with ``index``).
+    index
+        Positions in ``centre`` of a parameter subset that ``u`` and ``v`` move (None: all).
 
     Returns
     -------
@@ -160,7 +162,7 @@ def auto_span(evaluator: Evaluator, centre: torch.Tensor, u: torch.Tensor,
     distances = np.array(PROBE_DISTANCES)
     axes = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
     coeffs = np.concatenate([[[0.0, 0.0]], (distances[:, None, None] * axes[None]).reshape(-1, 2)])
-    points = PointSet(centre, torch.stack([u, v]), torch.from_numpy(coeffs))
+    points = PointSet(centre, torch.stack([u, v]), torch.from_numpy(coeffs), index)
     loss, _ = evaluator.evaluate_points(points, reference=centre, label="span probes")
     centre_loss = float(loss[0])
     if not math.isfinite(centre_loss):

@@ -52,19 +52,26 @@ def check_headroom(vec: torch.Tensor, dtype: torch.dtype, source: str) -> None:
 class PointSet:
     """Points ``origin + coeffs[i] @ directions`` (coeffs (P, k), directions (k, D)).
 
+    With ``index`` (a parameter subset, :mod:`landscape.space.subsets`), the directions have
+    the subset's length S and move only the entries ``index`` of the full-size ``origin``:
+    point i is ``origin`` with ``origin[index] + coeffs[i] @ directions`` written at ``index``.
+
     Attributes
     ----------
     origin
-        Flat vector ``(D,)`` shared by every point.
+        Flat vector ``(D,)`` shared by every point (full size).
     directions
-        ``(k, D)`` directions (one row each).
+        ``(k, D)`` directions (one row each), or ``(k, S)`` with ``index``.
     coeffs
         ``(P, k)`` coefficients of the P points (float64).
+    index
+        None (the directions are full size), or the ``(S,)`` int64 positions the directions move.
     """
 
     origin: torch.Tensor
     directions: torch.Tensor
     coeffs: torch.Tensor
+    index: torch.Tensor | None = None
 
     @staticmethod
     def explicit(vectors: torch.Tensor) -> "PointSet":
@@ -85,7 +92,8 @@ class PointSet:
                         torch.eye(p, dtype=torch.float64))
 
     @staticmethod
-    def line(a: torch.Tensor, b: torch.Tensor, alphas: torch.Tensor) -> "PointSet":
+    def line(a: torch.Tensor, b: torch.Tensor, alphas: torch.Tensor, index: torch.Tensor | None = None
+             ) -> "PointSet":
         """``(1 - alpha) a + alpha b`` for each alpha (the linear path of FedGuCci Eq. 3/4).
 
         Parameters
@@ -94,13 +102,16 @@ class PointSet:
             Flat vectors ``(D,)`` of the endpoints (alpha = 0 and alpha = 1).
         alphas
             Interpolation coefficients, any shape (flattened).
+        index
+            Positions of a parameter subset: only they move (``b`` is read there only).
 
         Returns
         -------
         PointSet
-            Origin ``a``, one direction ``b - a``, one coefficient per alpha.
+            Origin ``a``, one direction ``b - a`` (on ``index``), one coefficient per alpha.
         """
-        return PointSet(a, (b - a).unsqueeze(0), alphas.reshape(-1, 1).to(torch.float64))
+        diff = b - a if index is None else b[index] - a[index]
+        return PointSet(a, diff.unsqueeze(0), alphas.reshape(-1, 1).to(torch.float64), index)
 
     def __len__(self) -> int:
         return int(self.coeffs.shape[0])
@@ -129,14 +140,18 @@ class PointSet:
             ``(stop - start, D)`` flat vectors.
         """
         coeffs = self.coeffs[start:stop]
-        out = self.origin.to(device, dtype).expand(len(coeffs), -1).clone()
+        full = self.origin.to(device, dtype).expand(len(coeffs), -1).clone()
+        index = None if self.index is None else self.index.to(device)
+        out = full if index is None else full[:, index]
         dirs = self.directions.to(device, dtype)
         scales = coeffs.to(dtype).tolist()
         for row, (point, scale) in enumerate(zip(coeffs.tolist(), scales)):
             for k, c in enumerate(point):
                 if c:
                     out[row].add_(dirs[k] * scale[k])
-        return out
+        if index is not None:
+            full[:, index] = out
+        return full
 
     def rows(self, start: int, stop: int, *, keep_directions: bool = True) -> "PointSet":
         """Points ``start:stop`` of this set (a shard of it).
@@ -156,12 +171,12 @@ class PointSet:
         """
         coeffs = self.coeffs[start:stop]
         if keep_directions:
-            return PointSet(self.origin, self.directions, coeffs)
+            return PointSet(self.origin, self.directions, coeffs, self.index)
         used = (coeffs != 0).any(0)
-        return PointSet(self.origin, self.directions[used], coeffs[:, used])
+        return PointSet(self.origin, self.directions[used], coeffs[:, used], self.index)
 
     def digest(self) -> str:
-        """SHA-256 of the origin, directions and coefficients (names the set in caches and shards).
+        """SHA-256 of the origin, directions, coefficients and subset index (names the set in caches and shards).
 
         Returns
         -------
@@ -171,4 +186,6 @@ class PointSet:
         h = hashlib.sha256()
         for t in (self.origin, self.directions, self.coeffs):
             h.update(vector_digest(t).encode())
+        if self.index is not None:  # a subset's points never share a key with a full set's
+            h.update(b"subset:" + vector_digest(self.index).encode())
         return h.hexdigest()
