@@ -269,3 +269,38 @@ def test_vmap_and_loop_agree_on_dict_batches_with_attention_masks(tokens):
     np.testing.assert_allclose(results[1].loss, results[0].loss, rtol=1e-10)
     np.testing.assert_allclose(results[1].accuracy, results[0].accuracy, rtol=1e-12)
     assert results[0].loss[0] == pytest.approx(hand_causal_lm(a.double(), ids, labels, mask)[0], rel=1e-10)
+
+
+def _tiny_gpt2_pair() -> tuple[torch.nn.Module, torch.nn.Module]:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=32, n_positions=16, bos_token_id=0,
+                        eos_token_id=0)
+    torch.manual_seed(0)
+    a = GPT2LMHeadModel(config).eval()
+    torch.manual_seed(1)
+    return a, GPT2LMHeadModel(config).eval()
+
+
+def test_a_curve_between_language_models_trains_on_dict_batches() -> None:
+    """Garipov's curve on token data.
+
+    Untrained it is the line; trained on dict batches it equals training on the same tensors mapped by
+    batch_fn (dropout included: the training draws from its own seeded generator), and it lowers the
+    midpoint loss.
+    """
+    a, b = _tiny_gpt2_pair()
+    ids = torch.randint(0, 32, (24, 12), generator=torch.Generator().manual_seed(3))
+    labels = ids.clone()
+    labels[:, :3] = -100
+    rows = [{"input_ids": i, "labels": lab} for i, lab in zip(ids, labels)]
+    loader = torch.utils.data.DataLoader(rows, batch_size=8)
+    ev = landscape.Evaluator(a, loader, loss="causal_lm", progress=False)
+    line = landscape.curve(a, b, ev, train_data=loader, epochs=0, points=5)
+    np.testing.assert_allclose(line.loss, line.line_loss, rtol=1e-6)  # untrained: the straight segment
+    trained = landscape.curve(a, b, ev, train_data=loader, epochs=3, lr=0.5, batch_size=8, points=5)
+    mapped_ev = landscape.Evaluator(a, (ids, labels), loss="causal_lm", progress=False,
+                                    batch_fn=lambda batch: ({"input_ids": batch[0]}, batch[1]))
+    mapped = landscape.curve(a, b, mapped_ev, train_data=(ids, labels), epochs=3, lr=0.5, batch_size=8, points=5)
+    np.testing.assert_allclose(trained.knots, mapped.knots, rtol=1e-5, atol=1e-7)
+    assert trained.loss[2] < line.loss[2]  # training lowered the middle of the curve

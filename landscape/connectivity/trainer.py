@@ -17,12 +17,14 @@ import math
 from typing import Any, Callable
 
 import torch
-from torch.func import functional_call
 
 from landscape import ConfigError, Evaluator, TrainingDivergedError
 from landscape.evaluation.data import check_targets
 
 from ..evaluation.batches import all_pairs, minibatches
+from ..evaluation.inputs import functional_forward, map_tensors
+from ..evaluation.losses import resolve_loss
+from ..evaluation.scoring import select_output
 
 Sampler = Callable[[torch.Generator], torch.Tensor]
 
@@ -75,9 +77,10 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
         raise ConfigError("at least one knot must be trainable, and trainable needs one flag per knot")
     device, dtype, space = evaluator.device, evaluator.dtype, evaluator.space
     mask = space.param_mask.to(device)
-    x_all, y_all = all_pairs(data)
-    x_all = x_all.to(device, dtype if torch.is_floating_point(x_all) else x_all.dtype)
+    x_all, y_all = all_pairs(data, evaluator.batch_fn)
+    x_all = map_tensors(x_all, lambda t: t.to(device, dtype if torch.is_floating_point(t) else t.dtype))
     y_all = y_all.to(device)
+    loss_fn = resolve_loss(evaluator.options.loss)
     module = copy.deepcopy(evaluator.module).train()
     fixed = {k: v.to(device) for k, v in space.fixed.items()}
     base = knots.to(device, dtype)
@@ -87,34 +90,37 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
     gen = torch.Generator().manual_seed(seed)
     history = []
     settings = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay}
-    for epoch in range(epochs):
-        total, count = 0.0, 0
-        for xb, yb in minibatches(x_all, y_all, batch_size, gen):
-            coeffs = sampler(gen).to(device, dtype)
-            rows = base[train_idx].clone()
-            rows[:, mask] = free
-            point = coeffs[[i for i in range(len(base)) if not trainable[i]]] @ base[[not t for t in trainable]] \
-                + coeffs[train_idx] @ rows
-            tensors = space.unflatten(point)
-            state = {e.name: (tensors[e.name] if e.kind == "parameter" else tensors[e.name].detach().clone())
-                     for e in space.entries}
-            out = functional_call(module, {**fixed, **state}, (xb,), tie_weights=True)
-            if count == 0 and epoch == 0:
-                check_targets(out, y_all, evaluator.loss_name)
-            loss = evaluator.per_sample_loss(out, yb).mean()
-            if regulariser is not None:
-                loss = loss + regulariser(free)
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                raise TrainingDivergedError(what, epoch, ["loss"], settings)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += value * len(yb)
-            count += len(yb)
-        if not bool(torch.isfinite(free).all()):
-            raise TrainingDivergedError(what, epoch, ["weights"], settings)
-        history.append(total / max(count, 1))
+    # dropout draws from the global generator: a private, seeded one makes the training repeatable
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        for epoch in range(epochs):
+            total, count = 0.0, 0
+            for xb, yb in minibatches(x_all, y_all, batch_size, gen):
+                coeffs = sampler(gen).to(device, dtype)
+                rows = base[train_idx].clone()
+                rows[:, mask] = free
+                point = coeffs[[i for i in range(len(base)) if not trainable[i]]] @ base[[not t for t in trainable]] \
+                    + coeffs[train_idx] @ rows
+                tensors = space.unflatten(point)
+                state = {e.name: (tensors[e.name] if e.kind == "parameter" else tensors[e.name].detach().clone())
+                         for e in space.entries}
+                out = select_output(functional_forward(module, {**fixed, **state}, xb), evaluator.options.output)
+                if count == 0 and epoch == 0:
+                    check_targets(out, y_all, evaluator.loss_name)
+                loss = loss_fn.per_sample(out, yb).sum() / max(loss_fn.count(yb), 1)  # mean over counted targets
+                if regulariser is not None:
+                    loss = loss + regulariser(free)
+                value = float(loss.detach())
+                if not math.isfinite(value):
+                    raise TrainingDivergedError(what, epoch, ["loss"], settings)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                total += value * len(yb)
+                count += len(yb)
+            if not bool(torch.isfinite(free).all()):
+                raise TrainingDivergedError(what, epoch, ["weights"], settings)
+            history.append(total / max(count, 1))
     out_knots = knots.detach().double().cpu().clone()  # fixed knots exactly as given
     rows = out_knots[train_idx]
     rows[:, mask.cpu()] = free.detach().double().cpu()

@@ -103,6 +103,7 @@ class Evaluator:
         self.module = private_copy(module).to(self.device, self.dtype).eval()
         self.loss_name = loss_identity(opts.loss)
         self.bn = opts.bn
+        self.batch_fn = batch_fn  # also maps the batches of training data (curves) and alignment inputs
         self.data: DeviceData = prepare_data(data, self.device, self.dtype, opts.batch_size, batch_fn=batch_fn)
         self.batches = self.data.batches
         self.num_samples = self.data.num_samples
