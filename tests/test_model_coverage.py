@@ -56,8 +56,13 @@ def test_container_outputs_work_through_the_output_selector(kind, output):
 
 def test_container_outputs_without_a_selector_are_refused_naming_the_option():
     x, y = _data()
-    with pytest.raises(DataError, match=r"returns a dict with keys \['aux', 'logits'\].*output="):
-        Evaluator(Net("dict"), (x, y), device="cpu")
+    with pytest.raises(DataError, match=r"returns a tuple.*output="):
+        Evaluator(Net("tuple"), (x, y), device="cpu")
+    torch.manual_seed(0)
+    net = Net("dict")  # a dict (a Hugging Face ModelOutput) with "logits" is scored on them by default
+    default = interpolate(net, net, Evaluator(net, (x, y), device="cpu"), alphas=3)
+    chosen = interpolate(net, net, Evaluator(net, (x, y), device="cpu", output="logits"), alphas=3)
+    np.testing.assert_array_equal(default.loss, chosen.loss)
     with pytest.raises(DataError, match="output='nope' does not select"):
         Evaluator(Net("dict"), (x, y), device="cpu", output="nope")
 
