@@ -97,22 +97,30 @@ def test_products_and_top_eigenvalue_equal_one_process(problem):
     assert abs(spread.values[0] - top[0]) <= 2 * TOL * abs(top[0])
 
 
+def _new_children(before: set) -> list:
+    """Child processes started since ``before`` (other tests may keep a loky pool alive)."""
+    return [p for p in multiprocessing.active_children() if p not in before]
+
+
 def test_failed_worker_is_one_line_error_and_no_worker_survives():
     model, ev = _mlp_problem()
+    before = set(multiprocessing.active_children())
     with pytest.raises(DistributedError, match=r"^worker 1 of 2 failed: ValueError: rank one refuses$"):
         distributed_curvature(_fail_on_rank_one, model, ev, workers=WORKERS, timeout=TIMEOUT)
-    assert multiprocessing.active_children() == []
+    assert _new_children(before) == []
 
 
 def test_timeout_stops_every_worker():
     model, ev = _mlp_problem()
+    before = set(multiprocessing.active_children())
     with pytest.raises(DistributedError, match=r"did not finish within timeout=0\.5 s"):
         distributed_hessian_eigenvalues(model, ev, workers=WORKERS, timeout=0.5)
-    assert multiprocessing.active_children() == []
+    assert _new_children(before) == []
 
 
 def test_refusals_before_any_process_starts():
     model, ev = _mlp_problem()
+    before = set(multiprocessing.active_children())
     with pytest.raises(ConfigError, match="no torch.distributed process group"):
         distributed_operator(model, ev)
     with pytest.raises(ConfigError, match="kind='fisher' draws its labels"):
@@ -123,4 +131,4 @@ def test_refusals_before_any_process_starts():
         distributed_hessian_eigenvalues(model, ev, max_iter=0)
     with pytest.raises(ConfigError, match="compute cannot be sent to the workers"):
         distributed_curvature(lambda op: None, model, ev)
-    assert multiprocessing.active_children() == []
+    assert _new_children(before) == []
