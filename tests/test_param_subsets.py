@@ -204,3 +204,19 @@ def test_trainable_on_a_lora_vit_moves_only_the_adapter():
     with torch.no_grad():
         hand_mid = float(nn.functional.cross_entropy(mid(pixel_values=x).logits.double(), y))
     assert path.loss[0] == pytest.approx(hand_mid, rel=1e-5)
+
+
+def test_barrier_matrix_over_a_subset_is_made_of_the_subset_paths(digits):
+    x, y = digits
+    a, b = _pair(0)
+    c = _with(a, {"fc2.bias": torch.linspace(-1, 1, 10)})
+    ev = Evaluator(a, (x, y), progress=False)
+    matrix = landscape.barrier_matrix([a, b, c], ev, alphas=5, params="fc2.*")
+    for i, j, (p, q) in [(0, 1, (a, b)), (0, 2, (a, c)), (1, 2, (b, c))]:
+        path = landscape.interpolate(p, q, ev, alphas=5, params="fc2.*")
+        assert matrix.loss_barrier[i, j] == matrix.loss_barrier[j, i] == path.loss_barrier
+    assert matrix.spec["params"]["params"] == ["fc2.*"]
+    with torch.no_grad():
+        c.fc1.weight.mul_(2.0)
+    with pytest.raises(ConfigError, match=r"differs .* outside params=\['fc2\.\*'\] .*fc1\.weight"):
+        landscape.barrier_matrix([a, b, c], ev, alphas=5, params="fc2.*")

@@ -170,7 +170,8 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *, alphas: Alp
 
 
 def barrier_matrix(models: Sequence[ModelLike], evaluator: Evaluator, *, alphas: AlphasLike = 11,
-                   labels: Sequence[str] | None = None, tol: float | None = None) -> BarrierMatrix:
+                   labels: Sequence[str] | None = None, tol: float | None = None,
+                   params: ParamsLike = None) -> BarrierMatrix:
     """Loss and accuracy barriers (FedGuCci Eq. 3/4) of the path between every pair of models.
 
     Parameters
@@ -186,6 +187,8 @@ def barrier_matrix(models: Sequence[ModelLike], evaluator: Evaluator, *, alphas:
         One name per model (default ``"model i"``).
     tol
         Only with ``alphas="adaptive"``: the tolerance of each path's search (default 1e-3).
+    params
+        The parameters each path moves (see :func:`interpolate`); the models must agree outside them.
 
     Returns
     -------
@@ -214,7 +217,8 @@ def barrier_matrix(models: Sequence[ModelLike], evaluator: Evaluator, *, alphas:
     records = []
     for i in range(n):
         for j in range(i + 1, n):
-            path = interpolate(vecs[i], vecs[j], evaluator, alphas=ADAPTIVE if grid is None else grid, tol=tol)
+            path = interpolate(vecs[i], vecs[j], evaluator, alphas=ADAPTIVE if grid is None else grid, tol=tol,
+                               params=params)
             loss_b[i, j] = loss_b[j, i] = path.loss_barrier
             acc_b[i, j] = acc_b[j, i] = path.accuracy_barrier
             records.append(path.search)
@@ -222,6 +226,8 @@ def barrier_matrix(models: Sequence[ModelLike], evaluator: Evaluator, *, alphas:
                   "evaluator": evaluator.fingerprint()}
     if tol is not None:
         spec["tol"] = tol
+    if params is not None:
+        spec["params"] = path.spec["params"]
     return BarrierMatrix(loss_barrier=loss_b, accuracy_barrier=acc_b, labels=labels,
                          search=_matrix_search(records) if records and records[0] else {}, spec=spec)
 
