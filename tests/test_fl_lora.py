@@ -127,3 +127,43 @@ def test_lss_fine_tunes_the_adapter(pretrained, tmp_path) -> None:
     start, end = run.global_state(0), run.global_state(1)
     assert all(torch.equal(start[n], end[n]) for n in frozen)
     assert 0 < run.metrics[-1]["test_accuracy"] <= 1
+
+
+def test_lora_on_flower_uploads_the_adapter_and_equals_fl_run(pretrained, tmp_path) -> None:
+    """AlgorithmStrategy with a LoRA model: clients send only the trained tensors, the run equals fl.run."""
+    import warnings
+
+    from flwr.serverapp import ServerApp
+    from flwr.simulation import run_simulation
+
+    from fl.flower import AlgorithmStrategy, client_app
+    from fl.flower.payload import update_reply
+
+    model = with_lora(pretrained)
+    settings = {**SETTINGS, "rounds": 1}
+    server = ServerApp()
+
+    @server.main()
+    def main(grid, context):
+        AlgorithmStrategy("fedavg", out=tmp_path / "flower", model=model, **settings).start(grid)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        run_simulation(server_app=server, client_app=client_app(model=model), num_supernodes=SETTINGS["clients"],
+                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                       "init_args": {"num_cpus": 2, "include_dashboard": False}})
+    flower = fl.load_run(tmp_path / "flower", module=model)
+    torch.set_num_threads(1)
+    reference = fl.run("fedavg", model=model, out=tmp_path / "engine", progress=False, **settings)
+    for key, value in reference.global_state(1).items():
+        torch.testing.assert_close(flower.global_state(1)[key], value, atol=1e-5, rtol=1e-4)
+    # what a client sends: the update without the frozen base
+    from flwr.app import Message, RecordDict
+
+    from fl.algorithms.contexts import ClientUpdate
+
+    state = dict(model.state_dict())
+    reply = update_reply(Message(RecordDict(), dst_node_id=1, message_type="train"), 0,
+                         ClientUpdate(state, 10), drop=set(flower.config["frozen"]))
+    sent = set(reply.content.array_records["state"].keys())
+    assert sent == set(state) - set(flower.config["frozen"])
