@@ -220,3 +220,22 @@ def test_barrier_matrix_over_a_subset_is_made_of_the_subset_paths(digits):
         c.fc1.weight.mul_(2.0)
     with pytest.raises(ConfigError, match=r"differs .* outside params=\['fc2\.\*'\] .*fc1\.weight"):
         landscape.barrier_matrix([a, b, c], ev, alphas=5, params="fc2.*")
+
+
+def test_curve_over_a_subset_trains_only_the_subset(digits):
+    x, y = digits
+    a, b = _pair(0)
+    ev = Evaluator(a, (x, y), progress=False)
+    result = landscape.curve(a, b, ev, train_data=(x, y), epochs=2, lr=0.05, batch_size=64, points=5,
+                             params="fc2.*")
+    space = ParameterSpace(a)
+    outside = ~space.select("fc2.*", include_frozen=True).numpy()
+    bend = result.knots[1]
+    np.testing.assert_array_equal(bend[outside], result.knots[0][outside])  # fc1 never moved
+    line_mid = 0.5 * (result.knots[0] + result.knots[2])
+    assert not np.allclose(bend[~outside], line_mid[~outside])  # the bend's fc2 trained
+    assert result.spec["params"]["params"] == ["fc2.*"]
+    with torch.no_grad():
+        b.fc1.bias.add_(1.0)
+    with pytest.raises(ConfigError, match=r"model b differs .*fc1\.bias"):
+        landscape.curve(a, b, ev, train_data=(x, y), epochs=1, params="fc2.*")

@@ -20,12 +20,13 @@ from landscape import ConfigError, Evaluator, PlaneResult, TrainingDivergedError
 
 from ..results.connectivity import CurveResult
 from ..results.curve_shapes import KINDS, coefficients
+from ..space.subsets import ParamsLike, restrict_models
 from .trainer import train_knots
 
 
 def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_data: Any, bends: int = 1,
           epochs: int = 20, lr: float = 0.05, momentum: float = 0.9, batch_size: int = 128,
-          weight_decay: float = 0.0, points: int = 21, seed: int = 0) -> CurveResult:
+          weight_decay: float = 0.0, points: int = 21, seed: int = 0, params: ParamsLike = None) -> CurveResult:
     """Train a Bezier curve or polygonal chain from ``a`` to ``b`` and measure it.
 
     Parameters
@@ -49,6 +50,9 @@ def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_d
         Evaluation points on [0, 1] (both ends included).
     seed : int
         Minibatch order and the ``t`` draws.
+    params : None, "trainable" or patterns
+        Train the bends only in these parameters (as ``params=`` of :func:`landscape.interpolate`);
+        the other entries stay at ``a``'s values, and ``a`` and ``b`` must agree there.
 
     Returns
     -------
@@ -65,6 +69,11 @@ def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_d
     if bends < 1 or points < 2:
         raise ConfigError(f"need bends >= 1 and points >= 2, got {bends} and {points}")
     va, vb = evaluator.vector(a), evaluator.vector(b)
+    sub, _ = restrict_models(evaluator.space, params, [va, vb], ["model a", "model b"])
+    entries = None
+    if sub is not None:
+        entries = torch.zeros(evaluator.space.size, dtype=torch.bool)
+        entries[sub.index] = True
     m = bends + 2
     # knots on the line such that phi(t) starts as the straight segment: for Bernstein
     # polynomials knots at i/n reproduce linear functions, as for the chain
@@ -78,7 +87,7 @@ def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_d
 
     trained, history = train_knots(evaluator, knots, [False] + [True] * bends + [False], sample, train_data,
                                    epochs=epochs, lr=lr, momentum=momentum, batch_size=batch_size,
-                                   weight_decay=weight_decay, seed=seed, what="curve training")
+                                   weight_decay=weight_decay, seed=seed, what="curve training", entries=entries)
     t = np.linspace(0.0, 1.0, points)
     on_curve = evaluator.evaluate(torch.from_numpy(coefficients(kind, t, m)) @ trained)
     line = landscape.interpolate(va, vb, evaluator, alphas=t)
@@ -89,7 +98,8 @@ def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_d
                        line_accuracy=line.accuracy, knots=trained.numpy(), curve_kind=kind, history=history,
                        spec={"kind": "curve", "curve": kind, "bends": bends, "epochs": epochs, "lr": lr,
                              "momentum": momentum, "batch_size": batch_size, "weight_decay": weight_decay,
-                             "seed": seed, "evaluator": evaluator.fingerprint()})
+                             "seed": seed, "evaluator": evaluator.fingerprint(),
+                             **({"params": sub.spec()} if sub is not None else {})})
 
 
 def curve_plane(result: CurveResult, evaluator: Evaluator, *, resolution: int = 21, margin: float = 0.2

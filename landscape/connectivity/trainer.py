@@ -32,7 +32,7 @@ Sampler = Callable[[torch.Generator], torch.Tensor]
 def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool], sampler: Sampler, data: Any, *,
                 epochs: int, lr: float, momentum: float = 0.9, batch_size: int = 128, weight_decay: float = 0.0,
                 seed: int = 0, regulariser: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                what: str = "training") -> tuple[torch.Tensor, list[float]]:
+                what: str = "training", entries: torch.Tensor | None = None) -> tuple[torch.Tensor, list[float]]:
     """Optimise the trainable knots by SGD on ``E_c L(c @ K)`` over ``data``.
 
     Parameters
@@ -57,6 +57,9 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
         Optional extra term of the trainable knots' parameter entries (added to the loss).
     what : str
         What is trained, for the message of a divergence (e.g. ``"curve training"``).
+    entries : torch.Tensor, optional
+        Boolean mask over the flat vector of the entries the optimiser may change (a parameter
+        subset, ``params=``); default: every parameter entry.
 
     Returns
     -------
@@ -76,7 +79,7 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
     if len(trainable) != len(knots) or not any(trainable):
         raise ConfigError("at least one knot must be trainable, and trainable needs one flag per knot")
     device, dtype, space = evaluator.device, evaluator.dtype, evaluator.space
-    mask = space.param_mask.to(device)
+    mask = (space.param_mask if entries is None else space.param_mask & entries).to(device)
     x_all, y_all = all_pairs(data, evaluator.batch_fn)
     x_all = map_tensors(x_all, lambda t: t.to(device, dtype if torch.is_floating_point(t) else t.dtype))
     y_all = y_all.to(device)
