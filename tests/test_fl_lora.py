@@ -137,7 +137,7 @@ def test_lora_on_flower_uploads_the_adapter_and_equals_fl_run(pretrained, tmp_pa
     from flwr.simulation import run_simulation
 
     from fl.flower import AlgorithmStrategy, client_app
-    from fl.flower.payload import update_reply
+    from fl.flower.payload import uploaded_state
 
     model = with_lora(pretrained)
     settings = {**SETTINGS, "rounds": 1}
@@ -157,13 +157,7 @@ def test_lora_on_flower_uploads_the_adapter_and_equals_fl_run(pretrained, tmp_pa
     reference = fl.run("fedavg", model=model, out=tmp_path / "engine", progress=False, **settings)
     for key, value in reference.global_state(1).items():
         torch.testing.assert_close(flower.global_state(1)[key], value, atol=1e-5, rtol=1e-4)
-    # what a client sends: the update without the frozen base
-    from flwr.app import Message, RecordDict
-
-    from fl.algorithms.contexts import ClientUpdate
-
+    # what a client sends (update_reply): the update without the frozen base
     state = dict(model.state_dict())
-    reply = update_reply(Message(RecordDict(), dst_node_id=1, message_type="train"), 0,
-                         ClientUpdate(state, 10), drop=set(flower.config["frozen"]))
-    sent = set(reply.content.array_records["state"].keys())
-    assert sent == set(state) - set(flower.config["frozen"])
+    sent = uploaded_state(state, set(flower.config["frozen"]))
+    assert set(sent) == set(state) - set(flower.config["frozen"]) and set(sent) >= trainable_names(model)

@@ -113,12 +113,29 @@ def update_reply(message: Message, client: int, update: ClientUpdate, drop: Coll
     """
     metrics = MetricRecord({PARTITION_ID: int(client), NUM_EXAMPLES: int(update.num_samples),
                             **{k: float(v) for k, v in update.metrics.items()}})
-    state = {n: t for n, t in update.state.items() if n not in drop}
-    content = RecordDict({"state": ArrayRecord(state), "metrics": metrics,
+    content = RecordDict({"state": ArrayRecord(uploaded_state(update.state, drop)), "metrics": metrics,
                           FL_RECORD: ConfigRecord({"client-state": update.client_state is not None})})
     if update.client_state is not None:
         content["client"] = ArrayRecord(dict(update.client_state))
     return Message(content, reply_to=message)
+
+
+def uploaded_state(state: Mapping[str, Any], drop: Collection[str]) -> dict[str, Any]:
+    """The part of a trained state a client sends: everything but ``drop`` (the frozen parameters).
+
+    Parameters
+    ----------
+    state : Mapping[str, Tensor]
+        The client's trained state.
+    drop : Collection[str]
+        Names the server already holds.
+
+    Returns
+    -------
+    dict[str, Tensor]
+        The other entries, in order.
+    """
+    return {n: t for n, t in state.items() if n not in drop}
 
 
 def read_updates(replies: Iterable[Message], round: int, expected: Iterable[int]) -> dict[int, ClientUpdate]:
