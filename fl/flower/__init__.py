@@ -24,10 +24,10 @@ except ImportError as exc:  # the optional extra is missing
 
 from .algorithms import AlgorithmStrategy, client_app, find_partitions
 from .legacy import PARTITION_KEY, RecordingStrategy
-from .messages import NUM_EXAMPLES, PARTITION_ID, RecordedStrategy, client_models, partition_metrics
+from .messages import NUM_EXAMPLES, PARTITION_ID, RecordedStrategy, client_models, partition_id, partition_metrics
 from .payload import FederationError
 from .recorder import CONFIG_PREFIX, FlowerRecorder, settings_from_run_config
 
 __all__ = ["AlgorithmStrategy", "CONFIG_PREFIX", "FederationError", "FlowerRecorder", "NUM_EXAMPLES",
            "PARTITION_ID", "PARTITION_KEY", "RecordedStrategy", "RecordingStrategy", "client_app",
-           "client_models", "find_partitions", "partition_metrics", "settings_from_run_config"]
+           "client_models", "find_partitions", "partition_id", "partition_metrics", "settings_from_run_config"]

@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from landscape import ConfigError
 from landscape.infra.devices import resolve_device
 
-from ..api import OpenedRun, open_run
+from ..api import open_run
 from ..datasets import load_dataset
 from ..engine import Engine, RoundPlan
 from ..federation import Federation
@@ -43,8 +43,8 @@ from ..resolve import make_algorithm
 from ..rounds import TrainRequest, client_context
 from ..rundir import split_clients
 from ..template import build_template
-from .messages import PARTITION_ID, write_flower_json
-from .payload import FederationError, read_request, read_updates, train_messages, update_reply
+from .messages import PARTITION_ID, partition_id, write_flower_json
+from .payload import FederationError, config_json, read_request, read_updates, train_messages, update_reply
 from .recorder import settings_from_run_config
 
 LoadData = Callable[[Context], tuple[Tensor, Tensor]]
@@ -69,7 +69,6 @@ class AlgorithmStrategy(Strategy):
                  model: str | nn.Module | None = None, **settings: Any):
         self.args = dict(algorithm=algorithm, recipe=recipe, model=model, out=out, **settings)
         self.engine: Engine | None = None
-        self.opened: OpenedRun | None = None
         self.plan: RoundPlan | None = None
         self.nodes: dict[int, int] = {}
         self.grid: Grid | None = None
@@ -146,7 +145,6 @@ class AlgorithmStrategy(Strategy):
             write_flower_json(opened.store.path, type(self).__name__)
             if opened.data is None:  # finished: nothing to train
                 return Result()
-            self.opened = opened
             self.engine = Engine(opened.config, opened.store, opened.algorithm, opened.template, opened.data,
                                  opened.device, progress=False, remote=self.train_remote)
             self.nodes = find_partitions(grid, int(opened.config["clients"]), self.timeout)
@@ -258,8 +256,8 @@ def find_partitions(grid: Grid, clients: int, timeout: float) -> dict[int, int]:
 
 
 @lru_cache(maxsize=2)
-def _client_side(config_json: str, model: nn.Module | None) -> tuple[Any, nn.Module, Federation, torch.device]:
-    config = json.loads(config_json)
+def _client_side(text: str, model: nn.Module | None) -> tuple[Any, nn.Module, Federation, torch.device]:
+    config = json.loads(text)
     algorithm = make_algorithm(config)
     device = resolve_device(config["device"])
     module = algorithm.build_module(build_template(config, model)).to(device)
@@ -297,15 +295,15 @@ def client_app(*, model: nn.Module | None = None, load_data: LoadData | None = N
 
     @app.query()
     def query(message: Message, context: Context) -> Message:
-        metrics = MetricRecord({PARTITION_ID: _partition(context)})
+        metrics = MetricRecord({PARTITION_ID: partition_id(context)})
         return Message(RecordDict({"partition": metrics}), reply_to=message)
 
     @app.train()
     def train(message: Message, context: Context) -> Message:
         request, config, k = read_request(message)
-        if k != _partition(context):
-            raise FederationError(f"a message for partition {k} reached the node of partition {_partition(context)}")
-        algorithm, module, data, device = _client_side(json_key(config), model)
+        if k != partition_id(context):
+            raise FederationError(f"a message for partition {k} reached the node of partition {partition_id(context)}")
+        algorithm, module, data, device = _client_side(config_json(config), model)
         if load_data is not None:
             x, y = load_data(context)
             data = _own_data(x, y, k, int(config["clients"]), data.num_classes, device)
@@ -317,31 +315,9 @@ def client_app(*, model: nn.Module | None = None, load_data: LoadData | None = N
     return app
 
 
-def json_key(config: Mapping[str, Any]) -> str:
-    """The cache key of a configuration (canonical JSON).
-
-    Parameters
-    ----------
-    config : Mapping[str, Any]
-        A run configuration.
-
-    Returns
-    -------
-    str
-        ``json.dumps(config, sort_keys=True)``.
-    """
-    return json.dumps(dict(config), sort_keys=True)
-
-
 def _on(state: Mapping[str, Tensor], device: torch.device) -> dict[str, Tensor]:
     return {k: v.to(device) for k, v in state.items()}
 
-
-def _partition(context: Context) -> int:
-    if PARTITION_ID not in context.node_config:
-        raise FederationError(f"this SuperNode has no {PARTITION_ID!r} in its node config; start it with "
-                              f"--node-config \"{PARTITION_ID}=<index>\"")
-    return int(context.node_config[PARTITION_ID])
 
 
 __all__ = ["AlgorithmStrategy", "FederationError", "client_app", "find_partitions"]

@@ -36,6 +36,30 @@ PARTITION_ID = "partition-id"
 NUM_EXAMPLES = "num-examples"
 
 
+def partition_id(context: Context) -> int:
+    """The partition id of a SuperNode: ``context.node_config["partition-id"]``.
+
+    Parameters
+    ----------
+    context : Context
+        A ``ClientApp``'s context.
+
+    Returns
+    -------
+    int
+        The index into the run's partition.
+
+    Raises
+    ------
+    ConfigError
+        When the node has no ``partition-id`` in its configuration.
+    """
+    if PARTITION_ID not in context.node_config:
+        raise ConfigError(f"this SuperNode has no {PARTITION_ID!r} in its node config; start it with "
+                          f"--node-config \"{PARTITION_ID}=<index>\"")
+    return int(context.node_config[PARTITION_ID])
+
+
 def partition_metrics(context: Context, num_examples: int, **metrics: float) -> MetricRecord:
     """The ``MetricRecord`` of a training reply that a recorded run needs.
 
@@ -58,10 +82,7 @@ def partition_metrics(context: Context, num_examples: int, **metrics: float) -> 
     ConfigError
         When the node has no ``partition-id`` in its configuration.
     """
-    if PARTITION_ID not in context.node_config:
-        raise ConfigError(f"this SuperNode has no {PARTITION_ID!r} in its node config; start it with "
-                          f"--node-config \"{PARTITION_ID}=<index>\"")
-    return MetricRecord({PARTITION_ID: int(context.node_config[PARTITION_ID]), NUM_EXAMPLES: int(num_examples),
+    return MetricRecord({PARTITION_ID: partition_id(context), NUM_EXAMPLES: int(num_examples),
                          **{k: float(v) for k, v in metrics.items()}})
 
 

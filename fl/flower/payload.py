@@ -31,6 +31,22 @@ class FederationError(ConfigError):
     """A Flower federation cannot train the run: a client failed, or partitions are missing."""
 
 
+def config_json(config: Mapping[str, Any]) -> str:
+    """A run configuration as the canonical JSON that travels with each message (and keys client caches).
+
+    Parameters
+    ----------
+    config : Mapping[str, Any]
+        A run configuration.
+
+    Returns
+    -------
+    str
+        ``json.dumps(config, sort_keys=True)``.
+    """
+    return json.dumps(dict(config), sort_keys=True)
+
+
 def _tensors(record: ArrayRecord) -> State:
     return dict(record.to_torch_state_dict())
 
@@ -52,13 +68,13 @@ def train_messages(request: TrainRequest, config: Mapping[str, Any], nodes: Mapp
     list[Message]
         Messages of type ``"train"``.
     """
-    config_json = json.dumps(dict(config), sort_keys=True)
+    text = config_json(config)
     shared = {"global": ArrayRecord(dict(request.sent)), "server": ArrayRecord(dict(request.server_state))}
     out = []
     for k in request.clients:
         content = RecordDict({**shared, "client": ArrayRecord(dict(request.client_states.get(k, {}))),
                               FL_RECORD: ConfigRecord({"round": request.round, "tag": request.tag,
-                                                       PARTITION_ID: int(k), "config": config_json})})
+                                                       PARTITION_ID: int(k), "config": text})})
         out.append(Message(content=content, message_type=MessageType.TRAIN, dst_node_id=int(nodes[k])))
     return out
 
