@@ -10,6 +10,7 @@ verdict, and the FedAvg arm of each setting is reported as that setting's platea
 from __future__ import annotations
 
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -64,12 +65,20 @@ class Context:
         Torch device of the runs.
     data_root : str or None
         Folder holding the data set's files (torchvision data sets).
+    threads : int
+        Torch CPU threads of each worker of ``pool``.
+    pool : Executor or None
+        Worker processes that train the runs of :meth:`runs` (None: train them here, one
+        after the other). Claim groups measured side by side share one pool, so its workers
+        stay busy with single runs however unequal the groups are.
     """
 
     def __init__(self, seeds: Sequence[int], quick: bool, cache: Path, *, dataset: str = "mnist1d",
-                 device: str = "cpu", data_root: str | None = None):
+                 device: str = "cpu", data_root: str | None = None, threads: int = 1,
+                 pool: Executor | None = None):
         self.seeds, self.quick, self.cache = list(seeds), quick, Path(cache)
         self.dataset, self.device, self.data_root = dataset, device, data_root
+        self.threads, self.pool = threads, pool
         self.log_lines: list[str] = []
         self.arms: list[ArmRecord] = []
         self.status: dict[Path, bool] = {}
@@ -121,6 +130,18 @@ class Context:
                 time.sleep(15)
         raise TimeoutError(f"{out} stayed locked by another process for an hour")
 
+    def runs(self, paper: str, calls: Sequence[dict[str, Any]]) -> list[fl.Run]:
+        """:meth:`run` of ``paper`` for each of ``calls`` (keyword arguments, ``seed`` included).
+
+        With a pool, every call is trained in a worker first (all of them queued at once), then
+        reopened here.
+        """
+        if self.pool is not None:
+            spec = (self.seeds, self.quick, self.cache, self.dataset, self.device, self.data_root, self.threads)
+            for future in [self.pool.submit(train_run, spec, paper, dict(call)) for call in calls]:
+                future.result()
+        return [self.run(paper, **call) for call in calls]
+
     def arm(self, paper: str, label: str, *, algorithm: str | None = None, track: bool = True,
             **overrides: Any) -> list[fl.Run]:
         """One run per seed.
@@ -128,7 +149,7 @@ class Context:
         Records their convergence under ``label`` unless ``track`` is False (protocols of a few
         rounds, where a slope over rounds says nothing).
         """
-        runs = [self.run(paper, s, algorithm=algorithm, **overrides) for s in self.seeds]
+        runs = self.runs(paper, [{"seed": s, "algorithm": algorithm, **overrides} for s in self.seeds])
         if track:
             record = ArmRecord(self.recipe(paper), label, [r.convergence() for r in runs])
             self.arms.append(record)
@@ -139,3 +160,12 @@ class Context:
     def converged(self, *arms: Sequence[fl.Run]) -> bool:
         """Every tracked run of ``arms`` converged (untracked protocols count as converged)."""
         return all(self.status.get(r.path, True) for runs in arms for r in runs)
+
+
+def train_run(spec: tuple[Any, ...], paper: str, call: dict[str, Any]) -> None:
+    """Train (or find) one run of :meth:`Context.run` in a worker process; ``spec`` are the context's arguments."""
+    import torch
+
+    seeds, quick, cache, dataset, device, data_root, threads = spec
+    torch.set_num_threads(threads)
+    Context(seeds, quick, cache, dataset=dataset, device=device, data_root=data_root).run(paper, **call)

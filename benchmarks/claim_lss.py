@@ -81,9 +81,9 @@ def claim6(ctx: Context) -> list[ClaimRow]:
 
     def arm(algorithm: str | None = None, pretrained: bool = True, **overrides: Any) -> list[Any]:
         optimiser = SGD if algorithm is None else {k: SGD[k] for k in ("lr", "momentum")}
-        return [ctx.run("lss", s, algorithm=algorithm, **optimiser,
-                        **({"init": init} if pretrained and init else {}), **overrides)
-                for s, init in zip(ctx.seeds, inits)]
+        return ctx.runs("lss", [{"seed": s, "algorithm": algorithm, **optimiser,
+                                 **({"init": init} if pretrained and init else {}), **overrides}
+                                for s, init in zip(ctx.seeds, inits)])
 
     lss = {n: arm(members=n) for n in (2, 3, members)}
     fedavg = {e: arm("fedavg", local_epochs=e) for e in (epochs, 2 * epochs, members * epochs)}

@@ -15,9 +15,10 @@ table, the FedAvg plateau of every setting and the log are written to ``--doc``.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,24 +34,46 @@ from claim_ima import claim4  # noqa: E402
 from claim_lss import claim6  # noqa: E402
 from claim_stats import ClaimRow  # noqa: E402
 
-#: Claim groups in the order of the page; the FL-heavy ones first, so --jobs balances them.
+#: Claim groups in the order of the page.
 STEPS: dict[str, Callable[[Context], list[ClaimRow]]] = {
     "fedgucci": claim1, "central": transitivity_claims, "ima": claim4, "floco": claim5, "lss": claim6}
-#: Rough share of the measurement's compute per group (the longest start first under --jobs).
-COST = {"floco": 5, "fedgucci": 3, "ima": 2, "lss": 1, "central": 1}
+#: Groups that train in their own process (central training is not an FL run of the pool).
+OWN_PROCESS = ("central",)
 
 
-def context(args: argparse.Namespace) -> Context:
-    """The run context the arguments describe."""
+def context(args: argparse.Namespace, pool: Executor | None = None) -> Context:
+    """The run context the arguments describe, training its FL runs in ``pool`` when given."""
     return Context(args.seeds, args.quick, args.cache, dataset=args.dataset, device=args.device,
-                   data_root=args.data_root)
+                   data_root=args.data_root, threads=args.threads, pool=pool)
+
+
+def measure(ctx: Context, name: str) -> tuple[list[ClaimRow], list[str], list[ArmRecord]]:
+    """One claim group: rows, log lines and arm records."""
+    return STEPS[name](ctx), ctx.log_lines, ctx.arms
 
 
 def run_step(args: argparse.Namespace, name: str) -> tuple[list[ClaimRow], list[str], list[ArmRecord]]:
-    """One claim group in its own process: rows, log lines and arm records."""
+    """One claim group in a process of its own (a pool worker)."""
     torch.set_num_threads(args.threads)
-    ctx = context(args)
-    return STEPS[name](ctx), ctx.log_lines, ctx.arms
+    return measure(context(args), name)
+
+
+def measure_all(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+    """Every group's rows, log lines and arm records.
+
+    With ``--jobs N`` the groups run side by side in threads of this process; their FL runs
+    (and each ``OWN_PROCESS`` group) queue on one pool of N worker processes, so the workers
+    stay busy until the last run however unequal the groups' costs are. The analyses of the
+    finished runs run here, in the groups' threads.
+    """
+    if args.jobs <= 1:
+        return {n: measure(context(args), n) for n in names}
+    spawn = multiprocessing.get_context("spawn")  # this process has threads: no fork
+    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=spawn) as pool, \
+            ThreadPoolExecutor(max_workers=len(names)) as threads:
+        futures = {n: pool.submit(run_step, args, n) if n in OWN_PROCESS else
+                   threads.submit(measure, context(args, pool), n) for n in names}
+        return {n: f.result() for n, f in futures.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,18 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-root", default=None, help="folder holding a torchvision data set's files")
     parser.add_argument("--device", default="cpu", help="torch device of the runs")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per process")
-    parser.add_argument("--jobs", type=int, default=1, help="claim groups measured in parallel processes")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes training the runs")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     ctx = context(args)
     names = [n for n in STEPS if n in args.only]
-    results: dict[str, Any] = {}
-    if args.jobs > 1:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            futures = {n: pool.submit(run_step, args, n) for n in sorted(names, key=lambda n: -COST[n])}
-            results = {n: f.result() for n, f in futures.items()}
-    else:
-        results = {n: run_step(args, n) for n in names}
+    results = measure_all(args, names)
     rows: list[ClaimRow] = []
     for n in names:
         step_rows, lines, arms = results[n]
