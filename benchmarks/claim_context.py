@@ -22,6 +22,10 @@ import landscape
 from fl.convergence import Convergence
 from fl.recipes import RECIPES
 
+#: Algorithms whose runs start from the stored run of the algorithm they train as until a
+#: round (``fl.branch``): IMA is FedAvg before ``start_round``. The branch equals the run
+#: trained from round 1 (tests/test_branching.py) and trains a quarter of IMA's rounds.
+BRANCHED = {"ima": "fedavg"}
 #: Settings a --quick run shrinks (a smoke test of the code path, not a measurement).
 QUICK = {"rounds": 4, "local_epochs": 2, "clients": 4}
 
@@ -120,10 +124,14 @@ class Context:
                        if not isinstance(v, (dict, list)))
         out = self.cache / (f"{self.recipe(paper)}-{alg}{'-' + tag if tag else ''}-seed{seed}"
                             f"{'-quick' if self.quick else ''}")
+        source = None
+        if alg in BRANCHED:  # rounds the algorithm trains as another: copied from that run (fl.branch)
+            source = self.run(paper, seed, algorithm=BRANCHED[alg], **overrides)
         for _ in range(240):  # another claims process may be writing this run: wait for it (up to 1 h)
             try:
-                return fl.run(alg, recipe=self.recipe(paper), **explicit, seed=seed, out=out, device=self.device,
+                common = dict(recipe=self.recipe(paper), **explicit, seed=seed, out=out, device=self.device,
                               data_root=self.data_root, progress=False)
+                return fl.run(alg, **common) if source is None else fl.branch(source, alg, **common)
             except landscape.ConfigError as err:
                 if "being written by another process" not in str(err):
                     raise

@@ -9,18 +9,21 @@ store every round's checkpoints for analysis.
 Layout: ``api`` (``fl.run``), ``config`` (``RunConfig``: every setting, typed) and
 ``options`` (typed option machinery), ``resolve`` (recipe, defaults and options -> stored
 configuration), ``rundir``/``store`` (the run folder), ``template`` (the model), ``initial``
-(the initial model from ``init=`` weights), ``pretrain`` (``fl.pretrain``: central pretraining
-on data disjoint from the federation's), ``reader`` (``Run``), ``engine``/``vectorized`` (the
-round loop), ``algorithms/`` (one file per algorithm, found by the registry), ``recipes``
-(papers' settings), ``cli`` (``fl-run``), ``flower`` (Flower's Message API: records any Flower
+(the initial model from ``init=`` weights), ``pretrain`` (``fl.pretrain``: central
+pretraining on data disjoint from the federation's), ``reader`` (``Run``),
+``engine``/``vectorized`` (the round loop), ``algorithms/`` (one file per algorithm, found
+by the registry), ``recipes`` (papers' settings), ``branching`` (``fl.branch``: a run whose
+first rounds are copied from a stored run of the algorithm it trains as until then, IMA from
+FedAvg), ``cli`` (``fl-run``), ``flower`` (Flower's Message API: records any Flower
 strategy's run as a run folder, and runs this package's algorithms on a Flower federation;
 needs the ``flower`` extra, not imported here).
 """
 from .api import run
+from .branching import branch
 from .config import RunConfig
 from .manifest import seal as seal_run
 from .pretrain import pretrain
 from .reader import Run, load_run
 from .recipes import RECIPES, Recipe
 
-__all__ = ["RECIPES", "Recipe", "Run", "RunConfig", "load_run", "pretrain", "run", "seal_run"]
+__all__ = ["RECIPES", "Recipe", "Run", "RunConfig", "branch", "load_run", "pretrain", "run", "seal_run"]

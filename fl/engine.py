@@ -31,6 +31,7 @@ from .config import BACKENDS
 from .evaluation import evaluate
 from .federation import Federation, sample_clients
 from .manifest import record_round, verify
+from .reader import Run
 from .rounds import RoundPlan, TrainRequest, client_context
 from .rundir import saves_clients
 from .store import RunStore, check_round_finite
@@ -143,6 +144,31 @@ class Engine:
             return 0
         self._resume(last)
         return last
+
+    def replay(self, source: Run, through: int) -> None:
+        """Store rounds 0..``through`` of a new run as copies of ``source``'s.
+
+        For an algorithm whose :meth:`~fl.algorithms.base.Algorithm.branch_base` is the
+        source's algorithm through that round (checked by :func:`fl.branch`): the global
+        models, client checkpoints and metrics records are the source's, the server state is
+        rebuilt by ``branch_state``, and :meth:`run` then resumes after round ``through``.
+
+        Parameters
+        ----------
+        source : Run
+            A stored run of the same configuration but the algorithm.
+        through : int
+            The last round copied.
+        """
+        kept = source.kept_client_states() if through == source.rounds[-1] else {}
+        self.client_states = {k: _to(s, self.device) for k, s in kept.items()}
+        for r in range(through + 1):
+            self.global_state = _to(source.global_state(r), self.device)
+            self.server_state = _to(self.alg.branch_state(r, source.algorithm_state(r), source.global_state),
+                                    self.device)
+            clients = {k: self._trained(s) for k, s in source.client_states(r).items()} \
+                if r and saves_clients(self.config, r) else {}
+            self._write(r, clients, self.client_states if r == through else {}, source.metrics[r])
 
     def _start(self) -> None:
         self.store.truncate_metrics(-1)  # drop lines of an attempt that never completed round 0

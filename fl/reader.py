@@ -244,6 +244,19 @@ class Run:
         r = self._round(round)
         return self._read(r, self.store.state_path(r), optional=True)
 
+    def kept_client_states(self) -> dict[int, State]:
+        """The per-client states the server keeps after the last stored round.
+
+        Ditto's personal models, for instance; only the latest round's are stored.
+
+        Returns
+        -------
+        dict[int, State]
+            Client id -> state; empty when the algorithm keeps none.
+        """
+        r = self._round(-1)
+        return self.store.read_client_states(r, self._verified(r).digest_of(self.store.client_state_path(r)))
+
     def training_state(self, round: int = -1) -> State:
         """The global state in the training architecture.
 

@@ -42,7 +42,7 @@ The names below are re-exported here so a plug-in imports its whole toolbox from
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from torch import Tensor, nn
 
@@ -198,6 +198,38 @@ class Algorithm:
             Default: empty.
         """
         return {}
+
+    # -- branching (fl.branch) -------------------------------------------------------
+    def branch_base(self) -> tuple["Algorithm | None", int]:
+        """The algorithm this one trains exactly as, and through which round.
+
+        Returns
+        -------
+        tuple[Algorithm or None, int]
+            ``(base, R)``: with the same run settings, rounds 1..R of this algorithm sample,
+            train, aggregate and store what ``base`` does, so :func:`fl.branch` may copy them
+            from a stored run of ``base``. Default ``(None, 0)``: no such algorithm.
+        """
+        return None, 0
+
+    def branch_state(self, round: int, source_state: State, global_state: Callable[[int], State]) -> State:
+        """The server state after ``round``, rebuilt from a run of :meth:`branch_base`'s algorithm.
+
+        Parameters
+        ----------
+        round : int
+            A round up to the one :meth:`branch_base` names.
+        source_state : State
+            The source run's server state after ``round``.
+        global_state : callable
+            ``f(r)``: the source run's stored global model after round ``r <= round``.
+
+        Returns
+        -------
+        State
+            Default: ``source_state`` (the base's state is this algorithm's).
+        """
+        return source_state
 
     # -- schedules ---------------------------------------------------------------
     def lr(self, round: int) -> float:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 import torch
 
@@ -130,6 +130,26 @@ class IMA(Wrapper):
         Parameters and return value: see :meth:`Algorithm.init_server_state`.
         """
         return {**self.base.init_server_state(global_state), PREFIX + "rounds": torch.zeros(0, dtype=torch.int64)}
+
+    def branch_base(self) -> tuple[Algorithm, int]:
+        """The base, through round ``start_round - 1``: before IMA starts, it is the base (Algorithm 1).
+
+        Parameters and return value: see :meth:`Algorithm.branch_base`.
+        """
+        return self.base, self.start - 1
+
+    def branch_state(self, round: int, source_state: State, global_state: Callable[[int], State]) -> State:
+        """The base's state plus the window: the base's global models of the last ``window`` rounds.
+
+        Before ``start_round`` the stored global model is the plain aggregate the window holds.
+
+        Parameters and return value: see :meth:`Algorithm.branch_state`.
+        """
+        rounds = list(range(max(1, round - self.window + 1), round + 1))
+        own: State = {PREFIX + "rounds": torch.tensor(rounds, dtype=torch.int64)}
+        for i, r in enumerate(rounds):
+            own.update({f"{PREFIX}window.{i}.{k}": v for k, v in global_state(r).items()})
+        return {**self.base.branch_state(round, self.inner(source_state), global_state), **own}
 
     def local_metrics(self, ctx: EvalContext) -> dict[str, float]:
         """The base's metrics plus, once IMA is active, the plain aggregate's test loss and accuracy.
