@@ -6,8 +6,9 @@ and one with round-exponential decay ``lr_r = lr (1 - gamma)^(r - 1)`` (docs/met
 IMA Sec. 5.3, Figs. 2-4). Every round, from that round's client checkpoints and data:
 
 * Theorem 1 terms over the union D of the client data (softmax outputs vs one-hot
-  targets, squared L2): bias = TrainBias + HeterBias + cross (one realisation per client,
-  so variance and covariance are 0 and the weighted-ensemble loss equals the bias), the
+  targets, squared L2): bias = TrainBias + HeterBias + cross, and variance and covariance
+  over ``--realisations`` realisations per client (its stored model and retrainings from the
+  same global model with other mini-batch orders, :func:`fl.realisations.realisations`), the
   FMA (weight-averaged) model's loss and its gap to the ensemble (Lemma 1's O(Delta^2)),
   and locality ``Delta_k = |w_k - w_FMA|`` (claims C5-C8);
 * the test error of the weight average of m random client models against m at three
@@ -24,11 +25,20 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from figures import averaging_figure, averaging_plotly, decomposition_figure, decomposition_plotly
-from landscape import averaging_curve, decompose_run
+from fl.realisations import realisations
+from landscape import averaging_curve, decompose
 
 from _common import Example, run_fl, test_evaluator
 
-TERMS = ("fma_loss", "wens_loss", "gap", "bias", "train_bias", "heter_bias", "cross")
+TERMS = ("fma_loss", "wens_loss", "gap", "bias", "train_bias", "heter_bias", "cross", "variance", "covariance")
+
+
+def at_least_two(text: str) -> int:
+    """``--realisations``: an integer of at least 2 (a variance needs two realisations)."""
+    value = int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be at least 2 (variance and covariance need two), got {value}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="per-round lr decay gamma of the decay arm (the paper: 0.01 over 400 rounds)")
     parser.add_argument("--print-every", type=int, default=5, help="rounds between printed table rows")
     parser.add_argument("--subsets", type=int, default=10, help="random subsets per m for the averaging curve")
+    parser.add_argument("--realisations", type=at_least_two, default=5,
+                        help="realisations per client (the stored model and retrainings; at least 2 for a variance)")
 
 
 def correlation(x: np.ndarray, y: np.ndarray) -> float | None:
@@ -56,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ex = Example("decomposition", __doc__.splitlines()[0], argv, add_arguments)
     a = ex.args
     if ex.quick:
-        a.rounds, a.clients, a.local_epochs, a.print_every, a.subsets = 3, 4, 1, 1, 3
+        a.rounds, a.clients, a.local_epochs, a.print_every, a.subsets, a.realisations = 3, 4, 1, 1, 3, 2
     common = dict(clients=a.clients, rounds=a.rounds, local_epochs=a.local_epochs, lr=a.lr, momentum=a.momentum,
                   partition="shards")
     arms = {"no lr decay": run_fl(ex, "fedavg", "no_decay", **common),
@@ -67,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = []
     for arm, run in arms.items():
         ex.log(f"{arm}: decomposing {len(rounds)} rounds")
-        decs = [(r, decompose_run(run, r, ev)) for r in rounds]
+        decs = [(r, decompose(*realisations(run, a.realisations, ex.out / "realisations", round=r), ev))
+                for r in rounds]
         error = np.array([1 - run.metrics[r - 1]["test_accuracy"] for r in rounds])  # metrics[i] is round i + 1
         rows = []
         for (r, d), e in zip(decs, error):
@@ -76,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"round": r, "test error (%)": 100 * e, **{t: float(getattr(d, t)) for t in TERMS},
                          "max locality": d.max_locality, "mean locality": float(np.mean(d.locality))})
         ex.table(f"Theorem 1 terms over rounds, {arm}", rows,
-                 note="Means over D of squared errors of softmax outputs; variance = covariance = 0 (one "
-                      "realisation per client), so wens_loss = bias = train_bias + heter_bias + cross.")
+                 note=f"Means over D of squared errors of softmax outputs; {a.realisations} realisations per "
+                      "client (realisation s of every client paired); wens_loss = bias + variance + covariance, "
+                      "bias = train_bias + heter_bias + cross.")
         slug = "no_decay" if arm == "no lr decay" else "decay"
         title = f"Loss decomposition of the global model, {arm}"
         ex.save(f"decomposition_{slug}", decomposition_figure(decs, title=title),

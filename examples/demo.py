@@ -53,13 +53,9 @@ import fl
 import landscape
 from figures import barrier_matrix_plotly, fl_curves_plotly, path_plotly, plane_plotly, spectral_density_plotly
 from figures.report import Report
-from fl.algorithms.contexts import LocalContext
-from fl.algorithms.seeds import make_generator
-from fl.config import config_digest
 from fl.datasets import load_dataset
-from fl.resolve import make_algorithm
+from fl.realisations import realisations
 from landscape.claims.statistics import NOT_TESTABLE, Interval, below_resolution, decide
-from landscape.infra.devices import resolve_device
 
 from _common import EVAL_SETS, barrier_resolution, group_barriers, pairwise_barrier_values, tensors
 from transitivity import Trainer  # examples/transitivity.py: central training with the connectivity loss
@@ -114,87 +110,6 @@ def train(out: Path, dataset: str, rounds: int, seed: int) -> dict[str, fl.Run]:
         runs[name] = fl.run(**kwargs)
         log(f"{name}: {runs[name].convergence()}")
     return runs
-
-
-def retrain_clients(run: fl.Run, tag: str) -> dict[int, dict[str, torch.Tensor]]:
-    """The last round's client models trained again from the global model they received.
-
-    Each client of round R runs the run's own client update (``Algorithm.client_update``,
-    local SGD for FedAvg) from the global model of round R - 1, in the context the engine
-    gives it, with its generator seeded from ``(run seed, tag, R, client)``. Tag
-    ``"client"`` is the engine's own stream and gives back the stored client models; any
-    other tag changes only the order of the mini-batches. For algorithms whose client
-    update depends only on the global model and the client's data (FedAvg, FedProx).
-
-    Parameters
-    ----------
-    run : fl.Run
-        A finished run that stored its last round's client models.
-    tag : str
-        Key of the generators' seeds.
-
-    Returns
-    -------
-    dict
-        Client id -> state_dict (on the CPU).
-    """
-    cfg = run.config
-    alg = make_algorithm(cfg)
-    device = resolve_device(cfg["device"])
-    module = alg.build_module(run.module()).to(device)
-    last = run.rounds[-1]
-    sent = {k: v.to(device) for k, v in run.training_state(last - 1).items()}
-    data = run.client_datasets()
-    trained = {}
-    for k in sorted(run.client_states(last)):
-        x, y = (t.to(device) for t in data[k].tensors)
-        ctx = LocalContext(round=last, client=k, global_state=sent, server_state={}, client_state={}, x=x, y=y,
-                           generator=make_generator(int(cfg["seed"]), tag, last, k), lr=alg.lr(last),
-                           local_epochs=alg.local_epochs(last), batch_size=int(cfg["batch_size"]),
-                           momentum=float(cfg["momentum"]), weight_decay=float(cfg["weight_decay"]),
-                           module=module, options=alg.opts, config=cfg, device=device,
-                           num_classes=int(cfg["num_classes"]))
-        state = alg.export_state(alg.client_update(ctx).state, {}, k)
-        trained[k] = {n: t.detach().cpu() for n, t in state.items()}
-    return trained
-
-
-def realisations(run: fl.Run, count: int, folder: Path) -> tuple[list[list[dict[str, torch.Tensor]]], list[Any]]:
-    """Per client of the last round, ``count`` realisations.
-
-    The stored client model, then :func:`retrain_clients` with tags ``realisation-1`` ..
-    ``realisation-{count-1}``, each stored in ``folder`` (named by the run folder, its config
-    digest and the tag) and re-read by a later call.
-
-    Parameters
-    ----------
-    run : fl.Run
-        A finished FedAvg-like run with its last round's client models.
-    count : int
-        Realisations per client (at least 2 for a variance).
-    folder : Path
-        Where the retrained client models are kept.
-
-    Returns
-    -------
-    tuple
-        ``(models, datasets)``: per client (sorted ids) its list of realisations and its
-        training data, as :func:`landscape.decompose` takes them.
-    """
-    stored = run.client_states(-1)
-    ids = sorted(stored)
-    models = {k: [stored[k]] for k in ids}
-    for s in range(1, count):
-        path = folder / f"{run.path.name}-{config_digest(run.config)}-realisation-{s}.safetensors"
-        if not path.exists():
-            trained = retrain_clients(run, f"realisation-{s}")
-            folder.mkdir(parents=True, exist_ok=True)
-            landscape.save_state_dict({f"{k}/{n}": t for k in ids for n, t in trained[k].items()}, path)
-        flat = landscape.load_state_dict(path)
-        for k in ids:
-            models[k].append({n: flat[f"{k}/{n}"] for n in stored[k]})
-    data = run.client_datasets()
-    return [models[k] for k in ids], [data[k] for k in ids]
 
 
 def convergence_rows(runs: dict[str, fl.Run]) -> list[dict[str, Any]]:
