@@ -102,11 +102,11 @@ def test_out_of_memory_is_retried_with_smaller_chunks(digits, monkeypatch):
     original = ev.loop.sums
     sizes = []
 
-    def fragile(chunk, coeffs):
+    def fragile(chunk, coeffs, index=None):
         sizes.append(len(chunk))
         if len(chunk) > 3:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
-        return original(chunk, coeffs)
+        return original(chunk, coeffs, index)
 
     monkeypatch.setattr(ev.loop, "sums", fragile)
     loss, acc = ev.evaluate_points(PointSet.explicit(vecs))
@@ -115,7 +115,7 @@ def test_out_of_memory_is_retried_with_smaller_chunks(digits, monkeypatch):
     assert sizes[:3] == [8, 4, 2] and max(sizes[3:]) <= 2 and ev.chunk_size == 2
     assert ev.points_evaluated == 11
 
-    def hopeless(chunk, coeffs):
+    def hopeless(chunk, coeffs, index=None):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
 
     monkeypatch.setattr(ev.loop, "sums", hopeless)

@@ -159,6 +159,33 @@ def test_subset_points_move_only_the_subset_and_have_their_own_cache_keys(digits
     assert torch.equal(vec[outside], base[outside]) and torch.equal(vec[sub.index], base[sub.index] + 2.0)
 
 
+@pytest.mark.parametrize("bn", ["interpolate", "keep"])
+def test_subset_points_are_never_built_full_size_and_equal_the_full_vectors(digits, monkeypatch, bn):
+    """The loop writes a subset point's entries into one base; the numbers are those of its full vectors."""
+    x, y = digits
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(64, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 10))
+    with torch.no_grad():
+        model(x[:256].float())  # running statistics away from their initial values
+    model.eval()
+    space = ParameterSpace(model)
+    sub = Subspace(space, "3.*")
+    base = space.to_vector(model, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    dirs = torch.randn(2, sub.size, generator=gen)
+    coeffs = torch.tensor([[a, b] for a in (-1.0, 0.0, 0.5) for b in (-0.5, 1.0)], dtype=torch.float64)
+    points = PointSet(base, dirs, coeffs, sub.index)
+    full = points.chunk(0, len(points), torch.device("cpu"), torch.float32)
+    ev = Evaluator(model, (x, y), progress=False, bn=bn)
+    ref_loss, ref_acc = ev.evaluate_points(PointSet.explicit(full), reference=base)
+    monkeypatch.setattr(PointSet, "chunk", lambda *a, **k: pytest.fail("a subset point was built full size"))
+    loss, acc = ev.evaluate_points(points, reference=base)
+    np.testing.assert_array_equal(loss, ref_loss)
+    np.testing.assert_array_equal(acc, ref_acc)
+    assert np.ptp(loss) > 0.1  # the points differ
+    assert torch.equal(points.moving(0, len(points), torch.device("cpu"), torch.float32), full[:, sub.index])
+
+
 def _lora_vit():
     transformers = pytest.importorskip("transformers")
     peft = pytest.importorskip("peft")

@@ -39,14 +39,14 @@ ev = Evaluator(make_mlp(0), (data["x"], data["y"]), device="cpu", strategy="loop
 sums = ev.loop.sums
 done = 0
 
-def slow(vecs, coeffs):
+def slow(vecs, coeffs, index=None):
     global done
     for _ in range(len(vecs)):
         time.sleep({point_seconds})
         done += 1
         if done > kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
-    return sums(vecs, coeffs)
+    return sums(vecs, coeffs, index)
 
 ev.loop.sums = slow
 plane(*{models!r}, ev, resolution={resolution})

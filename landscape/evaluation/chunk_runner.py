@@ -122,11 +122,40 @@ class ChunkRunner:
 
     def _evaluate_chunk(self, points: PointSet, start: int, stop: int, ref: torch.Tensor
                         ) -> tuple[np.ndarray, np.ndarray]:
-        vecs = self.ev.batchnorm.apply(points.chunk(start, stop, self.ev.device, self.ev.dtype), ref)
+        ev = self.ev
         coeffs = points.coeffs[start:stop].tolist()
+        if self.strategy is None and ev.device.type == "cpu":
+            self.strategy, self.strategy_reason = "loop", "cpu: vmap measured slower than a loop on CPU"
+        if self.moves_subset_only(points):
+            base = ev.batchnorm.apply(points.origin.to(ev.device, ev.dtype).unsqueeze(0), ref)[0]
+            self.loop.set_base(base)
+            index = points.index.to(ev.device)  # type: ignore[union-attr]
+            return self._run(points.moving(start, stop, ev.device, ev.dtype), coeffs, "loop", index)
+        vecs = ev.batchnorm.apply(points.chunk(start, stop, ev.device, ev.dtype), ref)
         if self.strategy is None:
-            return self._autotune(vecs, coeffs)
+            return self.measure_strategies(vecs, coeffs)
         return self._run(vecs, coeffs, self.strategy)
+
+    def moves_subset_only(self, points: PointSet) -> bool:
+        """Whether the loop can keep one full base and write each point's subset entries only.
+
+        True for a parameter subset's points under the loop strategy when the BatchNorm mode
+        sets no buffer per point (buffers outside the subset are then the base's for every
+        point): memory and time then scale with the subset, not the model.
+
+        Parameters
+        ----------
+        points
+            The point set.
+
+        Returns
+        -------
+        bool
+        """
+        bn = self.ev.batchnorm
+        if points.index is None or self.strategy != "loop" or bn.train_module is not None:
+            return False
+        return not (bn.active and bool((~self.ev.space.param_mask[points.index]).any()))
 
     def plans_shortcut(self, points: PointSet) -> bool:
         """Whether the input-layer expansion is worth its set-up for ``points``.
@@ -163,13 +192,14 @@ class ChunkRunner:
         loop.shortcut = shortcut
         return shortcut
 
-    def _run(self, vecs: torch.Tensor, coeffs: list[list[float]], strategy: str) -> tuple[np.ndarray, np.ndarray]:
+    def _run(self, vecs: torch.Tensor, coeffs: list[list[float]], strategy: str,
+             index: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
         autocast = self.ev.options.autocast
         amp = (torch.autocast(self.ev.device.type, dtype=autocast) if autocast is not None
                else contextlib.nullcontext())
         with torch.no_grad(), amp:
             if strategy == "loop":
-                sums = self.loop.sums(vecs, coeffs)
+                sums = self.loop.sums(vecs, coeffs, index)
             else:
                 if self._vmap is None:
                     ev = self.ev
@@ -177,12 +207,6 @@ class ChunkRunner:
                 sums = self._vmap.sums(vecs)
         host = sums.double().cpu().numpy() / self.ev.num_targets  # the one synchronisation per chunk
         return host[:, 0], self.ev.scorer.metric.finish(host[:, 0], host[:, 1])
-
-    def _autotune(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
-        if self.ev.device.type == "cpu":
-            self.strategy, self.strategy_reason = "loop", "cpu: vmap measured slower than a loop on CPU"
-            return self._run(vecs, coeffs, "loop")
-        return self.measure_strategies(vecs, coeffs)
 
     def measure_strategies(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
         """Time loop and vmap per point on the first points of ``vecs``, keep the faster.

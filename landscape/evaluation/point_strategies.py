@@ -90,6 +90,7 @@ class LoopStrategy:
         if scorer.class_metrics is not None and compile is False and output is None:
             self.class_major_head = install_class_major_head(self.module, batches[0][0][:2])
         self.shortcut: InputLayerShortcut | None = None
+        self.index: torch.Tensor | None = None  # the subset the current points move (set by sums)
 
         def step(x: ModelInputs, y: torch.Tensor) -> torch.Tensor:
             return torch.stack(self.scorer(self.outputs(x), y, class_major=self.compile is False))
@@ -131,22 +132,28 @@ class LoopStrategy:
         """
         return select_output(call_model(self.module, x), self.output)
 
-    def sums(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> torch.Tensor:
+    def sums(self, vecs: torch.Tensor, coeffs: list[list[float]], index: torch.Tensor | None = None
+             ) -> torch.Tensor:
         """Per-point (summed loss, correct) of ``vecs``.
 
         Parameters
         ----------
         vecs
-            ``(P, D)`` flat vectors on the device, in the evaluation dtype.
+            ``(P, D)`` flat vectors on the device, in the evaluation dtype; with ``index``,
+            ``(P, S)``: the entries at ``index`` only, the rest of every point being the base
+            set by :meth:`set_base`.
         coeffs
             Each point's coefficients over the point set's directions (for the input-layer
             shortcut).
+        index
+            Positions of a parameter subset (None: full vectors).
 
         Returns
         -------
         torch.Tensor
             ``(P, 2)`` float64.
         """
+        self.index = index
         if self.class_major_head is not None and (self.targets is not None or len(self.batches) == 1):
             return self._sums_class_major(vecs, coeffs)
         concat = self.targets is not None and self.compile is False
@@ -160,17 +167,31 @@ class LoopStrategy:
                 sums.extend(self.step(x, y) for x, y in self.batches)
         return torch.stack(sums).view(len(vecs), -1, 2).sum(1)
 
+    def set_base(self, base: torch.Tensor) -> None:
+        """Load the full vector that subset points (``sums(..., index=...)``) change at their index only.
+
+        Parameters
+        ----------
+        base
+            ``(D,)`` on the device, in the evaluation dtype.
+        """
+        self.flat.copy_(base)
+
     def set_point(self, vec: torch.Tensor, coeffs: list[float]) -> None:
         """Load a point into the flat copy (and its coefficients into the input-layer shortcut).
 
         Parameters
         ----------
         vec
-            The point's flat vector on the device, in the evaluation dtype.
+            The point's flat vector on the device, in the evaluation dtype (its subset
+            entries when :meth:`sums` was given an index).
         coeffs
             Its coefficients over the point set's directions.
         """
-        self.flat.copy_(vec)
+        if self.index is None:
+            self.flat.copy_(vec)
+        else:
+            self.flat.index_copy_(0, self.index, vec)
         if self.shortcut is not None:
             self.shortcut.set(coeffs)
 

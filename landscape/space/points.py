@@ -139,19 +139,46 @@ class PointSet:
         torch.Tensor
             ``(stop - start, D)`` flat vectors.
         """
+        moving = self.moving(start, stop, device, dtype)
+        if self.index is None:
+            return moving
+        full = self.origin.to(device, dtype).expand(len(moving), -1).clone()
+        full[:, self.index.to(device)] = moving
+        return full
+
+    def moving(self, start: int, stop: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """The entries of points ``start:stop`` that the directions move.
+
+        With a subset ``index``, only its ``S`` entries (the rest of every point is
+        ``origin``); else the whole vectors. The arithmetic is :meth:`chunk`'s, so these are
+        bit for bit the entries :meth:`chunk` writes.
+
+        Parameters
+        ----------
+        start, stop
+            Range of point indices (Python slice semantics).
+        device
+            Where the vectors are built.
+        dtype
+            Their dtype (the arithmetic runs in it).
+
+        Returns
+        -------
+        torch.Tensor
+            ``(stop - start, S)`` with ``index``, else ``(stop - start, D)``.
+        """
         coeffs = self.coeffs[start:stop]
-        full = self.origin.to(device, dtype).expand(len(coeffs), -1).clone()
-        index = None if self.index is None else self.index.to(device)
-        out = full if index is None else full[:, index]
+        origin = self.origin.to(device, dtype)
+        if self.index is not None:
+            origin = origin[self.index.to(device)]
+        out = origin.expand(len(coeffs), -1).clone()
         dirs = self.directions.to(device, dtype)
         scales = coeffs.to(dtype).tolist()
         for row, (point, scale) in enumerate(zip(coeffs.tolist(), scales)):
             for k, c in enumerate(point):
                 if c:
                     out[row].add_(dirs[k] * scale[k])
-        if index is not None:
-            full[:, index] = out
-        return full
+        return out
 
     def rows(self, start: int, stop: int, *, keep_directions: bool = True) -> "PointSet":
         """Points ``start:stop`` of this set (a shard of it).
