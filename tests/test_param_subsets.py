@@ -256,13 +256,51 @@ def test_curve_over_a_subset_trains_only_the_subset(digits):
     result = landscape.curve(a, b, ev, train_data=(x, y), epochs=2, lr=0.05, batch_size=64, points=5,
                              params="fc2.*")
     space = ParameterSpace(a)
-    outside = ~space.select("fc2.*", include_frozen=True).numpy()
-    bend = result.knots[1]
-    np.testing.assert_array_equal(bend[outside], result.knots[0][outside])  # fc1 never moved
+    sub = Subspace(space, "fc2.*")
+    assert result.knots.shape == (3, sub.size)  # the knots live in the subset
+    va, vb = (space.to_vector(m, dtype=torch.float64) for m in (a, b))
+    np.testing.assert_array_equal(result.knots[0], va[sub.index].numpy())
+    np.testing.assert_array_equal(result.knots[2], vb[sub.index].numpy())
     line_mid = 0.5 * (result.knots[0] + result.knots[2])
-    assert not np.allclose(bend[~outside], line_mid[~outside])  # the bend's fc2 trained
+    assert not np.allclose(result.knots[1], line_mid)  # the bend trained
     assert result.spec["params"]["params"] == ["fc2.*"]
+    for i, t in enumerate(result.t):  # the measured curve: a outside fc2, the Bezier point on it
+        values = {n: v.float() for n, v in sub.unflatten(torch.from_numpy(result.point(float(t)))).items()}
+        assert result.loss[i] == pytest.approx(_loss(_with(a, values), x, y), rel=1e-5)
+    plane = landscape.connectivity.curve_plane(result, ev, resolution=3, reference=a)
+    assert plane.spec["params"]["params"] == ["fc2.*"] and plane.u.shape == (sub.size,)
+    with pytest.raises(ConfigError, match="pass reference=<model a>"):
+        landscape.connectivity.curve_plane(result, ev, resolution=3)
     with torch.no_grad():
         b.fc1.bias.add_(1.0)
     with pytest.raises(ConfigError, match=r"model b differs .*fc1\.bias"):
         landscape.curve(a, b, ev, train_data=(x, y), epochs=1, params="fc2.*")
+
+
+def test_curvature_on_a_subset_plane_is_the_subset_hessian_block(digits):
+    """Each grid point's top eigenvalue equals that of the dense Hessian of fc2 (the plane's subset) there."""
+    x, y = digits
+    x, y = x[:300], y[:300]
+    a, _ = _pair(4)
+    ev = Evaluator(a, (x, y), progress=False, dtype=torch.float64)
+    plane = landscape.random_plane(a, ev, resolution=3, params="fc2.*", span=0.5)
+    got = landscape.curvature_plane(plane, ev, reference=a, k=1, tol=1e-10, max_iter=200)
+    space = ParameterSpace(a)
+    sub = Subspace(space, "fc2.*")
+    va = space.to_vector(a, dtype=torch.float64)
+    hidden = torch.relu(a.double().fc1(x.double())).detach()
+
+    def loss(w: torch.Tensor) -> torch.Tensor:  # fc2 is the last layer: the loss of its flat entries
+        values = sub.unflatten(w)
+        return nn.functional.cross_entropy(hidden @ values["fc2.weight"].T + values["fc2.bias"], y)
+
+    origin, u, v = (torch.as_tensor(t) for t in (plane.origin, plane.u, plane.v))
+    for i, yy in enumerate(got.y):
+        for j, xx in enumerate(got.x):
+            w = origin + float(xx) * u + float(yy) * v
+            dense = torch.autograd.functional.hessian(loss, w.double())
+            assert got.eigenvalues[i, j, 0] == pytest.approx(float(torch.linalg.eigvalsh(dense)[-1]), rel=1e-6)
+    assert got.spec["params"] == ["fc2.*"]
+    with pytest.raises(ConfigError, match="pass reference="):
+        landscape.curvature_plane(plane, ev, k=1)
+    assert torch.equal(sub.embed(sub.restrict(va), va), va)

@@ -20,7 +20,8 @@ from landscape import ConfigError, Evaluator, PlaneResult, TrainingDivergedError
 
 from ..results.connectivity import CurveResult
 from ..results.curve_shapes import KINDS, coefficients
-from ..space.subsets import ParamsLike, restrict_models
+from ..space.points import PointSet
+from ..space.subsets import ParamsLike, recorded_subspace, restrict_models
 from .trainer import train_knots
 
 
@@ -52,7 +53,9 @@ def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_d
         Minibatch order and the ``t`` draws.
     params : None, "trainable" or patterns
         Train the bends only in these parameters (as ``params=`` of :func:`landscape.interpolate`);
-        the other entries stay at ``a``'s values, and ``a`` and ``b`` must agree there.
+        the other entries stay at ``a``'s values, and ``a`` and ``b`` must agree there. The
+        knots, the training and the evaluated points then live in the subset (``result.knots``
+        is (m, S)); no full-size vector is built per point.
 
     Returns
     -------
@@ -69,17 +72,13 @@ def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_d
     if bends < 1 or points < 2:
         raise ConfigError(f"need bends >= 1 and points >= 2, got {bends} and {points}")
     va, vb = evaluator.vector(a), evaluator.vector(b)
-    sub, _ = restrict_models(evaluator.space, params, [va, vb], ["model a", "model b"])
-    entries = None
-    if sub is not None:
-        entries = torch.zeros(evaluator.space.size, dtype=torch.bool)
-        entries[sub.index] = True
+    sub, (ka, kb) = restrict_models(evaluator.space, params, [va, vb], ["model a", "model b"])
     m = bends + 2
     # knots on the line such that phi(t) starts as the straight segment: for Bernstein
     # polynomials knots at i/n reproduce linear functions, as for the chain
     s = torch.arange(m, dtype=torch.float64) / (m - 1)
-    knots = (1 - s)[:, None] * va + s[:, None] * vb
-    knots[0], knots[-1] = va, vb
+    knots = (1 - s)[:, None] * ka + s[:, None] * kb
+    knots[0], knots[-1] = ka, kb
 
     def sample(gen: torch.Generator) -> torch.Tensor:
         t = torch.rand(1, generator=gen, dtype=torch.float64).numpy()
@@ -87,14 +86,23 @@ def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_d
 
     trained, history = train_knots(evaluator, knots, [False] + [True] * bends + [False], sample, train_data,
                                    epochs=epochs, lr=lr, momentum=momentum, batch_size=batch_size,
-                                   weight_decay=weight_decay, seed=seed, what="curve training", entries=entries)
+                                   weight_decay=weight_decay, seed=seed, what="curve training", subset=sub,
+                                   reference=va)
     t = np.linspace(0.0, 1.0, points)
-    on_curve = evaluator.evaluate(torch.from_numpy(coefficients(kind, t, m)) @ trained)
-    line = landscape.interpolate(va, vb, evaluator, alphas=t)
-    if np.isfinite(line.loss).all() and not np.isfinite(on_curve.loss).all():
+    c = torch.from_numpy(coefficients(kind, t, m))
+    if sub is None:
+        on_curve = evaluator.evaluate(c @ trained)
+        curve_loss, curve_accuracy = on_curve.loss, on_curve.accuracy
+    else:  # reference a outside the subset, sum_i c_i(t) knot_i on it: never a full vector per point
+        base = va.clone()
+        base[sub.index] = 0.0
+        curve_loss, curve_accuracy = evaluator.evaluate_points(PointSet(base, trained, c, sub.index), reference=va,
+                                                               label="curve")
+    line = landscape.interpolate(va, vb, evaluator, alphas=t, params=params)
+    if np.isfinite(line.loss).all() and not np.isfinite(curve_loss).all():
         raise TrainingDivergedError("curve training", max(epochs - 1, 0), ["loss on the trained curve"],
                                     {"lr": lr, "momentum": momentum, "weight_decay": weight_decay})
-    return CurveResult(t=t, loss=on_curve.loss, accuracy=on_curve.accuracy, line_loss=line.loss,
+    return CurveResult(t=t, loss=curve_loss, accuracy=curve_accuracy, line_loss=line.loss,
                        line_accuracy=line.accuracy, knots=trained.numpy(), curve_kind=kind, history=history,
                        spec={"kind": "curve", "curve": kind, "bends": bends, "epochs": epochs, "lr": lr,
                              "momentum": momentum, "batch_size": batch_size, "weight_decay": weight_decay,
@@ -102,8 +110,8 @@ def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_d
                              **({"params": sub.spec()} if sub is not None else {})})
 
 
-def curve_plane(result: CurveResult, evaluator: Evaluator, *, resolution: int = 21, margin: float = 0.2
-                ) -> PlaneResult:
+def curve_plane(result: CurveResult, evaluator: Evaluator, *, resolution: int = 21, margin: float = 0.2,
+                reference: Any = None) -> PlaneResult:
     """The plane through the endpoints and the (first) bend, as Garipov et al.'s Figure 1.
 
     Parameters
@@ -116,12 +124,28 @@ def curve_plane(result: CurveResult, evaluator: Evaluator, *, resolution: int = 
         Grid points per axis.
     margin : float
         Widening of the grid on each side, as a fraction of its width (height).
+    reference : model-like, optional
+        For a curve trained with ``params=``: the model outside the subset (model ``a``); the
+        plane is then over the same subset.
 
     Returns
     -------
     PlaneResult
         Models "a", "b" and "bend" placed; a quadratic Bezier curve lies in this plane.
+
+    Raises
+    ------
+    ConfigError
+        A subset curve without ``reference``, or a subset this evaluator's model does not have.
     """
     knots = torch.from_numpy(result.knots)
+    subset = result.spec.get("params")
+    params = None
+    if subset is not None:
+        if reference is None:
+            raise ConfigError(f"this curve was trained with params={subset['params']!r} and stores its knots in "
+                              "that subset only; pass reference=<model a> for the rest of the model")
+        sub = recorded_subspace(evaluator.space, subset, "this curve")
+        knots, params = sub.embed(knots, evaluator.vector(reference)), subset["params"]
     return landscape.plane(knots[0], knots[-1], knots[1], evaluator, resolution=resolution, margin=margin,
-                           labels=("a", "b", "bend"))
+                           labels=("a", "b", "bend"), params=params)

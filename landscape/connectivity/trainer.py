@@ -25,6 +25,7 @@ from ..evaluation.batches import all_pairs, minibatches
 from ..evaluation.inputs import functional_forward, map_tensors
 from ..evaluation.losses import resolve_loss
 from ..evaluation.scoring import select_output
+from ..space.subsets import Subspace
 
 Sampler = Callable[[torch.Generator], torch.Tensor]
 
@@ -32,7 +33,8 @@ Sampler = Callable[[torch.Generator], torch.Tensor]
 def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool], sampler: Sampler, data: Any, *,
                 epochs: int, lr: float, momentum: float = 0.9, batch_size: int = 128, weight_decay: float = 0.0,
                 seed: int = 0, regulariser: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                what: str = "training", entries: torch.Tensor | None = None) -> tuple[torch.Tensor, list[float]]:
+                what: str = "training", subset: Subspace | None = None, reference: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, list[float]]:
     """Optimise the trainable knots by SGD on ``E_c L(c @ K)`` over ``data``.
 
     Parameters
@@ -40,7 +42,8 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
     evaluator : Evaluator
         Gives the architecture, parameter space, loss, device and dtype.
     knots : torch.Tensor
-        (m, D) flat vectors; rows with ``trainable[i]`` False stay exactly as given.
+        (m, D) flat vectors, or (m, S) vectors of ``subset``; rows with ``trainable[i]`` False
+        stay exactly as given.
     trainable : list of bool
         One flag per knot; True marks a knot the optimiser updates.
     sampler : Sampler
@@ -57,14 +60,17 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
         Optional extra term of the trainable knots' parameter entries (added to the loss).
     what : str
         What is trained, for the message of a divergence (e.g. ``"curve training"``).
-    entries : torch.Tensor, optional
-        Boolean mask over the flat vector of the entries the optimiser may change (a parameter
-        subset, ``params=``); default: every parameter entry.
+    subset : Subspace, optional
+        A parameter subset (``params=``): the knots live in it, and every point is
+        ``reference`` with the subset's entries replaced by ``c @ K``.
+    reference : torch.Tensor, optional
+        (D,) the full vector outside ``subset`` (required with it).
 
     Returns
     -------
     (knots, history)
-        The trained (m, D) knots (float64, CPU) and the mean training loss of every epoch.
+        The trained knots (float64, CPU; the shape of ``knots``) and the mean training loss
+        of every epoch.
 
     Raises
     ------
@@ -79,7 +85,10 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
     if len(trainable) != len(knots) or not any(trainable):
         raise ConfigError("at least one knot must be trainable, and trainable needs one flag per knot")
     device, dtype, space = evaluator.device, evaluator.dtype, evaluator.space
-    mask = (space.param_mask if entries is None else space.param_mask & entries).to(device)
+    if subset is not None and reference is None:
+        raise ConfigError("training knots of a parameter subset needs the reference vector outside it")
+    mask = (space.param_mask if subset is None else subset.param_mask).to(device)
+    outside = None if subset is None else space.unflatten(reference.to(device, dtype))
     x_all, y_all = all_pairs(data, evaluator.batch_fn)
     x_all = map_tensors(x_all, lambda t: t.to(device, dtype if torch.is_floating_point(t) else t.dtype))
     y_all = y_all.to(device)
@@ -104,9 +113,12 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
                 rows[:, mask] = free
                 point = coeffs[[i for i in range(len(base)) if not trainable[i]]] @ base[[not t for t in trainable]] \
                     + coeffs[train_idx] @ rows
-                tensors = space.unflatten(point)
-                state = {e.name: (tensors[e.name] if e.kind == "parameter" else tensors[e.name].detach().clone())
-                         for e in space.entries}
+                if outside is None:
+                    tensors = space.unflatten(point)
+                    state = {e.name: (tensors[e.name] if e.kind == "parameter" else tensors[e.name].detach().clone())
+                             for e in space.entries}
+                else:
+                    state = {**{k: v.detach().clone() for k, v in outside.items()}, **subset.unflatten(point)}
                 out = select_output(functional_forward(module, {**fixed, **state}, xb), evaluator.options.output)
                 if count == 0 and epoch == 0:
                     check_targets(out, y_all, evaluator.loss_name)

@@ -14,6 +14,7 @@ from ..infra.errors import ConfigError
 from ..results import PlaneResult
 from ..results.curvature import CurvaturePlane, CurvatureProfile
 from ..space.params import ModelLike
+from ..space.subsets import recorded_subspace
 from .at_point import with_bn_mode
 from .functions import Params, hessian_eigen, spec_of
 
@@ -50,7 +51,7 @@ def curvature_along_path(a: ModelLike, b: ModelLike, evaluator: Any, *, alphas: 
 
 def curvature_plane(plane: PlaneResult, evaluator: Any, *, stride: int = 1, k: int = 1, tol: float = 1e-3,
                     max_iter: int = 100, seed: int = 0, method: str = "lanczos",
-                    params: Params = None, hvp: str = "auto") -> CurvaturePlane:
+                    params: Params = None, hvp: str = "auto", reference: ModelLike | None = None) -> CurvaturePlane:
     """Top-``k`` Hessian eigenvalues on the grid of a plane, every ``stride``-th point per axis.
 
     Parameters
@@ -63,11 +64,21 @@ def curvature_plane(plane: PlaneResult, evaluator: Any, *, stride: int = 1, k: i
     stride
         Keep every ``stride``-th grid coordinate on each axis.
     k, tol, max_iter, seed, method, params, hvp
-        As for :func:`~landscape.curvature.functions.hessian_eigen`.
+        As for :func:`~landscape.curvature.functions.hessian_eigen`. On a plane over a
+        parameter subset (``plane.spec["params"]``), ``params`` defaults to that subset: the
+        Hessian block of the parameters the plane moves.
+    reference : model-like, optional
+        For a plane over a parameter subset: the model outside the subset (the plane's
+        centre or origin model; required there).
 
     Returns
     -------
     CurvaturePlane
+
+    Raises
+    ------
+    ConfigError
+        ``stride < 1``, or a subset plane without ``reference``.
     """
     if stride < 1:
         raise ConfigError(f"stride must be >= 1, got {stride}")
@@ -76,6 +87,16 @@ def curvature_plane(plane: PlaneResult, evaluator: Any, *, stride: int = 1, k: i
     u = torch.as_tensor(np.asarray(plane.u, dtype=np.float64))
     v = torch.as_tensor(np.asarray(plane.v, dtype=np.float64))
     points = [origin + float(x) * u + float(y) * v for y in ys for x in xs]
+    subset = plane.spec.get("params")
+    if subset is not None:
+        if reference is None:
+            raise ConfigError(f"this plane moves params={subset['params']!r} only and stores its points in that "
+                              "subset; pass reference=<the plane's centre model> for the rest of the model")
+        full = evaluator.vector(reference)
+        sub = recorded_subspace(evaluator.space, subset, "this plane")
+        points = [sub.embed(p, full) for p in points]
+        origin = sub.embed(origin, full)
+        params = subset["params"] if params is None else params
     options = dict(k=k, tol=tol, max_iter=max_iter, seed=seed, method=method, params=params, hvp=hvp)
     values, residuals, matvecs = _eigen_at(points, origin, evaluator, **options)
     shape = (len(ys), len(xs))

@@ -35,7 +35,8 @@ class CurveResult(Result):
     line_loss, line_accuracy : numpy.ndarray
         Metrics on the straight line ``(1 - t) a + t b`` at ``t``.
     knots : numpy.ndarray
-        (m, D) flat vectors ``[a, bend(s)..., b]``.
+        (m, D) flat vectors ``[a, bend(s)..., b]``; (m, S), the subset's entries, for a curve
+        trained with ``params=`` (``spec["params"]``).
     curve_kind : str
         ``"bezier"`` or ``"polychain"``.
     history : list
@@ -86,7 +87,7 @@ class CurveResult(Result):
 
     @property
     def bends(self) -> np.ndarray:
-        """The learned bend or control points, (k, D)."""
+        """The learned bend or control points, (k, D) (or (k, S) on a parameter subset)."""
         return self.knots[1:-1]
 
     def point(self, t: float) -> np.ndarray:
@@ -100,7 +101,8 @@ class CurveResult(Result):
         Returns
         -------
         numpy.ndarray
-            (D,) combination of the knots with the curve's coefficients at ``t``.
+            (D,) combination of the knots with the curve's coefficients at ``t`` ((S,) on a
+            parameter subset: the subset's entries).
         """
         return coefficients(self.curve_kind, np.array([t]), len(self.knots))[0] @ self.knots
 

@@ -268,9 +268,7 @@ class ParameterSpace:
         dict of str to torch.Tensor
             One view per entry (no copy; non-float tensors and aliases are not included).
         """
-        lead = vec.shape[:-1]
-        return {e.name: vec[..., e.offset:e.offset + e.numel].reshape((*lead, *e.shape))
-                for e in self.entries}
+        return entry_views(self.entries, vec)
 
     def state_dict(self, vec: torch.Tensor) -> dict[str, torch.Tensor]:
         """A complete state_dict (copies, CPU) for a flat vector: loadable into the template.
@@ -416,3 +414,22 @@ def vector_digest(vec: torch.Tensor) -> str:
     h = hashlib.sha256(f"{arr.dtype}:{tuple(arr.shape)}".encode())
     h.update(arr.view(torch.uint8).numpy().tobytes() if arr.numel() else b"")
     return h.hexdigest()
+
+
+def entry_views(entries: Sequence[TensorSpec], vec: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Views into flat vector(s) ``vec`` of the tensors ``entries`` lay out, keyed by name.
+
+    Parameters
+    ----------
+    entries
+        Tensor names, shapes and offsets into ``vec``'s last dimension.
+    vec
+        Flat vector(s); a leading batch dimension is kept.
+
+    Returns
+    -------
+    dict of str to torch.Tensor
+        One view per entry (no copy).
+    """
+    lead = vec.shape[:-1]
+    return {e.name: vec[..., e.offset:e.offset + e.numel].reshape((*lead, *e.shape)) for e in entries}

@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 
 from ..infra.errors import ConfigError
-from .params import ParameterSpace, TensorSpec
+from .params import ParameterSpace, TensorSpec, entry_views
 
 #: What ``params=`` accepts: None (everything), ``"trainable"``, or name patterns.
 ParamsLike = str | Sequence[str] | None
@@ -124,6 +124,41 @@ class Subspace:
             A copy, last dimension :attr:`size`.
         """
         return vec[..., self.index.to(vec.device)]
+
+    def unflatten(self, vec: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Views into subset vector(s) keyed by parameter name.
+
+        Parameters
+        ----------
+        vec
+            Vector(s), last dimension :attr:`size`.
+
+        Returns
+        -------
+        dict of str to torch.Tensor
+            One view per selected tensor (no copy).
+        """
+        return entry_views(self.entries, vec)
+
+    def embed(self, vecs: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+        """Full vectors: ``reference`` with the subset's entries replaced by ``vecs``.
+
+        Parameters
+        ----------
+        vecs
+            Subset vector(s), last dimension :attr:`size`.
+        reference
+            ``(D,)`` full flat vector (the model outside the subset).
+
+        Returns
+        -------
+        torch.Tensor
+            A new tensor, the shape of ``vecs`` with last dimension the full size, the dtype of
+            ``vecs``.
+        """
+        full = reference.to(vecs.dtype).expand(*vecs.shape[:-1], -1).clone()
+        full[..., self.index] = vecs
+        return full
 
     def check_fixed(self, reference: torch.Tensor, others: Sequence[tuple[str, torch.Tensor]]) -> None:
         """Refuse models that differ from the reference outside the subset.
@@ -234,3 +269,31 @@ def restrict_models(space: ParameterSpace, params: ParamsLike, vecs: Sequence[to
         return None, list(vecs)
     sub.check_fixed(vecs[0], list(zip(labels[1:], vecs[1:])))
     return sub, [sub.restrict(v) for v in vecs]
+
+
+def recorded_subspace(space: ParameterSpace, record: dict, what: str) -> Subspace:
+    """The subset a result recorded (``result.spec["params"]``), rebuilt in ``space``.
+
+    Parameters
+    ----------
+    space
+        The evaluator's parameter space.
+    record
+        :meth:`Subspace.spec` as the result stored it.
+    what
+        The result, for the message (``"this curve"``).
+
+    Returns
+    -------
+    Subspace
+
+    Raises
+    ------
+    ConfigError
+        The patterns select other tensors in ``space`` than in the result's model.
+    """
+    sub = Subspace(space, record["params"])
+    if sub.digest() != record["digest"]:
+        raise ConfigError(f"params={record['params']!r} selects other tensors in this evaluator's model than in "
+                          f"{what}'s; use the evaluator {what} was computed with")
+    return sub
