@@ -406,8 +406,9 @@ def test_empirical_fisher_takes_any_loss_and_ggn_refuses_unknown_output_hessians
                 with pytest.raises(ConfigError) as err:
                     call()
                 text = str(err.value)
-                assert text.startswith(f"kind='{kind}' needs a loss whose output Hessian is known ('cross_entropy' "
-                                       f"or 'mse'), but the evaluator's loss is {name}") and "\n" not in text
+                assert text.startswith(f"kind='{kind}' needs a loss whose output Hessian is known ('cross_entropy', "
+                                       "'mse', 'causal_lm', 'masked_lm', 'token'), but the evaluator's loss is "
+                                       f"{name}") and "\n" not in text
                 assert "use kind='hessian' or kind='empirical_fisher'" in text
                 cases += 1
     tally("bad inputs rejected", cases)

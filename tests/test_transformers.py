@@ -304,3 +304,58 @@ def test_a_curve_between_language_models_trains_on_dict_batches() -> None:
     mapped = landscape.curve(a, b, mapped_ev, train_data=(ids, labels), epochs=3, lr=0.5, batch_size=8, points=5)
     np.testing.assert_allclose(trained.knots, mapped.knots, rtol=1e-5, atol=1e-7)
     assert trained.loss[2] < line.loss[2]  # training lowered the middle of the curve
+
+
+def _token_jacobian(model: torch.nn.Module, names: list[str], ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits ``(N, T, V)`` and their Jacobian ``(N, T, V, P)`` in the parameters ``names`` (flattened)."""
+    params = dict(model.named_parameters())
+    chosen = [params[n].detach() for n in names]
+    sizes = [p.numel() for p in chosen]
+
+    def logits(theta: torch.Tensor) -> torch.Tensor:
+        parts = {n: t.view_as(p) for n, t, p in zip(names, theta.split(sizes), chosen)}
+        return torch.func.functional_call(model, {**params, **parts}, (), {"input_ids": ids}).logits
+
+    theta = torch.cat([p.reshape(-1) for p in chosen])
+    with sdpa_kernel(SDPBackend.MATH):
+        return logits(theta).detach(), torch.func.jacrev(logits)(theta).detach()
+
+
+@pytest.mark.parametrize("loss, shift", [("causal_lm", 1), ("token", 0)])
+def test_token_ggn_is_the_sum_over_counted_tokens_of_jt_h_j(tokens, loss, shift):
+    """G = (1/M) sum over the M counted tokens t of J_t^T (diag p_t - p_t p_t^T) J_t, the dense matrix."""
+    ids, labels, _ = tokens
+    model = tiny_gpt2(0).double()
+    names = ["transformer.ln_f.weight", "transformer.ln_f.bias"]
+    ev = landscape.Evaluator(model, (ids, labels), loss=loss, dtype=torch.float64, batch_size=4, progress=False)
+    out, jac = _token_jacobian(model, names, ids)
+    logits, targets, jac = out[:, :LENGTH - shift], labels[:, shift:], jac[:, :LENGTH - shift]
+    counted = targets != -100
+    p = torch.softmax(logits[counted], -1)                         # (M, V)
+    j = jac[counted]                                               # (M, V, P)
+    h = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]
+    expected = torch.einsum("mvp,mvw,mwq->pq", j, h, j) / counted.sum()
+    op = landscape.curvature_operator(model, ev, kind="ggn", params=names)
+    np.testing.assert_allclose(op.dense().numpy(), expected.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_token_fisher_is_its_drawn_per_token_estimate_and_tends_to_the_ggn(tokens):
+    """The Monte-Carlo Fisher with the operator's own draws, rebuilt densely; with many draws near the GGN."""
+    ids, labels, _ = tokens
+    model = tiny_gpt2(0).double()
+    names = ["transformer.ln_f.bias"]
+    ev = landscape.Evaluator(model, (ids, labels), loss="causal_lm", dtype=torch.float64, progress=False)
+    out, jac = _token_jacobian(model, names, ids)
+    counted = torch.zeros(ids.shape, dtype=torch.bool)
+    counted[:, :-1] = labels[:, 1:] != -100
+    m = 4
+    op = landscape.curvature_operator(model, ev, kind="fisher", params=names, mc_samples=m, seed=3)
+    draws = op.draws[0]                                            # (m, N, T) labels, one batch
+    s = torch.softmax(out, -1)[None] - torch.nn.functional.one_hot(draws, VOCAB).double()  # (m, N, T, V)
+    g = torch.einsum("anbv,nbvp->anbp", s, jac)[:, counted]        # per draw and counted token: J_t^T s_t
+    expected = torch.einsum("amp,amq->pq", g, g) / (m * counted.sum())
+    np.testing.assert_allclose(op.dense().numpy(), expected.numpy(), rtol=1e-9, atol=1e-12)
+    ggn = landscape.curvature_operator(model, ev, kind="ggn", params=names).dense()
+    many = landscape.curvature_operator(model, ev, kind="fisher", params=names, mc_samples=400, seed=3).dense()
+    # unbiased for the GGN; tolerance fixed before measuring: 10% of its norm with 400 draws per token
+    assert float(torch.linalg.matrix_norm(many - ggn)) < 0.1 * float(torch.linalg.matrix_norm(ggn))

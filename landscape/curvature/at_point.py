@@ -80,8 +80,8 @@ def curvature_operator(model: ModelLike | torch.Tensor, evaluator: Any, *, kind:
     ------
     ConfigError
         An unknown ``kind`` (with the closest name), an option that does not apply to the kind,
-        a loss without a known output Hessian for ``"ggn"``/``"fisher"`` (cross-entropy and MSE
-        have one), or as for :class:`~.operators.CurvatureOperator`.
+        a loss without a known output Hessian for ``"ggn"``/``"fisher"`` (cross-entropy, MSE and
+        the token losses have one), or as for :class:`~.operators.CurvatureOperator`.
 
     Examples
     --------

@@ -15,7 +15,11 @@ the loss ``L``):
   (:mod:`landscape.evaluation.losses`): cross-entropy ``H_n = diag(p_n) - p_n p_n^T`` with
   ``p_n = softmax(f_n)`` (per position for outputs ``(batch, classes, ...)``; targets equal to
   the ignore index -100 contribute nothing, as to the loss); MSE, summed over the output entries
-  (``l_n = ||f_n - y_n||^2``), ``H_n = 2 I``. Other losses raise a ConfigError.
+  (``l_n = ||f_n - y_n||^2``), ``H_n = 2 I``; token losses (``causal_lm``, ``masked_lm``,
+  ``token``: logits ``(batch, positions, vocabulary)``), ``H_t = diag(p_t) - p_t p_t^T`` per
+  counted token ``t`` (for ``causal_lm`` the logits at ``t`` against the label at ``t + 1``),
+  and ``N`` is then the number of counted tokens, as in the loss. Other losses raise a
+  ConfigError.
 * **Fisher** (Monte-Carlo, Martens 2020), ``kind="fisher"``: with labels drawn from
   the model's predictive distribution ``p(y | f_n)``, whose negative log-likelihood is the loss::
 
@@ -25,7 +29,9 @@ the loss ``L``):
   ``F_hat = (1/N) sum_n (1/M) sum_m J_n^T s_nm s_nm^T J_n``. Cross-entropy: ``y ~ Categorical(p_n)``,
   ``s = p_n - e_y``, and ``E[s s^T] = diag(p_n) - p_n p_n^T``. MSE: ``||f - y||^2`` is, up to a
   constant, the negative log-likelihood of ``y ~ N(f, I / 2)``; ``y = f_n + eps / sqrt(2)``,
-  ``s = -sqrt(2) eps`` and ``E[s s^T] = 2 I``. For both, ``E[s s^T] = H_n``: the Fisher *equals*
+  ``s = -sqrt(2) eps`` and ``E[s s^T] = 2 I``. Token losses: one label per counted token
+  from ``Categorical(p_t)``, and ``s_t s_t^T`` per token (tokens are the samples of the token
+  loss). For all, ``E[s s^T] = H_n``: the Fisher *equals*
   the GGN (Martens 2020: so it is for a loss that is the negative log-likelihood of an
   exponential family in its natural parameters), and ``F_hat`` is an unbiased estimate of it whose error
   shrinks as ``1 / sqrt(N M)``. The labels are drawn once, when the operator is built, from a
@@ -61,6 +67,12 @@ MAX_MC_SAMPLES = 1_000
 _IGNORE_INDEX = -100  # cross-entropy's default ignore_index
 
 
+def _per_sample_dots(s: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """``s_n . u_n`` per draw and sample, over all of a sample's outputs, broadcastable against ``s``."""
+    dots = (s * u).reshape(s.shape[0], s.shape[1], -1).sum(-1)
+    return dots.reshape(*dots.shape, *[1] * (u.ndim - 1))
+
+
 class _CrossEntropy:
     """Output Hessian ``diag(p) - p p^T`` and Categorical(p) labels of the cross-entropy (class dim 1)."""
 
@@ -87,6 +99,45 @@ class _CrossEntropy:
         onehot = torch.nn.functional.one_hot(draws, out.shape[1]).to(out.dtype).movedim(-1, 2)
         return (torch.softmax(out, 1).unsqueeze(0) - onehot) * cls.kept(out, y)
 
+    dots = staticmethod(_per_sample_dots)
+
+
+class _TokenCrossEntropy:
+    """Per-token ``diag(p) - p p^T`` and Categorical(p) labels of a token loss (vocabulary last).
+
+    Position ``t`` of the logits is scored against label ``t + shift``; positions without a
+    counted label (``-100``, or past the end after the shift) contribute nothing.
+    """
+
+    def __init__(self, shift: int):
+        self.shift = shift
+
+    def kept(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        keep = torch.zeros(out.shape[:2], dtype=out.dtype, device=out.device)
+        keep[:, :out.shape[1] - self.shift] = (y[:, self.shift:] != _IGNORE_INDEX).to(out.dtype)
+        return keep.unsqueeze(-1)
+
+    def hessian_product(self, out: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        p = torch.softmax(out, -1)
+        keep = self.kept(out, y)
+        pu = p * u * keep
+        return (pu - p * pu.sum(-1, keepdim=True)) * keep
+
+    @staticmethod
+    def draw(out: torch.Tensor, m: int, generator: torch.Generator) -> torch.Tensor:
+        p = torch.softmax(out.double(), -1)
+        labels = torch.multinomial(p.reshape(-1, p.shape[-1]).cpu(), m, replacement=True, generator=generator)
+        return labels.T.reshape(m, *p.shape[:-1]).to(out.device)
+
+    def sampled_gradients(self, out: torch.Tensor, y: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
+        onehot = torch.nn.functional.one_hot(draws, out.shape[-1]).to(out.dtype)
+        return (torch.softmax(out, -1).unsqueeze(0) - onehot) * self.kept(out, y)
+
+    @staticmethod
+    def dots(s: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """``s_t . u_t`` per draw and token (tokens are the token loss's samples)."""
+        return (s * u).sum(-1, keepdim=True)
+
 
 class _SquaredError:
     """Output Hessian ``2 I`` and ``N(f, I/2)`` labels of the summed squared error."""
@@ -103,15 +154,19 @@ class _SquaredError:
     def sampled_gradients(out: torch.Tensor, y: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
         return math.sqrt(2.0) * draws  # s = 2 (f - y) = -sqrt(2) eps; the sign cancels in s s^T
 
+    dots = staticmethod(_per_sample_dots)
 
-_OUTPUT_LOSSES = {"cross_entropy": _CrossEntropy, "mse": _SquaredError}
+
+_OUTPUT_LOSSES = {"cross_entropy": _CrossEntropy, "mse": _SquaredError, "causal_lm": _TokenCrossEntropy(1),
+                  "masked_lm": _TokenCrossEntropy(0), "token": _TokenCrossEntropy(0)}
 
 
 def _output_loss(evaluator: Any, kind: str) -> Any:
     loss = evaluator.loss_name
     if loss not in _OUTPUT_LOSSES:
-        raise ConfigError(f"kind={kind!r} needs a loss whose output Hessian is known ('cross_entropy' or 'mse'), "
-                          f"but the evaluator's loss is {loss!r}; use kind='hessian' or kind='empirical_fisher'")
+        known = ", ".join(map(repr, _OUTPUT_LOSSES))
+        raise ConfigError(f"kind={kind!r} needs a loss whose output Hessian is known ({known}), but the evaluator's "
+                          f"loss is {loss!r}; use kind='hessian' or kind='empirical_fisher'")
     return _OUTPUT_LOSSES[loss]
 
 
@@ -188,7 +243,7 @@ class OuterProductOperator(CurvatureOperator):
             return self.batch_outputs(theta, x, y)
 
         out, jv = jvp_quietly(f, self.theta, v)
-        weighted = self.output_product(index, out.detach(), y, jv.detach()) / self.evaluator.num_samples
+        weighted = self.output_product(index, out.detach(), y, jv.detach()) / self.evaluator.num_targets
         return vjp(f, self.theta)[1](weighted)[0]
 
 
@@ -295,8 +350,7 @@ class FisherOperator(OuterProductOperator):
             Shaped as ``out``.
         """
         s = self.output_loss.sampled_gradients(out, y, self.draws[index])
-        dots = (s * u).reshape(s.shape[0], s.shape[1], -1).sum(-1)
-        return (s * dots.reshape(*dots.shape, *[1] * (u.ndim - 1))).mean(0)
+        return (s * self.output_loss.dots(s, u)).mean(0)
 
 
 def check_mc_samples(mc_samples: Any) -> None:
