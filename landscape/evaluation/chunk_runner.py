@@ -128,9 +128,10 @@ class ChunkRunner:
             self.strategy, self.strategy_reason = "loop", "cpu: vmap measured slower than a loop on CPU"
         if self.moves_subset_only(points):
             base = ev.batchnorm.apply(points.origin.to(ev.device, ev.dtype).unsqueeze(0), ref)[0]
-            self.loop.set_base(base)
             index = points.index.to(ev.device)  # type: ignore[union-attr]
-            return self._run(points.moving(start, stop, ev.device, ev.dtype), coeffs, "loop", index)
+            if self.strategy == "loop":
+                self.loop.set_base(base)
+            return self._run(points.moving(start, stop, ev.device, ev.dtype), coeffs, self.strategy, index, base)
         vecs = ev.batchnorm.apply(points.chunk(start, stop, ev.device, ev.dtype), ref)
         if self.strategy is None:
             return self.measure_strategies(vecs, coeffs)
@@ -139,9 +140,10 @@ class ChunkRunner:
     def moves_subset_only(self, points: PointSet) -> bool:
         """Whether the loop can keep one full base and write each point's subset entries only.
 
-        True for a parameter subset's points under the loop strategy when the BatchNorm mode
-        sets no buffer per point (buffers outside the subset are then the base's for every
-        point): memory and time then scale with the subset, not the model.
+        True for a parameter subset's points once the strategy is chosen (the loop, or ``vmap``
+        without ``torch.compile``) when the BatchNorm mode sets no buffer per point (buffers
+        outside the subset are then the base's for every point): memory and time then scale with
+        the subset, not the model.
 
         Parameters
         ----------
@@ -153,7 +155,8 @@ class ChunkRunner:
         bool
         """
         bn = self.ev.batchnorm
-        if points.index is None or self.strategy != "loop" or bn.train_module is not None:
+        chosen = self.strategy == "loop" or (self.strategy == "vmap" and self.ev.options.compile is False)
+        if points.index is None or not chosen or bn.train_module is not None:
             return False
         return not (bn.active and bool((~self.ev.space.param_mask[points.index]).any()))
 
@@ -193,7 +196,7 @@ class ChunkRunner:
         return shortcut
 
     def _run(self, vecs: torch.Tensor, coeffs: list[list[float]], strategy: str,
-             index: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
+             index: torch.Tensor | None = None, base: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
         autocast = self.ev.options.autocast
         amp = (torch.autocast(self.ev.device.type, dtype=autocast) if autocast is not None
                else contextlib.nullcontext())
@@ -204,7 +207,7 @@ class ChunkRunner:
                 if self._vmap is None:
                     ev = self.ev
                     self._vmap = VmapStrategy(ev.forward, ev.space, ev.batches, ev.scorer, ev.options.compile)
-                sums = self._vmap.sums(vecs)
+                sums = self._vmap.sums(vecs) if index is None else self._vmap.subset_sums(vecs, base, index)
         host = sums.double().cpu().numpy() / self.ev.num_targets  # the one synchronisation per chunk
         return host[:, 0], self.ev.scorer.metric.finish(host[:, 0], host[:, 1])
 

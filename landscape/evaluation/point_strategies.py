@@ -244,10 +244,11 @@ class VmapStrategy:
         self.space = space
         self.batches = batches
 
-        def metrics(p: dict[str, torch.Tensor], x: ModelInputs, y: torch.Tensor) -> torch.Tensor:
-            return torch.stack(scorer(forward(p, x), y))
+        def metrics(p: dict[str, torch.Tensor], fixed: dict[str, torch.Tensor], x: ModelInputs,
+                    y: torch.Tensor) -> torch.Tensor:
+            return torch.stack(scorer(forward({**fixed, **p}, x), y))
 
-        self.vmapped = maybe_compile(vmap(metrics, in_dims=(0, None, None)), compile)
+        self.vmapped = maybe_compile(vmap(metrics, in_dims=(0, None, None, None)), compile)
 
     def sums(self, vecs: torch.Tensor) -> torch.Tensor:
         """Per-point (summed loss, correct) of ``(P, D)`` device vectors, as ``(P, 2)`` float64.
@@ -262,10 +263,35 @@ class VmapStrategy:
         torch.Tensor
             ``(P, 2)`` float64 sums over all batches.
         """
-        params = self.space.unflatten(vecs)
-        out = torch.zeros(len(vecs), 2, device=vecs.device, dtype=torch.float64)
+        return self._sums(self.space.unflatten(vecs), {}, len(vecs), vecs.device)
+
+    def subset_sums(self, moving: torch.Tensor, base: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Per-point (summed loss, correct) of subset points: only the subset's tensors are stacked.
+
+        Parameters
+        ----------
+        moving
+            ``(P, S)`` the points' entries at ``index`` (whole tensors of the space).
+        base
+            ``(D,)`` every point's value elsewhere.
+        index
+            ``(S,)`` positions of the subset in the flat vector.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(P, 2)`` float64 sums over all batches.
+        """
+        stacked = {e.name: moving[:, start:start + e.numel].reshape(len(moving), *e.shape)
+                   for e, start in self.space.entries_at(index)}
+        fixed = {k: v for k, v in self.space.unflatten(base).items() if k not in stacked}
+        return self._sums(stacked, fixed, len(moving), moving.device)
+
+    def _sums(self, stacked: dict[str, torch.Tensor], fixed: dict[str, torch.Tensor], count: int,
+              device: torch.device) -> torch.Tensor:
+        out = torch.zeros(count, 2, device=device, dtype=torch.float64)
         for x, y in self.batches:
-            out += self.vmapped(params, x, y)
+            out += self.vmapped(stacked, fixed, x, y)
         return out
 
 

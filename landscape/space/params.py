@@ -270,6 +270,34 @@ class ParameterSpace:
         """
         return entry_views(self.entries, vec)
 
+    def entries_at(self, index: torch.Tensor) -> list[tuple[TensorSpec, int]]:
+        """The tensors whose entries ``index`` holds, with where each starts among them.
+
+        Parameters
+        ----------
+        index
+            Sorted flat positions covering whole tensors (a parameter subset's index).
+
+        Returns
+        -------
+        list[tuple[TensorSpec, int]]
+            Each covered tensor and the position of its first entry in ``index``.
+
+        Raises
+        ------
+        ValueError
+            If ``index`` covers part of a tensor.
+        """
+        positions = index.cpu()
+        found = []
+        for e in self.entries:
+            at = int(torch.searchsorted(positions, e.offset))
+            if at < len(positions) and int(positions[at]) == e.offset:
+                if at + e.numel > len(positions) or int(positions[at + e.numel - 1]) != e.offset + e.numel - 1:
+                    raise ValueError(f"the index covers part of {e.name} only")
+                found.append((e, at))
+        return found
+
     def state_dict(self, vec: torch.Tensor) -> dict[str, torch.Tensor]:
         """A complete state_dict (copies, CPU) for a flat vector: loadable into the template.
 
