@@ -4,7 +4,14 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTForImageClassification
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    ViTConfig,
+    ViTForImageClassification,
+)
 
 import landscape
 from fl.datasets import load_dataset
@@ -29,6 +36,15 @@ def _gpt2(seed: int) -> nn.Module:
                                           bos_token_id=0, eos_token_id=0)).eval()
 
 
+def _llama(seed: int, kv_heads: int = 2) -> nn.Module:
+    """A LLaMA-style model: rotary embeddings, RMSNorm, gated MLP, 4 query heads sharing ``kv_heads``."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=kv_heads,
+                                            max_position_embeddings=16)).eval()
+
+
 class TorchAttention(nn.Module):
     """A residual block around ``nn.MultiheadAttention`` (fused in-projection)."""
 
@@ -49,6 +65,8 @@ def _case(name: str) -> tuple[nn.Module, torch.Tensor]:
         return _vit(0), torch.randn(4, 1, 8, 8, generator=gen)
     if name == "gpt2":
         return _gpt2(0), torch.randint(0, 64, (4, 8), generator=gen)
+    if name.startswith("llama"):
+        return _llama(0, kv_heads=2 if name == "llama_gqa" else 4), torch.randint(0, 64, (4, 8), generator=gen)
     with torch.random.fork_rng():
         torch.manual_seed(0)
         return TorchAttention().eval(), torch.randn(4, 5, 6, generator=gen)
@@ -74,7 +92,7 @@ def test_attention_blocks_are_found_with_their_heads_and_projections() -> None:
     assert sorted(g.size for g in spec.groups) == [4, 4, 8, 8, 8, 8, 32, 64, 64]  # heads, q/k, v/o, residual, MLPs
 
 
-@pytest.mark.parametrize("name", ["vit", "gpt2", "torch_mha"])
+@pytest.mark.parametrize("name", ["vit", "gpt2", "torch_mha", "llama", "llama_gqa"])
 def test_random_permutations_keep_the_outputs(name: str) -> None:
     model, x = _case(name)
     spec = discover(model, x[:2])
@@ -105,28 +123,46 @@ def test_heads_move_as_blocks_and_query_key_dimensions_together() -> None:
     assert torch.equal(out["vit.layers.0.attention.o_proj.weight"].view(32, 4, 8), o.view(32, 4, 8)[:, heads])
 
 
-@pytest.mark.parametrize("name", ["vit", "gpt2"])
+@pytest.mark.parametrize("name", ["vit", "gpt2", "llama_gqa"])
 def test_weight_matching_recovers_a_planted_permutation(name: str) -> None:
     model, x = _case(name)
     spec = discover(model, x[:2])
     shuffled = apply_permutation(model, spec, random_permutations(spec, seed=5))
-    assert not torch.equal(shuffled.state_dict()["lm_head.weight" if name == "gpt2" else "classifier.weight"],
-                           model.state_dict()["lm_head.weight" if name == "gpt2" else "classifier.weight"])
+    head = "classifier.weight" if name == "vit" else "lm_head.weight"
+    assert not torch.equal(shuffled.state_dict()[head], model.state_dict()[head])
     recovered = align(shuffled, to=model)  # traced again, on a guessed input (token ids for GPT-2)
     worst = max(float((recovered.state_dict()[k] - v).abs().max()) for k, v in model.state_dict().items())
     assert worst <= 1e-6, worst
 
 
-def test_grouped_query_attention_is_refused_and_unknown_attention_names_the_reshape() -> None:
-    class GroupedQuery(nn.Module):
+def test_grouped_query_attention_with_rotary_embeddings_keeps_query_key_dimensions() -> None:
+    blocks = find_attention(_llama(0, kv_heads=2))
+    assert [(b.heads, b.kv_heads, b.group_size, b.head_dim, b.rotary) for b in blocks] == [(4, 2, 2, 8, True)] * 2
+    model, x = _case("llama_gqa")
+    spec = discover(model, x[:2])
+    q_groups = [g for g in spec.groups
+                if any(m.name == "model.layers.0.self_attn.q_proj.weight" and m.axis == 0 for m in g.members)]
+    assert [g.size for g in q_groups] == [2]  # the two key/value heads, each with its two query heads; no q/k dims
+    heads = q_groups[0]
+    perms = [torch.arange(g.size) for g in spec.groups]
+    perms[spec.groups.index(heads)] = torch.tensor([1, 0])
+    out = apply_permutation(model, spec, perms).state_dict()
+    ref = model.state_dict()
+    q, k = ref["model.layers.0.self_attn.q_proj.weight"], ref["model.layers.0.self_attn.k_proj.weight"]
+    assert torch.equal(out["model.layers.0.self_attn.q_proj.weight"].view(2, 16, 32), q.view(2, 16, 32)[[1, 0]])
+    assert torch.equal(out["model.layers.0.self_attn.k_proj.weight"].view(2, 8, 32), k.view(2, 8, 32)[[1, 0]])
+
+
+def test_attention_of_inconsistent_widths_is_refused_and_unknown_attention_names_the_reshape() -> None:
+    class Uneven(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.num_heads = 4
-            self.q_proj, self.k_proj, self.v_proj = nn.Linear(16, 16), nn.Linear(16, 8), nn.Linear(16, 8)
+            self.q_proj, self.k_proj, self.v_proj = nn.Linear(16, 16), nn.Linear(16, 8), nn.Linear(16, 12)
             self.o_proj = nn.Linear(16, 16)
 
-    with pytest.raises(PermutationError, match="grouped-query attention"):
-        find_attention(nn.Sequential(GroupedQuery()))
+    with pytest.raises(PermutationError, match="not multi-head or grouped-query attention"):
+        find_attention(nn.Sequential(Uneven()))
 
     class Unnamed(nn.Module):  # heads split by a reshape, but no declared number of heads
         def __init__(self) -> None:

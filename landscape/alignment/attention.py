@@ -18,8 +18,15 @@ Each block gives three groups (Verma & Elbayad 2024; Imfeld et al. 2024):
 * the **value/output dimensions** within a head: the rows of v and o's input columns by another.
 
 The two within-head permutations are shared by the heads, so they commute with the head
-permutation. Rotary position embeddings (which pair dimensions) and grouped-query attention
-(fewer key/value heads) are not covered.
+permutation.
+
+Grouped-query attention (LLaMA, Mistral: ``kv_heads`` key/value heads, each shared by
+``heads / kv_heads`` query heads): the units of the head group are the key/value heads, each
+carrying its query heads (their rows of q and columns of o) along. Rotary position embeddings
+(found as a module whose class name contains ``Rotary``) rotate pairs of query/key dimensions
+by position-dependent angles that differ from pair to pair, so a permutation of those
+dimensions would change the model: with rotary embeddings the query/key group is left out.
+Heads (whole units) and value/output dimensions commute with the rotation and stay.
 """
 from __future__ import annotations
 
@@ -69,11 +76,15 @@ class AttentionBlock:
     name : str
         Module name of the block.
     heads, head_dim : int
-        Number of heads and dimensions per head.
+        Number of (query) heads and dimensions per head.
     query, key, value : tuple[Span, ...]
         The output units of the projections (weight and bias).
     output : tuple[Span, ...]
         The input units of the output projection (its weight).
+    kv_heads : int
+        Number of key/value heads (``heads`` unless grouped-query attention).
+    rotary : bool
+        Query and key carry rotary position embeddings (their dimensions are not permuted).
     """
 
     name: str
@@ -83,6 +94,13 @@ class AttentionBlock:
     key: tuple[Span, ...]
     value: tuple[Span, ...]
     output: tuple[Span, ...]
+    kv_heads: int = 0
+    rotary: bool = False
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per key/value head."""
+        return self.heads // (self.kv_heads or self.heads)
 
     @property
     def spans(self) -> tuple[Span, ...]:
@@ -122,11 +140,12 @@ def _child(module: nn.Module, names: tuple[str, ...]) -> tuple[str, nn.Module] |
 
 
 def _heads(module: nn.Module) -> int | None:
-    """The module's number of heads, if it declares one."""
-    for attr in _HEADS:
-        value = getattr(module, attr, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+    """The module's number of (query) heads, declared by itself or by its Hugging Face ``config``."""
+    for owner in (module, getattr(module, "config", None)):
+        for attr in _HEADS:
+            value = getattr(owner, attr, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
     return None
 
 
@@ -137,7 +156,7 @@ def _block(name: str, module: nn.Module, parent: nn.Module | None) -> AttentionB
         return None
     prefix = f"{name}." if name else ""
     if isinstance(module, nn.MultiheadAttention) and module.in_proj_weight is not None:
-        width = module.embed_dim
+        width = kv_width = module.embed_dim
         proj = [Span(f"{prefix}in_proj_weight", 0, i * width, 3 * width) for i in range(3)]
         if module.in_proj_bias is not None:
             proj = [(w, Span(f"{prefix}in_proj_bias", 0, w.start, 3 * width)) for w in proj]
@@ -150,15 +169,14 @@ def _block(name: str, module: nn.Module, parent: nn.Module | None) -> AttentionB
         parts = [_child(module, names) for names in (_QUERY, _KEY, _VALUE)]
         if fused is not None:
             f_name, f = fused
-            width = f.weight.shape[_out_axis(f)] // 3
+            width = kv_width = f.weight.shape[_out_axis(f)] // 3
             q, k, v = (_outputs(f"{prefix}{f_name}.", f, i * width) for i in range(3))
         elif all(parts):
             q, k, v = (_outputs(f"{prefix}{n}.", m) for n, m in parts)
-            widths = {m.weight.shape[_out_axis(m)] for _, m in parts}
-            if len(widths) > 1:
-                raise PermutationError(f"attention block {name!r} has projections of widths {sorted(widths)} "
-                                       "(grouped-query attention): its heads cannot be permuted yet")
-            width = widths.pop()
+            width, kv_width, v_width = (m.weight.shape[_out_axis(m)] for _, m in parts)
+            if kv_width != v_width or width % kv_width:
+                raise PermutationError(f"attention block {name!r} has projections of widths {width}, {kv_width} "
+                                       f"and {v_width}: not multi-head or grouped-query attention")
         else:
             return None
         found = _child(module, _OUTPUT)
@@ -174,7 +192,12 @@ def _block(name: str, module: nn.Module, parent: nn.Module | None) -> AttentionB
     if o.weight.shape[o_axis] != width:
         return None
     output = (Span(f"{prefix}{o_name}.weight", o_axis, 0, width),)
-    return AttentionBlock(name, heads, width // heads, q, k, v, output)
+    head_dim = width // heads
+    kv_heads = kv_width // head_dim
+    if kv_width % head_dim or heads % kv_heads:
+        raise PermutationError(f"attention block {name!r}: {heads} query heads do not share {kv_heads} key/value "
+                               "heads evenly")
+    return AttentionBlock(name, heads, head_dim, q, k, v, output, kv_heads)
 
 
 def find_attention(model: nn.Module) -> list[AttentionBlock]:
@@ -194,31 +217,38 @@ def find_attention(model: nn.Module) -> list[AttentionBlock]:
     Raises
     ------
     PermutationError
-        If a block's projections have different widths (grouped-query attention) or its width
-        is not a multiple of its number of heads.
+        If a block's projections have widths that are neither multi-head nor grouped-query
+        attention, or its width is not a multiple of its number of heads.
     """
     modules = dict(model.named_modules())
+    rotary = any("rotary" in type(m).__name__.lower() for m in modules.values())
     blocks = []
     for name, module in modules.items():
         parent = modules.get(name.rsplit(".", 1)[0] if "." in name else "") if name else None
         block = _block(name, module, parent)
         if block is not None:
-            blocks.append(block)
+            blocks.append(replace(block, rotary=rotary))
     return blocks
 
 
 def _head_member(span: Span, block: AttentionBlock) -> Member:
-    """The span's heads as units of ``head_dim`` positions each."""
-    d = block.head_dim
-    return Member(span.name, span.axis, 1, span.length // d, span.start // d, block.heads, d)
+    """The span's key/value heads as units, each with its query heads (or head dimensions) inside."""
+    d = block.head_dim * (block.group_size if _is_query_side(span, block) else 1)
+    return Member(span.name, span.axis, 1, span.length // d, span.start // d, block.kv_heads or block.heads, d)
+
+
+def _is_query_side(span: Span, block: AttentionBlock) -> bool:
+    """A span of the query projection or of the output projection's input (one column per query dimension)."""
+    return span in block.query or span in block.output
 
 
 def _dim_members(span: Span, block: AttentionBlock) -> list[Member]:
     """The span's within-head dimensions, one member per head (or one for a whole axis)."""
     d = block.head_dim
-    if span.start == 0 and span.length == block.heads * d:
-        return [Member(span.name, span.axis, block.heads, d, 0, d, 1)]
-    return [Member(span.name, span.axis, 1, span.length, span.start + h * d, d, 1) for h in range(block.heads)]
+    heads = block.heads if _is_query_side(span, block) else block.kv_heads or block.heads
+    if span.start == 0 and span.length == heads * d:
+        return [Member(span.name, span.axis, heads, d, 0, d, 1)]
+    return [Member(span.name, span.axis, 1, span.length, span.start + h * d, d, 1) for h in range(heads)]
 
 
 def _probes(spans: tuple[Span, ...], members: Callable[[Span], list[Member]],
@@ -247,7 +277,8 @@ def attention_groups(blocks: list[AttentionBlock], outputs: Mapping[str, tuple[s
     Returns
     -------
     list[Group]
-        Three groups per block (heads; q/k dimensions; v/o dimensions).
+        Per block: heads (key/value heads with their query heads); query/key dimensions (not
+        with rotary embeddings); value/output dimensions.
     """
     outputs = outputs or {}
     groups = []
@@ -262,8 +293,11 @@ def attention_groups(blocks: list[AttentionBlock], outputs: Mapping[str, tuple[s
         def dims(span: Span, block: AttentionBlock = b) -> list[Member]:
             return _dim_members(span, block)
 
-        groups += [
-            Group(b.heads, 0, tuple(_head_member(s, b) for s in b.spans), _probes(qkv, heads, outputs)),
-            Group(b.head_dim, 0, tuple(m for s in b.query + b.key for m in dims(s)), _probes(qk, dims, outputs)),
-            Group(b.head_dim, 0, tuple(m for s in b.value + b.output for m in dims(s)), _probes(v, dims, outputs))]
+        groups.append(Group(b.kv_heads or b.heads, 0, tuple(_head_member(s, b) for s in b.spans),
+                            _probes(qkv, heads, outputs)))
+        if not b.rotary:
+            groups.append(Group(b.head_dim, 0, tuple(m for s in b.query + b.key for m in dims(s)),
+                                _probes(qk, dims, outputs)))
+        groups.append(Group(b.head_dim, 0, tuple(m for s in b.value + b.output for m in dims(s)),
+                            _probes(v, dims, outputs)))
     return groups

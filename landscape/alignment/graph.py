@@ -81,13 +81,17 @@ def trace(module: nn.Module, example: torch.Tensor) -> tuple[torch.fx.GraphModul
     names = list(state)
     if state:
         example = example.to(next(iter(state.values())).device)
+    # buffers outside the state_dict (a rotary embedding's inverse frequencies): traced as
+    # inputs too, after the state, so that every tensor of the forward is a fake one
+    hidden = {n: b.detach() for n, b in template.named_buffers() if n not in state}
 
-    def forward(tensors: list[torch.Tensor], x: torch.Tensor) -> list[torch.Tensor]:
-        out = functional_call(template, dict(zip(names, tensors)), (x,), tie_weights=True)
+    def forward(tensors: list[torch.Tensor], extra: list[torch.Tensor], x: torch.Tensor) -> list[torch.Tensor]:
+        out = functional_call(template, {**dict(zip(names, tensors)), **dict(zip(hidden, extra))}, (x,),
+                              tie_weights=True)
         return _output_tensors(out)
 
     try:
-        graph = make_fx(forward, tracing_mode="fake")(list(state.values()), example)
+        graph = make_fx(forward, tracing_mode="fake")(list(state.values()), list(hidden.values()), example)
     except Exception as exc:  # the user's model cannot be traced
         raise PermutationError(f"cannot trace {type(module).__name__} on inputs of shape {tuple(example.shape)}: "
                                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
@@ -141,6 +145,8 @@ def discover(module: nn.Module, example: torch.Tensor, *, strict: bool = True) -
     blocks = find_attention(module)
     _pin_attention(blocks, dict(zip(names, placeholders)), env)
     env[placeholders[-1]] = [Slot(fixed_layout(d, "the model input")) for d in placeholders[-1].meta["val"].shape]
+    for node in placeholders[len(names):-1]:  # buffers outside the state_dict: constants of the model
+        env[node] = fixed_value_like(node.meta.get("val"), "a buffer outside the state_dict")
     probes: list[tuple[Any, str]] = []
     for node in graph.graph.nodes:
         if node.op == "placeholder":
