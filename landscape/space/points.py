@@ -155,12 +155,8 @@ class PointSet:
 
         Parameters
         ----------
-        start, stop
-            Range of point indices (Python slice semantics).
-        device
-            Where the vectors are built.
-        dtype
-            Their dtype (the arithmetic runs in it).
+        start, stop, device, dtype
+            As for :meth:`chunk`.
 
         Returns
         -------
