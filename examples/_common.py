@@ -292,6 +292,54 @@ def run_fl(ex: Example, algorithm: str, tag: str, dataset: str = "digits", **kwa
     return fl.run(algorithm, dataset=dataset, seed=ex.seed, out=ex.out / "runs" / tag, progress=False, **kwargs)
 
 
+def convergence_row(name: str, c: Any, final: float, unit: str = "round") -> dict[str, Any]:
+    """One table row: final test accuracy and a :class:`fl.convergence.Convergence`."""
+    return {"model": name, f"{unit}s": c.last_round, "final test acc": final,
+            f"plateau (mean of last {c.window} {unit}s)": c.plateau, f"slope (points/{unit})": 100 * c.slope,
+            "converged": "yes" if c.converged else "NO"}
+
+
+def report_convergence(ex: Example, runs: Mapping[str, Any]) -> None:
+    """Print each FL run's convergence as the example's first table.
+
+    So its analyses are read as those of converged models (or not).
+    """
+    ex.table("Training: convergence of the global test accuracy (fl.convergence: slope over the last 10% of "
+             "rounds below 0.1 points per round)",
+             [convergence_row(name, run.convergence(), run.metrics[-1]["test_accuracy"]) for name, run in runs.items()])
+
+
+def report_epochs(ex: Example, name: str, records: Sequence[Mapping[str, float]]) -> None:
+    """Print the convergence of central training from its per-epoch records (:func:`accuracy_tracker`)."""
+    from fl.convergence import assess
+
+    ex.table("Training: convergence of the test accuracy over epochs (fl.convergence: slope over the last 10% "
+             "of epochs, at least 5, below 0.1 points per epoch)",
+             [convergence_row(name, assess(records), records[-1]["test_accuracy"], unit="epoch")])
+
+
+def accuracy_tracker(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
+                          ) -> tuple[list[dict[str, float]], Callable[[int, float, Mapping[str, torch.Tensor]], None]]:
+    """Per-epoch test accuracy of central training, in the records :func:`fl.convergence.assess` reads.
+
+    Returns the (growing) list of ``{"round": epoch, "test_accuracy", "train_loss"}`` records
+    and the ``on_epoch(epoch, loss, state)`` callback that appends to it (``fl.pretrain``'s).
+    """
+    import copy
+
+    probe = copy.deepcopy(model)
+    records: list[dict[str, float]] = []
+
+    def on_epoch(epoch: int, loss: float, state: Mapping[str, torch.Tensor]) -> None:
+        probe.load_state_dict(dict(state))
+        probe.eval()
+        with torch.no_grad():
+            accuracy = float((probe(x).argmax(1) == y).float().mean())
+        records.append({"round": epoch, "test_accuracy": accuracy, "train_loss": float(loss)})
+
+    return records, on_epoch
+
+
 def connecting_level(loss: np.ndarray, cells: np.ndarray) -> float:
     """Smallest level ``c`` at which all ``cells`` (grid indices) lie in one connected component.
 

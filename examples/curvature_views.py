@@ -12,6 +12,11 @@ fixed subset of its training data:
 * the top eigenvalues and trace of each layer's diagonal Hessian block
   (``landscape.curvature_by_block``), printed as a table.
 
+Converged: the first table records :func:`fl.convergence.assess` of the per-epoch test accuracy.
+Measured once (seed 0): after the default 60 epochs the slope over the last 6 epochs is below 0.1
+points per epoch and the plateau (0.552) is within 0.001 of a 120-epoch run's; after 30 epochs
+the accuracy was already there but the slope still read +0.13 points per epoch.
+
     python examples/curvature_views.py                 # about a minute on one CPU core
     python examples/curvature_views.py --quick         # a smoke test, seconds
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Callable
 
 import numpy as np
 import torch
@@ -29,13 +35,13 @@ from figures import eigen_line_figure, eigen_line_plotly, plane_figure, plane_pl
 from fl.datasets import load_dataset
 from fl.models import build_model
 
-from _common import Example
+from _common import Example, accuracy_tracker, report_epochs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this example's options to ``parser``."""
     parser.add_argument("--width", type=int, default=32, help="hidden units of the MLP")
-    parser.add_argument("--epochs", type=int, default=30, help="epochs of central SGD")
+    parser.add_argument("--epochs", type=int, default=60, help="epochs of central SGD")
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--hessian-samples", type=int, default=1000,
                         help="training samples the Hessian and the slices are computed on")
@@ -43,15 +49,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="half-width of the slice and the plane, in parameter-norm units")
 
 
-def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, lr: float, seed: int) -> nn.Module:
-    """Plain minibatch SGD (batch 64, momentum 0.9) with its own seeded generator."""
+def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, lr: float, seed: int,
+          on_epoch: Callable[[int, float, dict[str, torch.Tensor]], None]) -> nn.Module:
+    """Plain minibatch SGD (batch 64, momentum 0.9) with its own seeded generator.
+
+    ``on_epoch(epoch, mean loss, state)`` after every epoch.
+    """
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     gen = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
+    for epoch in range(1, epochs + 1):
+        total = 0.0
         for idx in torch.randperm(len(x), generator=gen).split(64):
             opt.zero_grad()
-            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+            loss.backward()
             opt.step()
+            total += float(loss.detach()) * len(idx)
+        on_epoch(epoch, total / len(x), model.state_dict())
     return model.eval()
 
 
@@ -63,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     data = load_dataset("mnist1d")
     model = build_model(f"mnist1d_mlp_w{a.width}", num_classes=10, input_shape=data.input_shape, seed=ex.seed)
     ex.log(f"training {sum(p.numel() for p in model.parameters())} parameters for {epochs} epochs")
-    train(model, data.train_x, data.train_y, epochs, a.lr, ex.seed)
+    records, on_epoch = accuracy_tracker(model, data.test_x, data.test_y)
+    train(model, data.train_x, data.train_y, epochs, a.lr, ex.seed, on_epoch)
+    report_epochs(ex, f"mnist1d_mlp_w{a.width}", records)
     subset = (data.train_x[:samples], data.train_y[:samples])
     ev = landscape.Evaluator(model, subset, device="cpu", dtype=torch.float64)
     test = landscape.Evaluator(model, (data.test_x, data.test_y), device="cpu").evaluate(model)

@@ -13,6 +13,10 @@ round's endpoints (``Run.algorithm_state``) the classifier at any barycentric po
   and each client's point on its local test split, against a FedAvg run on the same
   partition (its global model on both).
 
+Converged: the first table records :func:`fl.convergence.assess` of both runs. Measured once
+(seed 0, the defaults): at 160 rounds both slopes are below 0.1 points per round and the plateaus
+are within 0.01 of a 320-round run's (FLOCO 0.964 / 0.970, FedAvg 0.967 / 0.969).
+
     python examples/floco_simplex.py
 """
 from __future__ import annotations
@@ -27,12 +31,12 @@ import landscape
 from figures import fl_curves_figure, fl_curves_plotly, simplex_figure, simplex_plotly
 from fl.models import classifier_name
 
-from _common import Example, run_fl, tensors, test_evaluator
+from _common import Example, report_convergence, run_fl, tensors, test_evaluator
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this example's options to ``parser``."""
-    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=160)
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--local-epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=0.05)
@@ -71,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                   partition="dirichlet", alpha=a.alpha, local_test_fraction=0.2)
     floco = run_fl(ex, "floco", "floco", vertices=3, rho=a.rho, tau=a.tau, **common)
     fedavg = run_fl(ex, "fedavg", "fedavg", **common)
+    report_convergence(ex, {"floco": floco, "fedavg": fedavg})
     ev = test_evaluator(floco)
     state = floco.algorithm_state(-1)
     if "floco.points" not in state:

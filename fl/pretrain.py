@@ -26,6 +26,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -96,7 +97,8 @@ def pretraining_data(dataset: str = "mnist1d", *, root: str | os.PathLike | None
 def pretrain(dataset: str = "mnist1d", model: str | None = None, *, out: str | os.PathLike,
              epochs: int = 5, seed: int = 0, lr: float = 0.05, momentum: float = 0.9,
              batch_size: int = 64, weight_decay: float = 0.0, data_root: str | os.PathLike | None = None,
-             device: str = "cpu", progress: bool | None = None) -> Path:
+             device: str = "cpu", progress: bool | None = None,
+             on_epoch: Callable[[int, float, dict[str, torch.Tensor]], None] | None = None) -> Path:
     """Train ``model`` centrally on the pretraining data of ``dataset`` and write its weights.
 
     Parameters
@@ -115,6 +117,10 @@ def pretrain(dataset: str = "mnist1d", model: str | None = None, *, out: str | o
         ``"cpu"`` (default, bit-reproducible), ``"auto"``, ``"cuda"`` or ``"cuda:N"``.
     progress : bool, optional
         Show a tqdm bar over the epochs (default: when stderr is a terminal).
+    on_epoch : callable, optional
+        ``f(epoch, loss, state)`` after each epoch (1-based): the epoch's mean training loss and
+        the model's state_dict, e.g. to evaluate it on a test set and check convergence
+        (:func:`fl.convergence.assess` takes ``{"round": epoch, "test_accuracy": ...}`` records).
 
     Returns
     -------
@@ -148,15 +154,16 @@ def pretrain(dataset: str = "mnist1d", model: str | None = None, *, out: str | o
                        generator=make_generator(opts.seed, "pretrain"), lr=opts.lr, local_epochs=1,
                        batch_size=opts.batch_size, momentum=opts.momentum, weight_decay=opts.weight_decay,
                        module=net, options={}, config={}, device=dev, num_classes=bundle.num_classes)
-    _train(ctx, opts, sys.stderr.isatty() if progress is None else progress)
+    _train(ctx, opts, sys.stderr.isatty() if progress is None else progress, on_epoch)
     return save_state_dict(ctx.global_state, out)
 
 
-def _train(ctx: LocalContext, opts: PretrainOptions, progress: bool) -> None:
+def _train(ctx: LocalContext, opts: PretrainOptions, progress: bool,
+           on_epoch: Callable[[int, float, dict[str, torch.Tensor]], None] | None) -> None:
     """``opts.epochs`` epochs of :func:`local_sgd`, one call per epoch.
 
     The generator and the momentum carry over, so the steps are those of one call over all
-    epochs; the state ends in ``ctx.global_state``.
+    epochs; the state ends in ``ctx.global_state``; ``on_epoch`` sees it after every epoch.
     """
     from tqdm.auto import tqdm
 
@@ -171,3 +178,5 @@ def _train(ctx: LocalContext, opts: PretrainOptions, progress: bool) -> None:
                 raise TrainingDivergedError("pretraining", epoch, bad, {"lr": opts.lr, "momentum": opts.momentum})
             ctx.global_state, momentum = result.state, result.momentum
             bar.set_postfix(loss=f"{result.loss:.3f}")
+            if on_epoch is not None:
+                on_epoch(epoch + 1, result.loss, ctx.global_state)

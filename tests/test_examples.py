@@ -23,9 +23,12 @@ sys.path.insert(0, str(EXAMPLES))
 
 from _common import connecting_level, format_table  # noqa: E402
 
+#: Columns of the convergence table every training example prints first (fl.convergence).
+CONVERGENCE = ("model", "final test acc", "converged")
 #: example -> {table title prefix: columns that must be present}, figure stems written.
 EXPECTED: dict[str, tuple[dict[str, tuple[str, ...]], tuple[str, ...]]] = {
     "transitivity": ({
+        "Training:": CONVERGENCE,
         "Table 1": ("training", "Ind. Acc. (%)", "Fused Acc. (%)", "Acc. Barrier", "Loss Barrier", "reduction (%)"),
         "Figure 3": ("training", "group acc barrier", "common basin", "connecting level"),
         "Figure 4": ("K", "vanilla mean", "connectivity mean"),
@@ -34,34 +37,39 @@ EXPECTED: dict[str, tuple[dict[str, tuple[str, ...]], tuple[str, ...]]] = {
     }, ("fig2a_model_anchor_paths", "fig2b_model_model_paths", "fig3_plane_vanilla", "fig3_plane_connectivity",
         "fig4_group_barrier_vs_k")),
     "fl_basin": ({
-        "Training": ("algorithm", "final test acc (%)"),
+        "Training:": CONVERGENCE,
+        "Training (global": ("algorithm", "final test acc (%)"),
         "Basin analysis": ("round", "common basin", "global dist to bottom", "global off-plane dist",
                            "max client-global barrier"),
         "Models in the planes": ("model", "x", "y", "test loss", "dist to bottom"),
         "FMA vs IMA": ("beta*", "FMA loss (beta=0)", "IMA loss (beta=1)"),
     }, ("fl_curves", "plane_clients_round004", "plane_global_models", "fma_ima_line")),
     "decomposition": ({
+        "Training:": CONVERGENCE,
         "Theorem 1 terms over rounds, no lr decay": ("round", "bias", "train_bias", "heter_bias", "cross",
                                                      "max locality"),
         "Claims C5-C8": ("arm", "mean heter_bias / bias", "final max locality"),
         "Test error (%) of the average": ("m",),
     }, ("decomposition_no_decay", "decomposition_decay", "error_vs_averaged_models")),
     "floco_simplex": ({
+        "Training:": CONVERGENCE,
         "Global test loss over the simplex": ("grid points", "mean loss", "centre loss"),
         "Clients": ("client", "local acc at alpha_k (%)", "local acc at centre (%)"),
         "Local vs global accuracy": ("algorithm", "global acc (%)", "local acc (%)"),
     }, ("simplex_global_loss", "simplex_client0_loss", "fl_curves")),
     "lss_flatness": ({
+        "Training:": CONVERGENCE,
         "Flatness": ("algorithm", "lambda_1 (train)", "trace (train)", "mean client lambda_1"),
         "Soups": ("client", "soup loss", "group loss barrier", "max pairwise loss barrier"),
         "Uploaded client models": ("algorithm", "group acc barrier"),
     }, ("hessian_density", "pool_barriers", "fl_curves")),
     "compare_algorithms": ({
+        "Training:": CONVERGENCE,
         "All algorithms": ("algorithm", "final acc (%)", "client group acc barrier", "lambda_max (test)"),
     }, ("fl_curves", "client_group_barrier_vs_k")),
 }
 
-TEXT_COLUMNS = {"training", "algorithm", "model", "path", "arm", "alpha_k", "common basin", "in basin",
+TEXT_COLUMNS = {"training", "algorithm", "model", "path", "arm", "alpha_k", "common basin", "in basin", "converged",
                 "global < every client", "global off bottom", "beta* at grid edge"}
 
 
