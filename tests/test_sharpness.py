@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import doctest
 import itertools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -346,10 +347,11 @@ def test_example_writes_its_table_and_figure_inside_its_folder(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "examples" / "sharpness.py"), "--quick", "--out", str(out)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if line.startswith("| ")]
-    header, body = [c.strip() for c in rows[0]], rows[1:]
-    assert header[:3] == ["kind", "rho", "sharpness"] and [r[0].strip() for r in body] == ["l2", "adaptive l2", "linf"]
-    assert all(float(r[2]) > 0 for r in body)
+    tables = json.loads((out / "tables.json").read_text())["tables"]
+    first, sharp = list(tables)[0], next(t for t in tables if t.startswith("Worst-case sharpness"))
+    assert first.startswith("Training: convergence") and tables[first][0]["epochs"] == 2  # printed before the analysis
+    assert [r["kind"] for r in tables[sharp]] == ["l2", "adaptive l2", "linf"]
+    assert all(r["sharpness"] > 0 for r in tables[sharp])
     assert (out / "sharpness.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Plotly" in (out / "sharpness.html").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing written outside --out
