@@ -2,6 +2,8 @@
 
 * ``landscape.decompose`` of ViT client models (several realisations each) equals the IMA
   Theorem 1 terms computed here from the models' own softmax outputs, term by term.
+* with the causal-LM loss, the decomposition of GPT-2 clients is Theorem 1 over the counted
+  tokens (each token's softmax against its next-token label), computed here token by token;
 * ``landscape.claims.transitivity`` on GPT-2 language models with the causal-LM loss: its
   loss barriers are FedGuCci Eq. 3 over hand-computed token losses of the interpolated models.
 """
@@ -113,3 +115,46 @@ def test_transitivity_on_language_models_uses_the_token_loss():
     assert verdict.numbers["barrier_w1_w2"] == pytest.approx(hand_barrier(w1, w2), rel=1e-8, abs=1e-12)
     assert verdict.numbers["barrier_w1_anchor"] == pytest.approx(hand_barrier(w1, anchor), rel=1e-8, abs=1e-12)
     assert verdict.status == "holds"  # three models within 0.02 of each other share one basin of the token loss
+
+
+def test_decomposition_of_language_models_is_theorem_1_over_counted_tokens():
+    gen = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, 64, (9, 10), generator=gen)
+    labels = ids.clone()
+    labels[:, :2] = -100  # a prompt that does not count
+    labels[4, 6:] = -100
+    parts = [(ids[:4], labels[:4]), (ids[4:], labels[4:])]
+    base = tiny_gpt2(0).double()
+    clients = [[perturbed(base, 10 * k + s, 0.02) for s in range(2)] for k in range(2)]
+    ev = landscape.Evaluator(base, parts[0], loss="causal_lm", dtype=torch.float64, progress=False)
+    dec = landscape.decompose(clients, parts, ev)
+
+    def token_probs(model: torch.nn.Module) -> torch.Tensor:  # (M, V): every counted token, in order
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits.double()
+        rows = [torch.softmax(logits[i, t], -1) for i in range(len(ids)) for t in range(ids.shape[1] - 1)
+                if labels[i, t + 1] != -100]
+        return torch.stack(rows)
+
+    targets = torch.tensor([int(labels[i, t + 1]) for i in range(len(ids)) for t in range(ids.shape[1] - 1)
+                            if labels[i, t + 1] != -100])
+    owner = torch.tensor([0 if i < 4 else 1 for i in range(len(ids)) for t in range(ids.shape[1] - 1)
+                          if labels[i, t + 1] != -100])
+    counts = torch.bincount(owner).double()
+    p = counts / counts.sum()                                      # weights: counted tokens per client
+    target = torch.nn.functional.one_hot(targets, 64).double()
+    probs = torch.stack([torch.stack([token_probs(m) for m in ms]) for ms in clients])  # (K, S, M, V)
+    mean = probs.mean(1)
+    member = torch.stack([(owner == k).double() for k in range(2)])
+    r = target - mean
+    train_bias = torch.einsum("k,km,kmv->mv", p, member, r)
+    heter_bias = torch.einsum("k,km,kmv->mv", p, 1 - member, r)
+    variance = torch.einsum("k,km->m", p ** 2, ((probs - mean[:, None]) ** 2).sum(-1).mean(1))
+    wens = torch.einsum("k,ksmv->smv", p, probs)
+    assert dec.num_samples == len(targets) == int((labels[:, 1:] != -100).sum())
+    np.testing.assert_allclose(dec.weights, p.numpy(), rtol=1e-12)
+    assert dec.bias == pytest.approx(float(((train_bias + heter_bias) ** 2).sum(-1).mean()), rel=1e-9)
+    assert dec.heter_bias == pytest.approx(float((heter_bias ** 2).sum(-1).mean()), rel=1e-9)
+    assert dec.variance == pytest.approx(float(variance.mean()), rel=1e-9)
+    assert dec.wens_loss == pytest.approx(float(((target - wens) ** 2).sum(-1).mean()), rel=1e-9)
+    assert dec.wens_loss == pytest.approx(dec.bias + dec.variance + dec.covariance, rel=1e-9)

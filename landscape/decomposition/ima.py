@@ -15,6 +15,11 @@ and every reported term is the mean over ``D`` of: ``|b|^2`` (bias), ``|bTB|^2``
 f_{w_k^s}|^2`` (wens_loss) and ``mean_s |y - f_{sum_k p_k w_k^s}|^2`` (fma_loss). Then
 ``wens_loss == bias + variance + covariance`` and ``bias == train_bias + heter_bias + cross``
 hold exactly.
+
+With a token loss (``causal_lm``, ``masked_lm``, ``token``) the samples of ``D`` are the counted
+tokens: the softmax over the vocabulary at each position against its (for ``causal_lm``,
+next-token) label, labels -100 skipped; a token belongs to the clients holding its sequence,
+and the default weights are proportional to the clients' counted tokens.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ import torch
 from torch import nn
 
 from ..evaluation.data import prepare_data
+from ..evaluation.losses import IGNORE_INDEX
 from ..infra.errors import ConfigError, DataError
 from ..results import Decomposition
 from ..space.params import ModelLike
@@ -85,7 +91,8 @@ def decompose(client_models: Sequence[ModelLike | Sequence[ModelLike]], client_d
     k_clients, s_real = vectors.shape[:2]
     if len(client_data) != k_clients:
         raise ConfigError(f"{k_clients} clients have models but {len(client_data)} have data")
-    x, y, member, sizes = _union(client_data, evaluator)
+    loss = evaluator.scorer.loss
+    x, y, member, sizes = _union(client_data, evaluator, loss)
     p = client_weights(weights, sizes)
     fma = torch.einsum("k,ksd->sd", torch.as_tensor(p), vectors)  # (S, D)
     locality = np.array([np.mean([float(evaluator.space.norm(vectors[k, s] - fma[s])) for s in range(s_real)])
@@ -98,16 +105,18 @@ def decompose(client_models: Sequence[ModelLike | Sequence[ModelLike]], client_d
     member_dev = torch.as_tensor(member, device=dev, dtype=torch.float64)  # (n, K)
     totals = dict.fromkeys(("bias", "train_bias", "heter_bias", "cross", "variance", "covariance",
                             "wens_loss", "fma_loss", "output_gap"), 0.0)
+    rows, count_in = 0, torch.zeros(k_clients, dtype=torch.float64, device=dev)  # |D|, |D_k|
     own_sq = torch.zeros(k_clients, dtype=torch.float64, device=dev)    # sum over D_k of |r_k|^2
     other_sq = torch.zeros(k_clients, dtype=torch.float64, device=dev)  # sum over D \ D_k
     with torch.no_grad():
         for start in range(0, len(y), CHUNK):
             xb, yb = x[start:start + CHUNK].to(dev), y[start:start + CHUNK].to(dev)
-            mb = member_dev[start:start + CHUNK]
-            probs = torch.stack([_softmax(evaluator, {n: t[i] for n, t in models.items()}, xb)
+            owner, labels = _counted(loss, yb)  # the rows of D in this chunk: their sample, their label
+            mb = member_dev[start:start + CHUNK][owner]
+            probs = torch.stack([_softmax(evaluator, {n: t[i] for n, t in models.items()}, xb, yb, loss)
                                  for i in range(k_clients * s_real)])
             probs = probs.reshape(k_clients, s_real, *probs.shape[1:])  # (K, S, B, C)
-            target = nn.functional.one_hot(yb, probs.shape[-1]).to(torch.float64)
+            target = nn.functional.one_hot(labels, probs.shape[-1]).to(torch.float64)
             mu = probs.mean(1)  # (K, B, C)
             r = target - mu
             w_in = (pk * mb).T[..., None]  # (K, B, 1)
@@ -119,7 +128,7 @@ def decompose(client_models: Sequence[ModelLike | Sequence[ModelLike]], client_d
             weighted_var = (pk[:, None] ** 2 * var_k).sum(0)
             pooled = torch.einsum("k,ksbc->sbc", pk, delta)
             wens = torch.einsum("k,ksbc->sbc", pk, probs)  # (S, B, C)
-            f_fma = torch.stack([_softmax(evaluator, {n: t[s] for n, t in fma_params.items()}, xb)
+            f_fma = torch.stack([_softmax(evaluator, {n: t[s] for n, t in fma_params.items()}, xb, yb, loss)
                                  for s in range(s_real)])
             sums = {
                 "bias": (b ** 2).sum(), "train_bias": (b_tb ** 2).sum(), "heter_bias": (b_hb ** 2).sum(),
@@ -134,9 +143,11 @@ def decompose(client_models: Sequence[ModelLike | Sequence[ModelLike]], client_d
             r_sq = (r ** 2).sum(-1)  # (K, B)
             own_sq += (r_sq * mb.T).sum(1)
             other_sq += (r_sq * (1 - mb.T)).sum(1)
-    n = len(y)
+            rows += len(labels)
+            count_in += mb.sum(0)
+    n = rows
     means = {name: value / n for name, value in totals.items()}
-    count_in = member.sum(0).astype(np.float64)
+    count_in = count_in.cpu().numpy()
     count_out = n - count_in
     with np.errstate(invalid="ignore", divide="ignore"):
         tb = own_sq.cpu().numpy() / count_in
@@ -151,8 +162,23 @@ def decompose(client_models: Sequence[ModelLike | Sequence[ModelLike]], client_d
         realizations=s_real, spec={"evaluator": evaluator.fingerprint(), "weights": p.tolist()})
 
 
-def _softmax(evaluator: Any, params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    return torch.softmax(evaluator.forward(params, x).to(torch.float64), dim=-1)
+def _counted(loss: Any, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows of ``D`` in a batch: for each, the index of its sample and its label.
+
+    Samples for a sample loss; the counted tokens (aligned as the loss aligns them, labels -100
+    dropped) for a token loss.
+    """
+    owner = torch.arange(len(y), device=y.device).reshape(-1, *[1] * (y.ndim - 1)).expand(y.shape)
+    owner, labels = loss.align(owner.unsqueeze(-1), y)
+    keep = labels != IGNORE_INDEX
+    return owner.reshape(-1)[keep], labels[keep]
+
+
+def _softmax(evaluator: Any, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+             loss: Any) -> torch.Tensor:
+    """Softmax outputs of the rows of ``D`` (:func:`_counted`) in a batch."""
+    out, labels = loss.align(evaluator.forward(params, x), y)
+    return torch.softmax(out[labels != IGNORE_INDEX].to(torch.float64), dim=-1)
 
 
 def _is_single(model: Any) -> bool:
@@ -171,9 +197,12 @@ def _realizations(client_models: Sequence[Any], evaluator: Any) -> torch.Tensor:
     return torch.stack([torch.stack([evaluator.vector(m) for m in r]) for r in per_client])
 
 
-def _union(client_data: Sequence[Any], evaluator: Any
+def _union(client_data: Sequence[Any], evaluator: Any, loss: Any
            ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]:
-    """Unique samples of all clients (by content), client membership (n, K) and client sizes."""
+    """Unique samples of all clients (by content), client membership (n, K) and client sizes.
+
+    A client's size is its number of samples, or of counted tokens for a token loss.
+    """
     index: dict[bytes, int] = {}
     xs, ys, members = [], [], []
     sizes = []
@@ -181,19 +210,20 @@ def _union(client_data: Sequence[Any], evaluator: Any
         prepared = prepare_data(data, torch.device("cpu"), evaluator.dtype)
         count = 0
         for xb, yb in prepared.batches:
-            if torch.is_floating_point(yb) or yb.ndim != 1:
-                raise DataError("the decomposition needs integer class labels (they become one-hot targets); "
-                                f"client {k} has targets of dtype {yb.dtype} and shape {tuple(yb.shape)}")
+            if torch.is_floating_point(yb) or yb.ndim != (2 if loss.tokens else 1):
+                raise DataError("the decomposition needs integer class labels (they become one-hot targets), one "
+                                "per sample, or one per position with a token loss (loss='causal_lm'); client "
+                                f"{k} has targets of dtype {yb.dtype} and shape {tuple(yb.shape)}")
             for xi, yi in zip(xb, yb):
-                key = hashlib.sha1(xi.contiguous().numpy().tobytes() + int(yi).to_bytes(8, "little",
-                                                                                       signed=True)).digest()
+                key = hashlib.sha1(xi.contiguous().numpy().tobytes()
+                                   + yi.to(torch.int64).contiguous().numpy().tobytes()).digest()
                 pos = index.setdefault(key, len(xs))
                 if pos == len(xs):
                     xs.append(xi)
                     ys.append(yi)
                     members.append(set())
                 members[pos].add(k)
-                count += 1
+                count += loss.count(yi.unsqueeze(0))
         sizes.append(count)
     member = np.zeros((len(xs), len(client_data)), dtype=bool)
     for i, owners in enumerate(members):
