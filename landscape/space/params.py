@@ -440,7 +440,8 @@ def vector_digest(vec: torch.Tensor) -> str:
     """
     arr = vec.detach().cpu().contiguous()
     h = hashlib.sha256(f"{arr.dtype}:{tuple(arr.shape)}".encode())
-    h.update(arr.view(torch.uint8).numpy().tobytes() if arr.numel() else b"")
+    if arr.numel():
+        h.update(arr.view(torch.uint8).numpy())  # the buffer itself: no copy of a model-sized vector
     return h.hexdigest()
 
 
