@@ -24,6 +24,7 @@ from torch.func import vmap
 
 from ..infra.errors import ConfigError
 from ..space.params import ParameterSpace
+from ..space.subsets import entries_at
 from .class_major_scoring import install_class_major_head
 from .input_layer_shortcut import InputLayerShortcut
 from .inputs import ModelInputs, call_model
@@ -283,7 +284,7 @@ class VmapStrategy:
             ``(P, 2)`` float64 sums over all batches.
         """
         stacked = {e.name: moving[:, start:start + e.numel].reshape(len(moving), *e.shape)
-                   for e, start in self.space.entries_at(index)}
+                   for e, start in entries_at(self.space, index)}
         fixed = {k: v for k, v in self.space.unflatten(base).items() if k not in stacked}
         return self._sums(stacked, fixed, len(moving), moving.device)
 

@@ -268,35 +268,8 @@ class ParameterSpace:
         dict of str to torch.Tensor
             One view per entry (no copy; non-float tensors and aliases are not included).
         """
-        return entry_views(self.entries, vec)
-
-    def entries_at(self, index: torch.Tensor) -> list[tuple[TensorSpec, int]]:
-        """The tensors whose entries ``index`` holds, with where each starts among them.
-
-        Parameters
-        ----------
-        index
-            Sorted flat positions covering whole tensors (a parameter subset's index).
-
-        Returns
-        -------
-        list[tuple[TensorSpec, int]]
-            Each covered tensor and the position of its first entry in ``index``.
-
-        Raises
-        ------
-        ValueError
-            If ``index`` covers part of a tensor.
-        """
-        positions = index.cpu()
-        found = []
-        for e in self.entries:
-            at = int(torch.searchsorted(positions, e.offset))
-            if at < len(positions) and int(positions[at]) == e.offset:
-                if at + e.numel > len(positions) or int(positions[at + e.numel - 1]) != e.offset + e.numel - 1:
-                    raise ValueError(f"the index covers part of {e.name} only")
-                found.append((e, at))
-        return found
+        lead = vec.shape[:-1]
+        return {e.name: vec[..., e.offset:e.offset + e.numel].reshape((*lead, *e.shape)) for e in self.entries}
 
     def state_dict(self, vec: torch.Tensor) -> dict[str, torch.Tensor]:
         """A complete state_dict (copies, CPU) for a flat vector: loadable into the template.
@@ -443,22 +416,3 @@ def vector_digest(vec: torch.Tensor) -> str:
     if arr.numel():
         h.update(arr.view(torch.uint8).numpy())  # the buffer itself: no copy of a model-sized vector
     return h.hexdigest()
-
-
-def entry_views(entries: Sequence[TensorSpec], vec: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Views into flat vector(s) ``vec`` of the tensors ``entries`` lay out, keyed by name.
-
-    Parameters
-    ----------
-    entries
-        Tensor names, shapes and offsets into ``vec``'s last dimension.
-    vec
-        Flat vector(s); a leading batch dimension is kept.
-
-    Returns
-    -------
-    dict of str to torch.Tensor
-        One view per entry (no copy).
-    """
-    lead = vec.shape[:-1]
-    return {e.name: vec[..., e.offset:e.offset + e.numel].reshape((*lead, *e.shape)) for e in entries}

@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 
 from ..infra.errors import ConfigError
-from .params import ParameterSpace, TensorSpec, entry_views
+from .params import ParameterSpace, TensorSpec
 
 #: What ``params=`` accepts: None (everything), ``"trainable"``, or name patterns.
 ParamsLike = str | Sequence[str] | None
@@ -138,7 +138,8 @@ class Subspace:
         dict of str to torch.Tensor
             One view per selected tensor (no copy).
         """
-        return entry_views(self.entries, vec)
+        lead = vec.shape[:-1]
+        return {e.name: vec[..., e.offset:e.offset + e.numel].reshape((*lead, *e.shape)) for e in self.entries}
 
     def embed(self, vecs: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
         """Full vectors: ``reference`` with the subset's entries replaced by ``vecs``.
@@ -297,3 +298,34 @@ def recorded_subspace(space: ParameterSpace, record: dict, what: str) -> Subspac
         raise ConfigError(f"params={record['params']!r} selects other tensors in this evaluator's model than in "
                           f"{what}'s; use the evaluator {what} was computed with")
     return sub
+
+
+def entries_at(space: ParameterSpace, index: torch.Tensor) -> list[tuple[TensorSpec, int]]:
+    """The tensors of ``space`` whose entries ``index`` holds, with where each starts among them.
+
+    Parameters
+    ----------
+    space
+        The full parameter space.
+    index
+        Sorted flat positions covering whole tensors (a parameter subset's index).
+
+    Returns
+    -------
+    list[tuple[TensorSpec, int]]
+        Each covered tensor and the position of its first entry in ``index``.
+
+    Raises
+    ------
+    ValueError
+        If ``index`` covers part of a tensor.
+    """
+    positions = index.cpu()
+    found = []
+    for e in space.entries:
+        at = int(torch.searchsorted(positions, e.offset))
+        if at < len(positions) and int(positions[at]) == e.offset:
+            if at + e.numel > len(positions) or int(positions[at + e.numel - 1]) != e.offset + e.numel - 1:
+                raise ValueError(f"the index covers part of {e.name} only")
+            found.append((e, at))
+    return found
