@@ -17,6 +17,7 @@ floating-point tolerance.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -162,10 +163,10 @@ class Engine:
         """
         kept = source.kept_client_states() if through == source.rounds[-1] else {}
         self.client_states = {k: _to(s, self.device) for k, s in kept.items()}
+        stored = functools.lru_cache(maxsize=8)(source.global_state)  # branch_state re-reads recent rounds
         for r in range(through + 1):
-            self.global_state = _to(source.global_state(r), self.device)
-            self.server_state = _to(self.alg.branch_state(r, source.algorithm_state(r), source.global_state),
-                                    self.device)
+            self.global_state = _to(stored(r), self.device)
+            self.server_state = _to(self.alg.branch_state(r, source.algorithm_state(r), stored), self.device)
             clients = {k: self._trained(s) for k, s in source.client_states(r).items()} \
                 if r and saves_clients(self.config, r) else {}
             self._write(r, clients, self.client_states if r == through else {}, source.metrics[r])
