@@ -6,6 +6,7 @@ The pieces of a client update (state split, forward pass through
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
@@ -71,6 +72,43 @@ def forward(module: nn.Module, params: Mapping[str, Tensor], buffers: Mapping[st
         The logits (the ``"logits"`` of a Hugging Face ``ModelOutput``).
     """
     return logits_of(functional_call(module, {**params, **buffers}, (x,)))
+
+
+@contextmanager
+def bound(module: nn.Module, params: State, buffers: State) -> Iterator[Callable[[Tensor], Tensor]]:
+    """A forward pass through ``module`` holding ``params`` and ``buffers`` themselves, for a block.
+
+    The same function as :func:`forward` with these tensors, without re-binding them at every
+    call: while the block runs, the module's parameters and buffers *are* the given tensor
+    objects (``load_state_dict(assign=True)``), so in-place SGD steps and BatchNorm updates
+    reach them directly; the module's own tensors are put back afterwards, also on an error.
+    Where that binding would not be exact (tied parameters, or names that differ from the
+    module's state), every call goes through :func:`forward` instead.
+
+    Parameters
+    ----------
+    module : nn.Module
+        The architecture.
+    params : State
+        Trainable tensors as ``nn.Parameter`` objects (bound as they are).
+    buffers : State
+        Buffers and frozen parameters.
+
+    Returns
+    -------
+    Iterator[Callable[[Tensor], Tensor]]
+        ``x -> logits``.
+    """
+    own = module.state_dict(keep_vars=True)
+    tied = len(list(module.named_parameters(remove_duplicate=False))) != len(list(module.named_parameters()))
+    if tied or set(own) != set(params) | set(buffers):
+        yield lambda x: forward(module, params, buffers, x)
+        return
+    module.load_state_dict({**params, **buffers}, assign=True)
+    try:
+        yield lambda x: logits_of(module(x))
+    finally:
+        module.load_state_dict(own, assign=True)
 
 
 def minibatches(n: int, batch_size: int, epochs: int, generator: torch.Generator) -> Iterator[Tensor]:
@@ -191,26 +229,28 @@ def local_sgd(ctx: LocalContext, *, state: Mapping[str, Tensor] | None = None,
     module.train()
     start = state if state is not None else ctx.global_state
     params, buffers = split_state(module, start, ctx.device)
+    params = {name: nn.Parameter(t) for name, t in params.items()}
     buf: State = {k: v.to(ctx.device).clone() for k, v in (momentum_state or {}).items() if k in params}
     step_lr = ctx.lr if lr is None else lr
     names = list(params)
     total = torch.zeros((), dtype=torch.float64, device=ctx.device)
     seen = 0
-    for idx in minibatches(len(ctx.y), ctx.batch_size, ctx.local_epochs if epochs is None else epochs,
-                           ctx.generator):
-        idx = idx.to(ctx.device)
-        x, y = ctx.x[idx], ctx.y[idx]
-        logits = forward(module, params, buffers, x)
-        loss = loss_fn(logits, y)
-        objective = loss
-        if extra_loss is not None:
-            extra = extra_loss(params, x, y, logits)
-            if extra is not None:
-                objective = objective + extra
-        grads = torch.autograd.grad(objective, [params[n] for n in names], allow_unused=True)
-        sgd_step(params, dict(zip(names, grads)), buf, lr=step_lr, momentum=ctx.momentum,
-                 weight_decay=ctx.weight_decay)
-        total += loss.detach().double() * len(y)
-        seen += len(y)
+    with bound(module, params, buffers) as model:
+        for idx in minibatches(len(ctx.y), ctx.batch_size, ctx.local_epochs if epochs is None else epochs,
+                               ctx.generator):
+            idx = idx.to(ctx.device)
+            x, y = ctx.x[idx], ctx.y[idx]
+            logits = model(x)
+            loss = loss_fn(logits, y)
+            objective = loss
+            if extra_loss is not None:
+                extra = extra_loss(params, x, y, logits)
+                if extra is not None:
+                    objective = objective + extra
+            grads = torch.autograd.grad(objective, [params[n] for n in names], allow_unused=True)
+            sgd_step(params, dict(zip(names, grads)), buf, lr=step_lr, momentum=ctx.momentum,
+                     weight_decay=ctx.weight_decay)
+            total += loss.detach().double() * len(y)
+            seen += len(y)
     trained = {**params, **buffers}
     return LocalResult({name: trained[name].detach() for name in start}, float(total) / max(seen, 1), buf)
