@@ -25,9 +25,9 @@ import torch
 import fl
 from fl.algorithms.base import LocalContext, make_generator
 from fl.api import build_config
-from fl.evaluation import resolve_device
 from fl.models import build_model
 from fl.vectorized import train_clients
+from landscape.infra.devices import resolve_device
 
 try:
     from _timing import format_table, machine_load, side_by_side

@@ -15,8 +15,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__,
 torch.cuda.get_device_name(), 'tf32 matmul', torch.backends.cuda.matmul.allow_tf32,
 'tf32 cudnn', torch.backends.cudnn.allow_tf32)" | tee -a "$out/gpu.txt"
-timeout "${TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -rA 2>&1 | tee "$out/tests.log"
-timeout "${FL_S:-120}" python3 benchmarks/bench_fl.py --device cuda --clients 50 --samples 500 --run-clients 50 \
+timeout "${TEST_S:-120}" python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -rA 2>&1 | tee "$out/tests.log"
+timeout "${FL_S:-100}" python3 benchmarks/bench_fl.py --device cuda --clients 50 --samples 500 --run-clients 50 \
   2>&1 | tee "$out/fl.log"
-timeout "${PLANE_S:-240}" python3 benchmarks/bench_plane.py --models resnet20 --resolution 11 --samples 5000 \
-  --device cuda --bf16 --compile --max-points 20 --repeats 3 2>&1 | tee "$out/plane.log"
+plane_args=${PLANE_ARGS:-"--resolution 11 --samples 10000 --batch-size 10000 --max-points 16 --repeats 2"}
+# shellcheck disable=SC2086  # the arguments are meant to split
+timeout "${PLANE_S:-260}" python3 benchmarks/bench_plane.py --models resnet20 --device cuda --bf16 --compile \
+  $plane_args 2>&1 | tee "$out/plane.log"

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from landscape import ConfigError
+from landscape.infra.devices import reproducible
 
 from .algorithms.base import Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext, State
 from .config import BACKENDS
@@ -121,15 +122,13 @@ class Engine:
         rounds = int(self.config["rounds"])
         bar = tqdm(total=rounds, initial=last, disable=not self.progress, unit="round",
                    desc=f"{self.config['algorithm']} on {self.config['dataset']}")
-        try:
+        with bar, reproducible(self.device):
             for r in range(last + 1, rounds + 1):
                 record = self._round(r)
                 bar.update(1)
                 bar.set_postfix(acc=f"{record['test_accuracy']:.3f}", loss=f"{record['test_loss']:.3f}")
                 if self.on_round is not None:
                     self.on_round(r, record)
-        finally:
-            bar.close()
 
     def begin(self) -> int:
         """Store round 0 of a new run, or load the last complete round of a started one.
