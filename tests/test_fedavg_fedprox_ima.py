@@ -6,6 +6,7 @@ torch.optim.SGD, and the IMA learning-rate schedules match §3.3.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -159,6 +160,43 @@ def test_local_sgd_matches_torch_optim_sgd_with_batchnorm():
     assert int(result.state["1.num_batches_tracked"]) == 6  # 3 batches x 2 epochs
     for name, p in model.named_parameters():
         assert torch.equal(result.momentum[name], opt.state[p]["momentum_buffer"]), name
+
+
+def test_local_sgd_leaves_the_module_as_it_was_also_after_an_error():
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(40, 6, generator=gen), torch.randint(0, 10, (40,), generator=gen)
+    template = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 10))
+    own = template.state_dict(keep_vars=True)
+    values = {n: t.detach().clone() for n, t in own.items()}
+    start = {n: t + 0.5 for n, t in values.items()}  # the client starts elsewhere than the template
+    result = local_sgd(dataclasses.replace(_ctx(template, x, y), global_state=start))
+
+    def failing(params, x, y, logits):
+        raise RuntimeError("extra loss failed")
+
+    with pytest.raises(RuntimeError, match="extra loss failed"):
+        local_sgd(_ctx(template, x, y), extra_loss=failing)
+    after = template.state_dict(keep_vars=True)
+    for name, t in own.items():
+        assert after[name] is t and torch.equal(t, values[name]), name  # the same objects, unchanged
+    assert not any(torch.equal(result.state[n], values[n]) for n in ("0.weight", "3.bias"))
+
+
+def test_local_sgd_on_tied_weights_trains_the_shared_tensor_once():
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randint(0, 10, (40,), generator=gen), torch.randint(0, 10, (40,), generator=gen)
+    embed, head = nn.Embedding(10, 10), nn.Linear(10, 10, bias=False)
+    head.weight = embed.weight  # a language model's tied input and output embeddings
+    model = nn.Sequential(embed, head)
+    start = {n: t.detach().clone() for n, t in model.state_dict().items()}
+    result = local_sgd(dataclasses.replace(_ctx(model, x, y), global_state=start))
+    # reference: the tied module itself under torch.optim.SGD (one parameter, both uses' gradients summed)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+    for idx in minibatches(40, 16, 2, make_generator(3)):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+        opt.step()
+    torch.testing.assert_close(result.state["0.weight"], model[0].weight.detach(), rtol=1e-6, atol=1e-7)
 
 
 def test_weighted_average_values_and_integer_buffers():

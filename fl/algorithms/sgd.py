@@ -26,6 +26,10 @@ def split_state(module: nn.Module, state: Mapping[str, Tensor], device: torch.de
                 ) -> tuple[State, State]:
     """Fresh copies of ``state`` split into trainable leaves and buffers.
 
+    A parameter the module shares under several names (tied input and output embeddings) is
+    copied once: the first name (``named_parameters()``'s) holds it, and every other name maps to
+    the same tensor among the buffers, so the tie holds and its gradient is taken once.
+
     Parameters
     ----------
     module : nn.Module
@@ -38,17 +42,26 @@ def split_state(module: nn.Module, state: Mapping[str, Tensor], device: torch.de
     Returns
     -------
     tuple[State, State]
-        (parameters with ``requires_grad=True``, buffers and frozen parameters).
+        (trainable parameters as ``nn.Parameter``, buffers, frozen parameters and the other names
+        of tied parameters).
     """
     names = {n for n, p in module.named_parameters() if p.requires_grad}
+    first: dict[int, str] = {}
+    aliases = {n: first[id(p)] for n, p in module.named_parameters(remove_duplicate=False)
+               if first.setdefault(id(p), n) != n and first[id(p)] in state}
     params: State = {}
     buffers: State = {}
     for name, t in state.items():
+        if name in aliases:
+            continue
         t = t.detach().to(device).clone() if device is not None else t.detach().clone()
         if name in names:
-            params[name] = t.requires_grad_(True)
+            params[name] = nn.Parameter(t)
         else:
             buffers[name] = t
+    for alias, name in aliases.items():
+        if alias in state:
+            buffers[alias] = params[name] if name in params else buffers[name]
     return params, buffers
 
 
@@ -81,16 +94,16 @@ def bound(module: nn.Module, params: State, buffers: State) -> Iterator[Callable
     The same function as :func:`forward` with these tensors, without re-binding them at every
     call: while the block runs, the module's parameters and buffers *are* the given tensor
     objects (``load_state_dict(assign=True)``), so in-place SGD steps and BatchNorm updates
-    reach them directly; the module's own tensors are put back afterwards, also on an error.
-    Where that binding would not be exact (tied parameters, or names that differ from the
-    module's state), every call goes through :func:`forward` instead.
+    reach them directly, and tied names given one tensor stay tied; the module's own tensors are
+    put back afterwards, also on an error. Where the names differ from the module's state, every
+    call goes through :func:`forward` instead.
 
     Parameters
     ----------
     module : nn.Module
         The architecture.
     params : State
-        Trainable tensors as ``nn.Parameter`` objects (bound as they are).
+        Trainable tensors as ``nn.Parameter`` objects (bound as they are; :func:`split_state`).
     buffers : State
         Buffers and frozen parameters.
 
@@ -100,8 +113,7 @@ def bound(module: nn.Module, params: State, buffers: State) -> Iterator[Callable
         ``x -> logits``.
     """
     own = module.state_dict(keep_vars=True)
-    tied = len(list(module.named_parameters(remove_duplicate=False))) != len(list(module.named_parameters()))
-    if tied or set(own) != set(params) | set(buffers):
+    if set(own) != set(params) | set(buffers):
         yield lambda x: forward(module, params, buffers, x)
         return
     module.load_state_dict({**params, **buffers}, assign=True)
@@ -229,7 +241,6 @@ def local_sgd(ctx: LocalContext, *, state: Mapping[str, Tensor] | None = None,
     module.train()
     start = state if state is not None else ctx.global_state
     params, buffers = split_state(module, start, ctx.device)
-    params = {name: nn.Parameter(t) for name, t in params.items()}
     buf: State = {k: v.to(ctx.device).clone() for k, v in (momentum_state or {}).items() if k in params}
     step_lr = ctx.lr if lr is None else lr
     names = list(params)
