@@ -30,18 +30,22 @@ def _relative(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(np.asarray(a) - np.asarray(b)).max() / np.abs(np.asarray(b)).max())
 
 
-def test_mlp_plane_on_cuda_matches_float64_cpu(digits):
+def _mlp_plane(digits, resolution: int, **options) -> tuple[object, int]:
+    """A plane through three seeded MLPs on the digits, and the float32 chain length of one loss."""
     x, y = digits
     models = [make_mlp(s, hidden=32) for s in (1, 2, 3)]
-    gpu = plane(*models, Evaluator(models[0], (x, y), device="cuda", progress=False), resolution=7)
-    ref = plane(*models, Evaluator(models[0], (x, y), device="cpu", dtype=torch.float64, progress=False),
-                resolution=7)
-    # one float32 side: the forward chain plus the sum over the samples
-    tol = float32_tolerance(forward_terms(models[0]) + len(y), sides=1)
-    assert _relative(gpu.loss, ref.loss) <= tol
+    result = plane(*models, Evaluator(models[0], (x, y), progress=False, **options), resolution=resolution)
+    # the forward chain plus the sum over the samples
+    return result, forward_terms(models[0]) + len(y)
+
+
+def test_mlp_plane_on_cuda_matches_float64_cpu(digits):
+    gpu, terms = _mlp_plane(digits, 7, device="cuda")
+    ref, _ = _mlp_plane(digits, 7, device="cpu", dtype=torch.float64)
+    assert _relative(gpu.loss, ref.loss) <= float32_tolerance(terms, sides=1)  # one float32 side
     np.testing.assert_array_equal(gpu.x, ref.x)
     # accuracies can only move where a logit margin is below the rounding: allow one sample per point
-    assert np.abs(gpu.accuracy - ref.accuracy).max() <= 1.0 / len(y) + 1e-12
+    assert np.abs(gpu.accuracy - ref.accuracy).max() <= 1.0 / len(digits[1]) + 1e-12
 
 
 def test_bn_cnn_path_on_cuda_matches_float64_cpu_within_tf32(digits_images):
@@ -55,12 +59,9 @@ def test_bn_cnn_path_on_cuda_matches_float64_cpu_within_tf32(digits_images):
 
 
 def test_bf16_autocast_plane_stays_within_the_bf16_bound(digits):
-    x, y = digits
-    models = [make_mlp(s, hidden=32) for s in (1, 2, 3)]
-    fp32 = plane(*models, Evaluator(models[0], (x, y), device="cuda", progress=False), resolution=5)
-    bf16 = plane(*models, Evaluator(models[0], (x, y), device="cuda", autocast=torch.bfloat16, progress=False),
-                 resolution=5)
-    tol = float32_tolerance(forward_terms(models[0]) + len(y), sides=1, unit=BF16_UNIT_ROUNDOFF, probabilistic=True)
+    fp32, terms = _mlp_plane(digits, 5, device="cuda")
+    bf16, _ = _mlp_plane(digits, 5, device="cuda", autocast=torch.bfloat16)
+    tol = float32_tolerance(terms, sides=1, unit=BF16_UNIT_ROUNDOFF, probabilistic=True)
     assert 0 < _relative(bf16.loss, fp32.loss) <= tol  # bf16 really ran, and stayed within its bound
 
 

@@ -85,7 +85,7 @@ class ChunkRunner:
         wanted = self.plans_shortcut(points) if input_shortcut is None else input_shortcut
         self.shortcut_layers = []
         self._shortcut = self._make_shortcut(points) if wanted else None
-        self._subset_base: torch.Tensor | None = None  # a subset's full base, built once per evaluation
+        self._subset_base = None  # a subset's full base, built once per evaluation
         try:
             yield from self._runs(points, todo, ref)
         finally:

@@ -109,7 +109,7 @@ class LoopStrategy:
         flat = torch.zeros(space.size, device=ref.device, dtype=_float_dtype(template))
         tensors: dict[str, torch.Tensor] = {}
         for e in space.entries:
-            view = flat[e.offset:e.offset + e.numel].view(e.shape)
+            view = e.view(flat)
             tensors[e.name] = nn.Parameter(view, requires_grad=False) if e.kind == "parameter" else view
         for name in [*tensors, *space.aliases]:
             tensor = tensors[space.aliases.get(name, name)]

@@ -46,6 +46,10 @@ class TensorSpec:
     offset: int
     numel: int
 
+    def view(self, vec: torch.Tensor) -> torch.Tensor:
+        """The view of the tensor in flat vector(s) ``vec`` (no copy; leading dimensions kept)."""
+        return vec[..., self.offset:self.offset + self.numel].reshape((*vec.shape[:-1], *self.shape))
+
 
 class ParameterSpace:
     """Ordered layout of a module's floating-point state as one flat vector.
@@ -255,8 +259,7 @@ class ParameterSpace:
     def unflatten(self, vec: torch.Tensor) -> dict[str, torch.Tensor]:
         """Views into ``vec`` (last dimension = space size) keyed by state_dict name.
 
-        A leading batch dimension is kept: ``vec`` of shape (P, D) gives tensors of shape
-        (P, *shape), ready for ``torch.func.vmap``.
+        A leading batch dimension is kept: ``vec`` of shape (P, D) gives tensors (P, *shape) for ``vmap``.
 
         Parameters
         ----------
@@ -268,8 +271,7 @@ class ParameterSpace:
         dict of str to torch.Tensor
             One view per entry (no copy; non-float tensors and aliases are not included).
         """
-        lead = vec.shape[:-1]
-        return {e.name: vec[..., e.offset:e.offset + e.numel].reshape((*lead, *e.shape)) for e in self.entries}
+        return {e.name: e.view(vec) for e in self.entries}
 
     def state_dict(self, vec: torch.Tensor) -> dict[str, torch.Tensor]:
         """A complete state_dict (copies, CPU) for a flat vector: loadable into the template.

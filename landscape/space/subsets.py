@@ -138,8 +138,7 @@ class Subspace:
         dict of str to torch.Tensor
             One view per selected tensor (no copy).
         """
-        lead = vec.shape[:-1]
-        return {e.name: vec[..., e.offset:e.offset + e.numel].reshape((*lead, *e.shape)) for e in self.entries}
+        return {e.name: e.view(vec) for e in self.entries}
 
     def embed(self, vecs: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
         """Full vectors: ``reference`` with the subset's entries replaced by ``vecs``.
