@@ -1,8 +1,9 @@
 """Functional local SGD.
 
 The pieces of a client update (state split, forward pass through
-``torch.func.functional_call``, seeded mini-batches, an SGD step equal to
-``torch.optim.SGD``'s) and :func:`local_sgd`, FedAvg's local training.
+``torch.func.functional_call`` or through the module bound to the client's tensors for a whole
+update, seeded mini-batches, an SGD step equal to ``torch.optim.SGD``'s) and :func:`local_sgd`,
+FedAvg's local training.
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def split_state(module: nn.Module, state: Mapping[str, Tensor], device: torch.de
     names = {n for n, p in module.named_parameters() if p.requires_grad}
     first: dict[int, str] = {}
     aliases = {n: first[id(p)] for n, p in module.named_parameters(remove_duplicate=False)
-               if first.setdefault(id(p), n) != n and first[id(p)] in state}
+               if first.setdefault(id(p), n) != n and first[id(p)] in state and n in state}
     params: State = {}
     buffers: State = {}
     for name, t in state.items():
@@ -60,8 +61,7 @@ def split_state(module: nn.Module, state: Mapping[str, Tensor], device: torch.de
         else:
             buffers[name] = t
     for alias, name in aliases.items():
-        if alias in state:
-            buffers[alias] = params[name] if name in params else buffers[name]
+        buffers[alias] = params[name] if name in params else buffers[name]
     return params, buffers
 
 
