@@ -8,7 +8,8 @@ import pytest
 
 MODULES = ("landscape.claims.statistics", "fl.convergence", "fl.algorithms.proximal", "landscape.infra.registry",
            "landscape.curvature.at_point", "landscape.curvature.functions", "landscape.geometry.paths",
-           "landscape.geometry.planes", "landscape.results.barriers", "landscape.alignment.align")
+           "landscape.geometry.planes", "landscape.results.barriers", "landscape.alignment.align",
+           "landscape.space.tensor_spec")
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence, Union
 
 import torch
@@ -24,31 +23,9 @@ from ..infra.errors import (
     MetaDeviceError,
     NonFiniteWeightsError,
 )
+from .tensor_spec import TensorSpec
 
 ModelLike = Union[nn.Module, Mapping[str, torch.Tensor], str, os.PathLike[str]]
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One entry of the flat vector.
-
-    Attributes
-    ----------
-    name, shape, kind
-        The tensor's ``state_dict`` name, its shape, and ``"parameter"`` or ``"buffer"``.
-    offset, numel
-        Index of its first element in the flat vector, and its number of elements.
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    kind: str  # "parameter" or "buffer"
-    offset: int
-    numel: int
-
-    def view(self, vec: torch.Tensor) -> torch.Tensor:
-        """The view of the tensor in flat vector(s) ``vec`` (no copy; leading dimensions kept)."""
-        return vec[..., self.offset:self.offset + self.numel].reshape((*vec.shape[:-1], *self.shape))
 
 
 class ParameterSpace:
