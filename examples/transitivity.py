@@ -44,6 +44,7 @@ import torch.nn.functional as F
 import landscape
 from figures import group_size_figure, group_size_plotly, path_figure, path_plotly, plane_figure, plane_plotly
 from fl.algorithms.fedgucci import connectivity_loss
+from fl.algorithms.sgd import sgd_step
 from fl.datasets import load_dataset
 from fl.models import build_model, default_model
 
@@ -80,6 +81,25 @@ def key_seed(seed: int, *keys: str) -> int:
     """A 63-bit seed for ``(seed, *keys)`` (SHA-256; the same on every platform and run)."""
     digest = hashlib.sha256("/".join([str(seed), *keys]).encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
+
+
+def learning_rates(lr: float, steps: int, schedule: str) -> list[float]:
+    """The learning rate of each of ``steps`` SGD steps under ``schedule``.
+
+    ``"constant"``: ``lr`` throughout; ``"cosine"``: the rates ``torch.optim.lr_scheduler.CosineAnnealingLR``
+    sets over ``steps`` steps (read from the scheduler itself, so they are its values to the last
+    bit: it computes them recursively, ``lr_t = lr_{t-1} (1 + cos(pi t / T)) / (1 + cos(pi (t-1) / T))``).
+    """
+    if schedule == "constant":
+        return [lr] * steps
+    holder = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(holder, steps)
+    rates = []
+    for _ in range(steps):
+        rates.append(float(holder.param_groups[0]["lr"]))
+        holder.step()
+        scheduler.step()
+    return rates
 
 
 @dataclass
@@ -131,10 +151,9 @@ class Trainer:
             x, y = x[keep], y[keep]
         params = dict(module.named_parameters())
         buffers = {n: b for n, b in (anchor or {}).items() if n not in params}  # BN statistics of the anchor
-        opt = torch.optim.SGD(module.parameters(), lr=self.lr, momentum=0.9)
         epochs = 1 if steps is not None else self.epochs
-        total = epochs * -(-len(y) // self.batch_size)
-        sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, total) if self.schedule == "cosine" else None)
+        rates = iter(learning_rates(self.lr, epochs * -(-len(y) // self.batch_size), self.schedule))
+        momentum: dict[str, torch.Tensor] = {}
         for epoch in range(epochs):
             order = torch.randperm(len(y), generator=data_gen)
             for start in range(0, len(y), self.batch_size):
@@ -143,11 +162,8 @@ class Trainer:
                 if anchor is not None and beta > 0:  # Eq. 7, one alpha ~ U[0, 1] per mini-batch
                     alphas = torch.rand(1, generator=alpha_gen, dtype=torch.float64)
                     loss = loss + beta * connectivity_loss(module, params, anchor, buffers, x[idx], y[idx], alphas)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                if sched is not None:
-                    sched.step()
+                grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+                sgd_step(params, dict(zip(params, grads)), momentum, lr=next(rates), momentum=0.9)
             if on_epoch is not None:
                 on_epoch(epoch + 1, module)
         return {k: v.detach().clone() for k, v in module.state_dict().items()}

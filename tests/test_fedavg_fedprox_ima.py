@@ -17,6 +17,7 @@ import fl
 from fl.algorithms.base import ClientUpdate, LocalContext, local_sgd, make_generator, minibatches, weighted_average
 from fl.algorithms.fedprox import FedProx
 from fl.algorithms.ima import IMA
+from fl.algorithms.proximal import proximal_term
 from landscape.infra.errors import ConfigError
 
 from conftest import float32_tolerance
@@ -160,6 +161,22 @@ def test_local_sgd_matches_torch_optim_sgd_with_batchnorm():
     assert int(result.state["1.num_batches_tracked"]) == 6  # 3 batches x 2 epochs
     for name, p in model.named_parameters():
         assert torch.equal(result.momentum[name], opt.state[p]["momentum_buffer"]), name
+
+
+@pytest.mark.parametrize("coef", [1.0, 0.3])
+def test_local_sgd_proximal_gradient_equals_autograd_of_the_term(coef):
+    """``proximal=(anchor, c)`` adds ``c (w - anchor)`` to the gradient: autograd's step on the term, bit for bit."""
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(40, 6, generator=gen), torch.randint(0, 10, (40,), generator=gen)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 10))
+    anchor = {k: v + 0.1 * torch.randn(v.shape, generator=gen) for k, v in model.state_dict().items()}
+    direct = local_sgd(_ctx(model, x, y), proximal=(anchor, coef))
+    graph = local_sgd(_ctx(model, x, y), extra_loss=lambda params, *_: proximal_term(params, anchor, coef))
+    for name, ref in graph.state.items():
+        assert torch.equal(direct.state[name], ref), name
+    assert direct.loss == graph.loss  # the data loss only, in both
+    plain = local_sgd(_ctx(model, x, y))
+    assert not torch.equal(plain.state["0.weight"], direct.state["0.weight"])  # the term acts
 
 
 def test_local_sgd_leaves_the_module_as_it_was_also_after_an_error():

@@ -9,7 +9,7 @@ from torch.func import functional_call
 
 import fl
 from fl.algorithms.base import split_state
-from fl.algorithms.fedgucci import anchor_pool, calibrated_cross_entropy, connectivity_loss, interpolate, sam_step
+from fl.algorithms.fedgucci import anchor_pool, calibrated_cross_entropy, connectivity_loss, interpolate, sam_gradients
 from landscape.infra.errors import ConfigError
 
 from conftest import float32_tolerance, forward_terms
@@ -181,17 +181,17 @@ def test_calibrated_cross_entropy_formula_and_masking() -> None:
     assert calibrated_cross_entropy(labels, 4, tau=0.0) is F.cross_entropy
 
 
-def test_sam_step_on_quadratic_matches_closed_form() -> None:
-    """f(w) = w^T A w / 2: SAM step w - lr * A (w + rho A w / |A w|)."""
+def test_sam_gradient_on_quadratic_matches_closed_form() -> None:
+    """f(w) = w^T A w / 2: the SAM gradient is A (w + rho A w / |A w|); w is back in place."""
     a = torch.tensor([[3.0, 1.0], [1.0, 2.0]], dtype=torch.float64)
     w0 = torch.tensor([0.7, -1.2], dtype=torch.float64)
     params = {"w": w0.clone().requires_grad_(True)}
-    opt = torch.optim.SGD([params["w"]], lr=0.1)
-    value = sam_step(opt, params, lambda: 0.5 * params["w"] @ a @ params["w"], rho=0.05)
+    value, grads = sam_gradients(params, lambda: 0.5 * params["w"] @ a @ params["w"], rho=0.05)
     g = a @ w0
-    expected = w0 - 0.1 * (a @ (w0 + 0.05 * g / g.norm()))
-    torch.testing.assert_close(params["w"].detach(), expected)
+    torch.testing.assert_close(grads["w"], a @ (w0 + 0.05 * g / g.norm()))
+    assert torch.equal(params["w"].detach(), w0)
     assert float(value) == pytest.approx(float(0.5 * w0 @ a @ w0))
+    assert torch.equal(sam_gradients(params, lambda: 0.5 * params["w"] @ a @ params["w"], rho=0.0)[1]["w"], g)
 
 
 def test_invalid_options_raise() -> None:

@@ -45,7 +45,6 @@ import torch
 from landscape.infra.options import Options, option
 
 from .base import Algorithm, ClientUpdate, EvalContext, LocalContext, State, local_sgd
-from .proximal import proximal_loss
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +107,7 @@ class Ditto(Algorithm):
         upload = super().client_update(ctx)
         lam = float(self.opts.lam)
         personal = local_sgd(dataclasses.replace(ctx, generator=batches), state=ctx.client_state or ctx.global_state,
-                             extra_loss=proximal_loss(ctx.global_state, lam) if lam else None,
+                             proximal=(ctx.global_state, lam) if lam else None,
                              epochs=int(self.opts.personal_epochs))
         return ClientUpdate(upload.state, upload.num_samples, personal.state,
                             {**upload.metrics, "personal_loss": personal.loss})

@@ -61,8 +61,10 @@ from .base import (
     forward,
     make_generator,
     minibatches,
+    sgd_step,
     split_state,
 )
+from .sgd import bound
 
 PREFIX = "fedgucci."
 ALPHA_SAMPLERS = ("uniform", "fixed")
@@ -105,30 +107,57 @@ def connectivity_loss(module: nn.Module, params: Mapping[str, Tensor], anchor: M
     return total / len(alphas)
 
 
-def sam_step(opt: torch.optim.Optimizer, params: Mapping[str, Tensor], objective: Callable[[], Tensor],
-             rho: float) -> Tensor:
-    """One optimiser step on ``objective`` (SAM with radius ``rho`` when ``rho > 0``).
+def sam_gradients(params: Mapping[str, Tensor], objective: Callable[[], Tensor], rho: float
+                  ) -> tuple[Tensor, dict[str, Tensor | None]]:
+    """The gradient an optimiser step on ``objective`` takes (SAM with radius ``rho`` when ``rho > 0``).
 
-    Returns the objective at the unperturbed point (detached).
+    ``g = grad f(w)``; with SAM (FedSAM) the gradient at the ascent point ``w + rho g / |g|_2``
+    instead, the parameters being back at ``w`` on return.
+
+    Parameters
+    ----------
+    params : Mapping[str, Tensor]
+        The trainable leaves ``w`` (shifted in place and back for SAM).
+    objective : callable
+        ``() -> f(w)``, a scalar built from ``params``.
+    rho : float
+        SAM radius (0: the plain gradient).
+
+    Returns
+    -------
+    tuple[Tensor, dict[str, Tensor | None]]
+        ``f(w)`` (detached) and the gradient per name (None where ``f`` does not use it).
+
+    Examples
+    --------
+    >>> w = {"w": torch.tensor([3.0, 4.0], requires_grad=True)}
+    >>> value, g = sam_gradients(w, lambda: 0.5 * (w["w"] ** 2).sum(), rho=0.5)
+    >>> float(value), g["w"].tolist()                       # grad at w + 0.5 * w / |w|
+    (12.5, [3.299999952316284, 4.400000095367432])
     """
-    opt.zero_grad(set_to_none=True)
-    value = objective()
-    value.backward()
-    if rho > 0:
-        grads = [p.grad for p in params.values() if p.grad is not None]
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-        scale = rho / (norm + 1e-12)
-        with torch.no_grad():
-            shifts = {n: p.grad * scale for n, p in params.items() if p.grad is not None}
-            for n, e in shifts.items():
-                params[n].add_(e)
-        opt.zero_grad(set_to_none=True)
-        objective().backward()
+    names = list(params)
+
+    def gradients() -> tuple[Tensor, dict[str, Tensor | None]]:
+        value = objective()
+        grads = torch.autograd.grad(value, [params[n] for n in names], allow_unused=True)
+        return value.detach(), dict(zip(names, grads))
+
+    value, grads = gradients()
+    if rho <= 0:
+        return value, grads
+    found = [g for g in grads.values() if g is not None]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in found]))
+    scale = rho / (norm + 1e-12)
+    with torch.no_grad():
+        shifts = {n: g * scale for n, g in grads.items() if g is not None}
+        for n, e in shifts.items():
+            params[n].add_(e)
+    try:
+        return value, gradients()[1]
+    finally:
         with torch.no_grad():
             for n, e in shifts.items():
                 params[n].sub_(e)
-    opt.step()
-    return value.detach()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,34 +231,39 @@ class FedGuCci(Algorithm):
         weight = beta / max(len(anchors), 1)
         # alpha has its own stream, so the data order equals FedAvg's for the same seed
         alpha_gen = make_generator(self.seed, "fedgucci-alpha", ctx.round, ctx.client)
-        opt = torch.optim.SGD(list(params.values()), lr=ctx.lr, momentum=ctx.momentum,
-                              weight_decay=ctx.weight_decay)
+        momentum: State = {}
+
+        def step(objective: Callable[[], Tensor]) -> None:  # one optimiser step (torch.optim.SGD's)
+            grads = sam_gradients(params, objective, rho)[1]
+            sgd_step(params, grads, momentum, lr=ctx.lr, momentum=ctx.momentum, weight_decay=ctx.weight_decay)
+
         ctx.module.train()
         total = torch.zeros((), dtype=torch.float64, device=ctx.device)
         seen = 0
-        for idx in minibatches(len(ctx.y), ctx.batch_size, ctx.local_epochs, ctx.generator):
-            idx = idx.to(ctx.device)
-            x, y = ctx.x[idx], ctx.y[idx]
-            alphas = [self._alphas(alpha_gen) for _ in anchors]
-            ce_value: list[Tensor] = []
+        with bound(ctx.module, params, buffers) as model:
+            for idx in minibatches(len(ctx.y), ctx.batch_size, ctx.local_epochs, ctx.generator):
+                idx = idx.to(ctx.device)
+                x, y = ctx.x[idx], ctx.y[idx]
+                alphas = [self._alphas(alpha_gen) for _ in anchors]
+                ce_value: list[Tensor] = []
 
-            def ce() -> Tensor:
-                value = loss_fn(forward(ctx.module, params, buffers, x), y)
-                ce_value.append(value.detach())
-                return value
+                def ce() -> Tensor:
+                    value = loss_fn(model(x), y)
+                    ce_value.append(value.detach())
+                    return value
 
-            def conn(j: int) -> Tensor:
-                return weight * connectivity_loss(ctx.module, params, anchors[j], anchor_buffers, x, y,
-                                                  alphas[j], loss_fn)
+                def conn(j: int) -> Tensor:
+                    return weight * connectivity_loss(ctx.module, params, anchors[j], anchor_buffers, x, y,
+                                                      alphas[j], loss_fn)
 
-            if self.opts.update == "joint" and anchors:
-                sam_step(opt, params, lambda: ce() + sum(conn(j) for j in range(len(anchors))), rho)
-            else:
-                sam_step(opt, params, ce, rho)
-                for j in range(len(anchors)):
-                    sam_step(opt, params, lambda j=j: conn(j), rho)
-            total += ce_value[0].double() * len(y)
-            seen += len(y)
+                if self.opts.update == "joint" and anchors:
+                    step(lambda: ce() + sum(conn(j) for j in range(len(anchors))))
+                else:
+                    step(ce)
+                    for j in range(len(anchors)):
+                        step(lambda j=j: conn(j))
+                total += ce_value[0].double() * len(y)
+                seen += len(y)
         trained = {n: t.detach() for n, t in {**params, **buffers}.items()}
         state = {n: trained[n] for n in ctx.global_state}
         return ClientUpdate(state, len(ctx.y), None, {"train_loss": float(total) / max(seen, 1)})

@@ -18,7 +18,6 @@ from torch import Tensor
 from .base import ClientUpdate, EvalContext, LocalContext, State, make_generator
 from .ditto import DittoOptions
 from .floco import PREFIX, Floco, FlocoOptions
-from .proximal import proximal_loss
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +44,7 @@ class FlocoPlus(Floco):
         result = self.simplex_sgd(ctx, alpha_gen, state=self.received(ctx))
         start = _personal(ctx.client_state) or self.received(ctx)
         personal = self.simplex_sgd(ctx, alpha_gen, state=start,
-                                    extra_loss=proximal_loss(ctx.global_state, float(self.opts.lam)),
+                                    proximal=(ctx.global_state, float(self.opts.lam)),
                                     epochs=int(self.opts.personal_epochs))
         return ClientUpdate(result.state, len(ctx.y), {**personal.state, **self.kept_buffers(result.state)},
                             {"train_loss": result.loss, "personal_loss": personal.loss})

@@ -18,6 +18,7 @@ from torch.func import functional_call
 
 from ..outputs import logits_of
 from .contexts import LocalContext, State
+from .proximal import proximal_gradient
 
 ExtraLoss = Callable[[State, Tensor, Tensor, Tensor], "Tensor | None"]
 LossFn = Callable[[Tensor, Tensor], Tensor]
@@ -204,14 +205,17 @@ def sgd_step(params: Mapping[str, Tensor], grads: Mapping[str, Tensor | None], m
 def local_sgd(ctx: LocalContext, *, state: Mapping[str, Tensor] | None = None,
               extra_loss: ExtraLoss | None = None, loss_fn: LossFn = F.cross_entropy,
               momentum_state: Mapping[str, Tensor] | None = None, lr: float | None = None,
-              epochs: int | None = None, module: nn.Module | None = None) -> LocalResult:
+              epochs: int | None = None, module: nn.Module | None = None,
+              proximal: tuple[Mapping[str, Tensor], float] | None = None) -> LocalResult:
     """Mini-batch SGD on the client's data.
 
-    FedAvg's local step (FedProx Eq. 2 with the proximal term as ``extra_loss``).
+    FedAvg's local step (FedProx Eq. 2 with the proximal term as ``extra_loss`` or ``proximal``).
 
-    The loss of a batch is ``loss_fn(logits, y) + extra_loss(params, x, y, logits)``;
-    batches come from ``ctx.generator`` (:func:`minibatches`), steps from :func:`sgd_step`
-    with ``ctx.momentum`` and ``ctx.weight_decay``.
+    The loss of a batch is ``loss_fn(logits, y) + extra_loss(params, x, y, logits)``, plus the
+    proximal term ``c/2 ||w - anchor||^2`` when ``proximal = (anchor, c)`` (its gradient is added
+    directly, :func:`~fl.algorithms.proximal.proximal_gradient`); batches come from
+    ``ctx.generator`` (:func:`minibatches`), steps from :func:`sgd_step` with ``ctx.momentum``
+    and ``ctx.weight_decay``.
 
     Parameters
     ----------
@@ -231,11 +235,13 @@ def local_sgd(ctx: LocalContext, *, state: Mapping[str, Tensor] | None = None,
         Epochs (default ``ctx.local_epochs``).
     module : nn.Module, optional
         Architecture (default ``ctx.module``).
+    proximal : tuple[Mapping[str, Tensor], float], optional
+        The anchor and coefficient of a proximal term (Ditto's and FLOCO+'s personal models).
 
     Returns
     -------
     LocalResult
-        Trained state, mean data loss and final momentum buffers.
+        Trained state, mean data loss (the proximal term excluded) and final momentum buffers.
     """
     module = module if module is not None else ctx.module
     module.train()
@@ -258,9 +264,11 @@ def local_sgd(ctx: LocalContext, *, state: Mapping[str, Tensor] | None = None,
                 extra = extra_loss(params, x, y, logits)
                 if extra is not None:
                     objective = objective + extra
-            grads = torch.autograd.grad(objective, [params[n] for n in names], allow_unused=True)
-            sgd_step(params, dict(zip(names, grads)), buf, lr=step_lr, momentum=ctx.momentum,
-                     weight_decay=ctx.weight_decay)
+            grads = dict(zip(names, torch.autograd.grad(objective, [params[n] for n in names], allow_unused=True)))
+            if proximal is not None:
+                pull = proximal_gradient(params, *proximal)
+                grads = {n: pull[n] if g is None else g + pull[n] for n, g in grads.items()}
+            sgd_step(params, grads, buf, lr=step_lr, momentum=ctx.momentum, weight_decay=ctx.weight_decay)
             total += loss.detach().double() * len(y)
             seen += len(y)
     trained = {**params, **buffers}
