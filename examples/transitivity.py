@@ -86,10 +86,32 @@ def key_seed(seed: int, *keys: str) -> int:
 def learning_rates(lr: float, steps: int, schedule: str) -> list[float]:
     """The learning rate of each of ``steps`` SGD steps under ``schedule``.
 
-    ``"constant"``: ``lr`` throughout; ``"cosine"``: the rates ``torch.optim.lr_scheduler.CosineAnnealingLR``
-    sets over ``steps`` steps (read from the scheduler itself, so they are its values to the last
-    bit: it computes them recursively, ``lr_t = lr_{t-1} (1 + cos(pi t / T)) / (1 + cos(pi (t-1) / T))``).
+    ``"constant"``: ``lr`` throughout; ``"cosine"`` (Loshchilov & Hutter 2017, Eq. 5 with one
+    period): the rates ``torch.optim.lr_scheduler.CosineAnnealingLR`` sets over ``steps`` steps,
+    read from the scheduler itself, so they are its values to the last bit (it computes them
+    recursively, ``lr_t = lr_{t-1} (1 + cos(pi t / T)) / (1 + cos(pi (t-1) / T))``).
+
+    Parameters
+    ----------
+    lr : float
+        The initial learning rate.
+    steps : int
+        Number of SGD steps ``T``.
+    schedule : str
+        One of :data:`SCHEDULES`.
+
+    Returns
+    -------
+    list[float]
+        The rate of step ``t`` at index ``t``.
+
+    Raises
+    ------
+    ValueError
+        For a schedule not in :data:`SCHEDULES`.
     """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if schedule == "constant":
         return [lr] * steps
     holder = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
@@ -150,6 +172,7 @@ class Trainer:
             keep = torch.randperm(len(y), generator=data_gen)[:steps * self.batch_size]
             x, y = x[keep], y[keep]
         params = dict(module.named_parameters())
+        trainable = {n: p for n, p in params.items() if p.requires_grad}  # what torch.optim.SGD would step
         buffers = {n: b for n, b in (anchor or {}).items() if n not in params}  # BN statistics of the anchor
         epochs = 1 if steps is not None else self.epochs
         rates = iter(learning_rates(self.lr, epochs * -(-len(y) // self.batch_size), self.schedule))
@@ -162,8 +185,8 @@ class Trainer:
                 if anchor is not None and beta > 0:  # Eq. 7, one alpha ~ U[0, 1] per mini-batch
                     alphas = torch.rand(1, generator=alpha_gen, dtype=torch.float64)
                     loss = loss + beta * connectivity_loss(module, params, anchor, buffers, x[idx], y[idx], alphas)
-                grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
-                sgd_step(params, dict(zip(params, grads)), momentum, lr=next(rates), momentum=0.9)
+                grads = torch.autograd.grad(loss, list(trainable.values()), allow_unused=True)
+                sgd_step(trainable, dict(zip(trainable, grads)), momentum, lr=next(rates), momentum=0.9)
             if on_epoch is not None:
                 on_epoch(epoch + 1, module)
         return {k: v.detach().clone() for k, v in module.state_dict().items()}

@@ -66,9 +66,11 @@ def proximal_gradient(params: Mapping[str, Tensor], anchor: Mapping[str, Tensor]
     """The gradient of :func:`proximal_term` in ``params``: ``coef (w_j - anchor_j)`` per tensor.
 
     Computed directly, without a graph: :func:`~fl.algorithms.sgd.local_sgd` adds it to the data
-    loss's gradient (its ``proximal`` argument), which gives the same step, bit for bit, as
-    differentiating the term with autograd (``d/dw coef/2 ||w - a||^2 = coef (w - a)``; the
-    factors 1/2 and 2 are exact in floating point), at a fraction of the cost.
+    loss's gradient (its ``proximal`` argument), at a fraction of the cost of differentiating the
+    term with autograd (``d/dw coef/2 ||w - a||^2 = coef (w - a)``; the factors 1/2 and 2 are exact
+    in floating point). Where each tensor enters the forward pass once, the step is autograd's bit
+    for bit; a tensor used twice (tied or reused weights) gets its gradient pieces summed in
+    another order, which can differ in the last bit.
 
     Parameters
     ----------
