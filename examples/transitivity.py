@@ -44,7 +44,7 @@ import torch.nn.functional as F
 import landscape
 from figures import group_size_figure, group_size_plotly, path_figure, path_plotly, plane_figure, plane_plotly
 from fl.algorithms.fedgucci import connectivity_loss
-from fl.algorithms.sgd import sgd_step
+from fl.algorithms.sgd import minibatches, sgd_step
 from fl.datasets import load_dataset
 from fl.models import build_model, default_model
 
@@ -178,9 +178,7 @@ class Trainer:
         rates = iter(learning_rates(self.lr, epochs * -(-len(y) // self.batch_size), self.schedule))
         momentum: dict[str, torch.Tensor] = {}
         for epoch in range(epochs):
-            order = torch.randperm(len(y), generator=data_gen)
-            for start in range(0, len(y), self.batch_size):
-                idx = order[start:start + self.batch_size]
+            for idx in minibatches(len(y), self.batch_size, 1, data_gen):
                 loss = F.cross_entropy(module(x[idx]), y[idx])
                 if anchor is not None and beta > 0:  # Eq. 7, one alpha ~ U[0, 1] per mini-batch
                     alphas = torch.rand(1, generator=alpha_gen, dtype=torch.float64)
