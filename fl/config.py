@@ -27,6 +27,7 @@ from landscape.infra.options import Options, check_value, did_you_mean, option
 
 from .partition import METHODS
 from .partition import partition as partition_clients
+from .update_checks import BAD_CLIENT_POLICIES
 
 #: Version written to config.json; this version reads only its own.
 CONFIG_VERSION = 1
@@ -52,7 +53,7 @@ class RunConfig(Options):
     ----------
     algorithm, dataset, model, init, clients, rounds, participation, local_epochs, batch_size, lr,
     momentum, weight_decay, lr_decay, partition, alpha, partition_options,
-    local_test_fraction, seed, device, backend, n_jobs, save_clients, eval_batch_size,
+    local_test_fraction, seed, device, backend, n_jobs, save_clients, bad_clients, eval_batch_size,
     data_root, download, ima
         See each field's help (``fl-run --help`` prints them).
     """
@@ -94,6 +95,9 @@ class RunConfig(Options):
                                                                         "(default 2)")
     save_clients: Literal[SAVE_MODES] | list[int] = option(  # type: ignore[valid-type]
         "all", ge=1, help="client models stored: all, last, none or a JSON list of rounds")
+    bad_clients: Literal[BAD_CLIENT_POLICIES] = option(  # type: ignore[valid-type]
+        "stop", volatile=True, help="a client whose update is refused (fl.update_checks): stop the run, or drop "
+                                    "it from the round and record why")
     eval_batch_size: int = option(1024, ge=1, le=10_000_000, help="batch size of test evaluation")
     data_root: str | None = option(None, volatile=True, help="folder of the torchvision datasets")
     download: bool = option(False, volatile=True, help="allow torchvision downloads")

@@ -37,6 +37,7 @@ from .reader import Run
 from .rounds import RoundPlan, TrainRequest, client_context
 from .rundir import saves_clients
 from .store import RunStore, check_round_finite
+from .update_checks import ClientRefused, FederationError, update_problem
 from .vectorized import train_clients, unsupported_reason
 
 PARALLEL_BACKENDS = ("loky", "processes", "ray", "dask")  # through landscape.distributed (joblib)
@@ -225,15 +226,24 @@ class Engine:
                          [len(i) for i in self.data.client_train]))
         return RoundPlan(r, list(clients), sent, self.server_state, start)
 
-    def finish_round(self, plan: RoundPlan, updates: Mapping[int, ClientUpdate]) -> dict[str, Any]:
-        """Steps 3-5 of a planned round: keep client states, aggregate, evaluate, store.
+    def finish_round(self, plan: RoundPlan, updates: Mapping[int, ClientUpdate],
+                     refused: Mapping[int, str] | None = None) -> dict[str, Any]:
+        """Steps 3-5 of a planned round: check the updates, keep client states, aggregate, evaluate, store.
+
+        Every update is checked against the model the round sent (:mod:`fl.update_checks`) before
+        anything reaches the server's state. A refused client stops the run or, with
+        ``bad_clients="drop"``, is left out of the round and recorded in its record
+        (``dropped``, ``dropped_reasons``).
 
         Parameters
         ----------
         plan : RoundPlan
             What :meth:`plan_round` returned.
         updates : Mapping[int, ClientUpdate]
-            Client id -> its update, for every client of the plan.
+            Client id -> its update, for every client of the plan not in ``refused``.
+        refused : Mapping[int, str], optional
+            Clients already refused by whoever received their replies, with the reason (a
+            remote client that did not answer, or sent a reply that could not be read).
 
         Returns
         -------
@@ -244,19 +254,34 @@ class Engine:
         ------
         ConfigError
             When an update is missing or comes from a client outside the plan.
+        ClientRefused
+            For a refused client when ``bad_clients`` is ``"stop"``.
+        FederationError
+            When every client of the round was refused.
         """
         r = plan.round
-        if sorted(updates) != sorted(plan.clients):
+        refused = dict(refused or {})
+        if sorted([*updates, *refused]) != sorted(plan.clients):
             raise ConfigError(f"round {r}: updates came from clients {sorted(updates)}, the round trained "
                               f"{sorted(plan.clients)}")
-        updates = {k: self._complete(updates[k], plan.sent) for k in plan.clients}  # the plan's order
+        for k in plan.clients:
+            problem = None if k in refused else update_problem(
+                updates[k], plan.sent, frozen=self.alg.frozen, client_state=self.client_states.get(k),
+                samples=len(self.data.client_train[k]), finite=self.remote is not None)
+            if problem is not None:
+                refused[k] = problem
+        kept = self._apply_policy(r, plan.clients, refused)
+        updates = {k: self._complete(updates[k], plan.sent) for k in kept}  # the plan's order
         for k, u in updates.items():
             if u.client_state is not None:
                 self.client_states[k] = {n: t.detach() for n, t in u.client_state.items()}
         self.global_state, self.server_state = self.alg.aggregate(plan.sent, updates, plan.server_state, r)
         loss, acc = self._evaluate(self.global_state)
         record: dict[str, Any] = {"round": r, "test_loss": loss, "test_accuracy": acc,
-                                  "lr": self.alg.lr(r), "clients": list(plan.clients)}
+                                  "lr": self.alg.lr(r), "clients": list(kept)}
+        if refused:
+            record.update(dropped=sorted(refused),
+                          dropped_reasons=[f"client {k}: {refused[k]}" for k in sorted(refused)])
         record.update(_client_metrics(updates))
         record.update(self.alg.local_metrics(EvalContext(
             r, self.global_state, self.server_state, self.client_states, updates, self._local_test(),
@@ -266,6 +291,16 @@ class Engine:
                     for k, u in updates.items()} if saves_clients(self.config, r) else {}
         self._write(r, exported, self.client_states, record)
         return record
+
+    def _apply_policy(self, r: int, clients: Sequence[int], refused: Mapping[int, str]) -> list[int]:
+        """The clients a round aggregates, after the ``bad_clients`` policy has seen the refused ones."""
+        if refused and (str(self.config.get("bad_clients", "stop")) == "stop" or len(refused) == len(clients)):
+            first = min(refused)
+            more = f" (and {len(refused) - 1} more client(s): {sorted(refused)[1:6]})" if len(refused) > 1 else ""
+            if len(refused) == len(clients):
+                raise FederationError(f"round {r}: every client was refused; client {first}: {refused[first]}{more}")
+            raise ClientRefused(r, first, refused[first] + more + "; set bad_clients='drop' to train on without it")
+        return [k for k in clients if k not in refused]
 
     def _complete(self, update: ClientUpdate, sent: State) -> ClientUpdate:
         """The update with the frozen parameters a remote client left out (they are ``sent``'s)."""

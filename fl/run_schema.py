@@ -9,7 +9,9 @@ a silently different run:
 * ``metrics.jsonl`` records: ``round`` a non-negative integer; ``test_loss``, ``train_loss``,
   ``local_loss``, ``personal_loss`` finite numbers >= 0; accuracies in ``[0, 1]``; ``lr``
   finite and > 0; ``time`` finite and >= 0; ``clients`` a list of distinct client ids in
-  range; any other field a finite number, a boolean, a string, null or a list of those;
+  range, and so is ``dropped`` (the refused clients of the round; ``dropped_reasons`` holds one
+  line ``"client K: why"`` per refused client); any other field a finite number, a boolean, a
+  string, null or a list of those;
 * ``partition.npz``: arrays named ``train_00000 .. train_{K-1}`` and ``test_...`` alike, one
   pair per client and ``K`` equal to the configuration's ``clients``; 1-D integer arrays;
   indices ``>= 0`` and below the training-set size; no index used twice (within or across
@@ -120,7 +122,7 @@ def check_record(record: Any, path: Path, line: int, clients: int | None) -> dic
             ok = _is_number(value) and 0 <= value <= 1
         elif key == "lr":
             ok = _is_number(value) and value > 0
-        elif key == "clients":
+        elif key in ("clients", "dropped"):
             ok = (isinstance(value, list) and all(_is_int(k) and k >= 0 for k in value)
                   and len(set(value)) == len(value) and (clients is None or all(k < clients for k in value)))
         else:

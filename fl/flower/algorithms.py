@@ -21,19 +21,20 @@ pass ``load_data`` to :func:`client_app` to train on data held by the node inste
 from __future__ import annotations
 
 import json
-import time
 from functools import lru_cache
+from logging import WARNING
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 from torch import Tensor, nn
 
-from landscape import ConfigError
 from landscape.infra.devices import resolve_device
+from landscape.infra.errors import ConfigError
 
 from ..api import open_run
 from ..datasets import load_dataset
@@ -43,11 +44,17 @@ from ..resolve import make_algorithm
 from ..rounds import TrainRequest, client_context
 from ..rundir import split_clients
 from ..template import build_template
+from ..update_checks import ClientRefused, update_problem
 from .messages import PARTITION_ID, partition_id, write_flower_json
+from .nodes import find_partitions, seconds
 from .payload import FederationError, config_json, read_request, read_updates, train_messages, update_reply
 from .recorder import settings_from_run_config
 
 LoadData = Callable[[Context], tuple[Tensor, Tensor]]
+#: seconds the server waits for each round's replies (run configuration ``fl.round-timeout``)
+ROUND_TIMEOUT = 600.0
+#: seconds the server waits for the SuperNodes to connect and name their partitions (``fl.connect-timeout``)
+CONNECT_TIMEOUT = 120.0
 
 
 class AlgorithmStrategy(Strategy):
@@ -61,23 +68,35 @@ class AlgorithmStrategy(Strategy):
         The run folder (resumed from its last complete round when it holds this run).
     recipe, model
         As for :func:`fl.run`.
+    round_timeout : float
+        Seconds to wait for each round's replies; a client that has not replied by then is
+        refused for the round (``bad_clients`` decides whether the run stops or goes on without it).
+    connect_timeout : float
+        Seconds to wait for one SuperNode per client to connect and name its partition.
     **settings : Any
-        :func:`fl.run`'s settings (``dataset``, ``clients``, ``rounds``, ``seed``, options).
+        :func:`fl.run`'s settings (``dataset``, ``clients``, ``rounds``, ``seed``, ``bad_clients``,
+        options).
     """
 
     def __init__(self, algorithm: str = "fedavg", *, out: Any, recipe: str | None = None,
-                 model: str | nn.Module | None = None, **settings: Any):
+                 model: str | nn.Module | None = None, round_timeout: float = ROUND_TIMEOUT,
+                 connect_timeout: float = CONNECT_TIMEOUT, **settings: Any):
         self.args = dict(algorithm=algorithm, recipe=recipe, model=model, out=out, **settings)
         self.engine: Engine | None = None
         self.plan: RoundPlan | None = None
         self.nodes: dict[int, int] = {}
         self.grid: Grid | None = None
-        self.offset, self.timeout = 0, 3600.0
+        self.offset = 0
+        self.timeout, self.connect_timeout = seconds(round_timeout, "round_timeout"), \
+            seconds(connect_timeout, "connect_timeout")
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, Any], *, model: str | nn.Module | None = None
                         ) -> "AlgorithmStrategy":
         """The strategy that ``[tool.flwr.app.config.fl]`` describes (``fl.algorithm``, ``fl.run-dir``, ...).
+
+        ``fl.round-timeout`` and ``fl.connect-timeout`` set the two timeouts (seconds); every
+        other ``fl.*`` key is a setting of :func:`fl.run`.
 
         Parameters
         ----------
@@ -97,13 +116,14 @@ class AlgorithmStrategy(Strategy):
             When ``fl.run-dir`` is missing.
         """
         out, settings = settings_from_run_config(run_config)
-        return cls(settings.pop("algorithm", "fedavg"), out=out, model=model, **settings)
+        timeouts = {key: settings.pop(key) for key in ("round_timeout", "connect_timeout") if key in settings}
+        return cls(settings.pop("algorithm", "fedavg"), out=out, model=model, **timeouts, **settings)
 
     def summary(self) -> None:
         """Log nothing beyond Flower's own start message (the configuration is in config.json)."""
 
     def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None, num_rounds: int | None = None,
-              timeout: float = 3600, train_config: ConfigRecord | None = None,
+              timeout: float | None = None, train_config: ConfigRecord | None = None,
               evaluate_config: ConfigRecord | None = None,
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None) -> Result:
         """Open (or resume) the run folder, find the clients' nodes and train the remaining rounds.
@@ -116,8 +136,8 @@ class AlgorithmStrategy(Strategy):
             Not accepted: the initial model is the configuration's (``model``, ``init``).
         num_rounds : int, optional
             Must equal the configuration's ``rounds`` when given.
-        timeout : float
-            Seconds to wait for the nodes and for each round's replies.
+        timeout : float, optional
+            Seconds to wait for each round's replies (default: the strategy's ``round_timeout``).
         train_config, evaluate_config, evaluate_fn
             As for ``flwr.serverapp.strategy.Strategy.start``.
 
@@ -137,7 +157,9 @@ class AlgorithmStrategy(Strategy):
         if initial_arrays is not None:
             raise ConfigError("AlgorithmStrategy takes its initial model from the run configuration "
                               "(model=, init=); do not pass initial_arrays")
-        self.grid, self.timeout = grid, float(timeout)
+        self.grid = grid
+        if timeout is not None:
+            self.timeout = seconds(timeout, "timeout")
         with open_run(**self.args) as opened:
             rounds = int(opened.config["rounds"])
             if num_rounds is not None and int(num_rounds) != rounds:
@@ -147,10 +169,10 @@ class AlgorithmStrategy(Strategy):
                 return Result()
             self.engine = Engine(opened.config, opened.store, opened.algorithm, opened.template, opened.data,
                                  opened.device, progress=False, remote=self.train_remote)
-            self.nodes = find_partitions(grid, int(opened.config["clients"]), self.timeout)
+            self.nodes = find_partitions(grid, int(opened.config["clients"]), self.connect_timeout)
             self.offset = self.engine.begin()
             arrays = ArrayRecord(dict(self.engine.global_state))
-            return super().start(grid, arrays, rounds - self.offset, timeout, train_config, evaluate_config,
+            return super().start(grid, arrays, rounds - self.offset, self.timeout, train_config, evaluate_config,
                                  evaluate_fn)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -168,7 +190,11 @@ class AlgorithmStrategy(Strategy):
         engine, plan = self._engine(), self.plan
         if plan is None or plan.round != self.offset + server_round:
             raise ConfigError(f"aggregate_train({server_round}) without configure_train of that round")
-        record = engine.finish_round(plan, read_updates(replies, plan.round, plan.clients))
+        updates, refused = read_updates(replies, {k: self.nodes[k] for k in plan.clients},
+                                        int(engine.config["clients"]), self.timeout)
+        record = engine.finish_round(plan, updates, refused)
+        for reason in record.get("dropped_reasons", []):
+            log(WARNING, "round %s: dropped %s", plan.round, reason)
         numbers = {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         return ArrayRecord(dict(engine.global_state)), MetricRecord(numbers)
 
@@ -193,11 +219,29 @@ class AlgorithmStrategy(Strategy):
         -------
         dict[int, ClientUpdate]
             Their updates.
+
+        Raises
+        ------
+        ClientRefused
+            When a client is refused (whatever ``bad_clients`` says: the algorithm's server step
+            needs every client it trains).
         """
         engine = self._engine()
         replies = self._grid().send_and_receive(train_messages(request, engine.config, self.nodes),
                                                 timeout=self.timeout)
-        return read_updates(replies, request.round, request.clients)
+        updates, refused = read_updates(replies, {k: self.nodes[k] for k in request.clients},
+                                        int(engine.config["clients"]), self.timeout)
+        for k, update in updates.items():
+            problem = update_problem(update, request.sent, frozen=engine.alg.frozen,
+                                     client_state=request.client_states.get(k) or None,
+                                     samples=len(engine.data.client_train[k]))
+            if problem is not None:
+                refused[k] = problem
+        if refused:  # the algorithm's server step needs every client it trains
+            k = min(refused)
+            raise ClientRefused(request.round, k, f"{refused[k]} (in the algorithm's server step, which needs "
+                                                  "every client it trains)")
+        return updates
 
     def _engine(self) -> Engine:
         if self.engine is None:
@@ -208,51 +252,6 @@ class AlgorithmStrategy(Strategy):
         if self.grid is None:
             raise ConfigError("AlgorithmStrategy.start has not been given a grid")
         return self.grid
-
-
-def find_partitions(grid: Grid, clients: int, timeout: float) -> dict[int, int]:
-    """Partition id -> node id of the federation, asked with one ``"query"`` message per node.
-
-    Parameters
-    ----------
-    grid : Grid
-        The ``ServerApp``'s grid.
-    clients : int
-        The configuration's number of clients (partitions ``0 .. clients-1``).
-    timeout : float
-        Seconds to wait for enough nodes to connect and to answer.
-
-    Returns
-    -------
-    dict[int, int]
-        One node per partition.
-
-    Raises
-    ------
-    FederationError
-        When fewer nodes connect, a partition id is missing, out of range or held twice.
-    """
-    deadline = time.monotonic() + timeout
-    while len(list(grid.get_node_ids())) < clients and time.monotonic() < deadline:
-        time.sleep(0.5)
-    node_ids = sorted(grid.get_node_ids())
-    if len(node_ids) < clients:
-        raise FederationError(f"the run has {clients} clients but only {len(node_ids)} SuperNodes connected")
-    query = [Message(content=RecordDict({"ask": ConfigRecord({"what": PARTITION_ID})}),
-                     message_type=MessageType.QUERY, dst_node_id=n) for n in node_ids]
-    found: dict[int, int] = {}
-    for reply in grid.send_and_receive(query, timeout=timeout):
-        if reply.has_error():
-            raise FederationError(f"a node did not answer the partition query: {reply.error.reason.strip()[:200]}")
-        k = int(reply.content.metric_records["partition"][PARTITION_ID])
-        if k in found or not 0 <= k < clients:
-            raise FederationError(f"partition id {k} is {'held twice' if k in found else 'out of range'}; the run "
-                                  f"needs one SuperNode for each of partitions 0..{clients - 1}")
-        found[k] = reply.metadata.src_node_id
-    missing = sorted(set(range(clients)) - set(found))
-    if missing:
-        raise FederationError(f"no SuperNode holds partitions {missing}; the run needs partitions 0..{clients - 1}")
-    return found
 
 
 @lru_cache(maxsize=2)
@@ -300,19 +299,48 @@ def client_app(*, model: nn.Module | None = None, load_data: LoadData | None = N
 
     @app.train()
     def train(message: Message, context: Context) -> Message:
-        request, config, k = read_request(message)
-        if k != partition_id(context):
-            raise FederationError(f"a message for partition {k} reached the node of partition {partition_id(context)}")
-        algorithm, module, data, device = _client_side(config_json(config), model)
-        if load_data is not None:
-            x, y = load_data(context)
-            data = _own_data(x, y, k, int(config["clients"]), data.num_classes, device)
-        request = TrainRequest(request.round, [k], request.tag, _on(request.sent, device),
-                               _on(request.server_state, device), {k: _on(request.client_states[k], device)})
-        update = algorithm.client_update(client_context(config, algorithm, module, data, device, request, k))
-        return update_reply(message, k, update, drop=algorithm.frozen)  # a LoRA client sends its adapter
+        return train_reply(message, context, model=model, load_data=load_data)
 
     return app
+
+
+def train_reply(message: Message, context: Context, *, model: nn.Module | None = None,
+                load_data: LoadData | None = None) -> Message:
+    """Answer one training message of :class:`AlgorithmStrategy`: the algorithm's client update.
+
+    What :func:`client_app`'s ``train`` does; call it from a ``ClientApp`` of your own that does
+    more around the training.
+
+    Parameters
+    ----------
+    message : Message
+        The training message.
+    context : Context
+        The ``ClientApp``'s context (``node_config["partition-id"]`` names the client).
+    model, load_data
+        As for :func:`client_app`.
+
+    Returns
+    -------
+    Message
+        The reply with the client's update (a LoRA client sends only its adapter).
+
+    Raises
+    ------
+    FederationError
+        When the message is for another partition than the node's.
+    """
+    request, config, k = read_request(message)
+    if k != partition_id(context):
+        raise FederationError(f"a message for partition {k} reached the node of partition {partition_id(context)}")
+    algorithm, module, data, device = _client_side(config_json(config), model)
+    if load_data is not None:
+        x, y = load_data(context)
+        data = _own_data(x, y, k, int(config["clients"]), data.num_classes, device)
+    request = TrainRequest(request.round, [k], request.tag, _on(request.sent, device),
+                           _on(request.server_state, device), {k: _on(request.client_states[k], device)})
+    update = algorithm.client_update(client_context(config, algorithm, module, data, device, request, k))
+    return update_reply(message, k, update, drop=algorithm.frozen)
 
 
 def _on(state: Mapping[str, Tensor], device: torch.device) -> dict[str, Tensor]:
@@ -320,4 +348,5 @@ def _on(state: Mapping[str, Tensor], device: torch.device) -> dict[str, Tensor]:
 
 
 
-__all__ = ["AlgorithmStrategy", "FederationError", "client_app", "find_partitions"]
+__all__ = ["AlgorithmStrategy", "CONNECT_TIMEOUT", "FederationError", "ROUND_TIMEOUT", "client_app", "find_partitions",
+           "train_reply"]

@@ -23,17 +23,15 @@ from typing import Any, Callable, Iterable, Mapping
 import flwr
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 from flwr.serverapp import Grid
+from flwr.serverapp.exception import InconsistentMessageReplies
 from flwr.serverapp.strategy import Result, Strategy
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 from landscape.infra.files import write_atomic
 
+from ..update_checks import MAX_SAMPLES, ClientRefused, FederationError, check_integer
 from .recorder import FlowerRecorder
-
-#: the reply metric naming the client: its ``node_config["partition-id"]``
-PARTITION_ID = "partition-id"
-#: the reply metric Flower's strategies weight the average by
-NUM_EXAMPLES = "num-examples"
+from .replies import NUM_EXAMPLES, PARTITION_ID, screen_replies
 
 
 def partition_id(context: Context) -> int:
@@ -52,12 +50,16 @@ def partition_id(context: Context) -> int:
     Raises
     ------
     ConfigError
-        When the node has no ``partition-id`` in its configuration.
+        When the node has no ``partition-id`` in its configuration, or one that is not a
+        non-negative integer (``1.9``, ``True``, ``"1"`` and ``-3`` are refused, not coerced).
     """
     if PARTITION_ID not in context.node_config:
         raise ConfigError(f"this SuperNode has no {PARTITION_ID!r} in its node config; start it with "
                           f"--node-config \"{PARTITION_ID}=<index>\"")
-    return int(context.node_config[PARTITION_ID])
+    try:
+        return check_integer(context.node_config[PARTITION_ID], f"this SuperNode's {PARTITION_ID}", 0, MAX_SAMPLES)
+    except ValueError as exc:
+        raise ConfigError(f"{exc}; start it with --node-config \"{PARTITION_ID}=<index>\"") from None
 
 
 def partition_metrics(context: Context, num_examples: int, **metrics: float) -> MetricRecord:
@@ -115,6 +117,7 @@ class RecordedStrategy(Strategy):
 
     def __init__(self, strategy: Strategy, recorder: FlowerRecorder):
         self.strategy, self.recorder = strategy, recorder
+        self.sent: dict[str, Any] = {}
         write_flower_json(recorder.path, type(strategy).__name__)
 
     def __repr__(self) -> str:
@@ -161,25 +164,43 @@ class RecordedStrategy(Strategy):
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        """The wrapped strategy's training messages."""
+        """The wrapped strategy's training messages (the model sent is kept to check the replies)."""
+        self.sent = dict(arrays.to_torch_state_dict())
         return self.strategy.configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Aggregate with the wrapped strategy, then record the global (and client) models.
+        """Check the replies, aggregate the kept ones with the wrapped strategy, record the round.
+
+        Every reply is checked (:func:`fl.flower.replies.screen_replies`) before the wrapped
+        strategy sees it. A refused client stops the run, or with the recorder's
+        ``bad_clients="drop"`` is left out and recorded in the round's record.
 
         Raises
         ------
-        ConfigError
-            When client models are to be stored and a reply lacks ``"partition-id"``.
+        ClientRefused
+            For a refused client when ``bad_clients`` is ``"stop"``.
+        FederationError
+            When every reply is refused, or the wrapped strategy cannot aggregate the kept ones.
         """
-        replies = list(replies)
-        arrays, metrics = self.strategy.aggregate_train(server_round, replies)
+        recorder = self.recorder
+        kept, models, refused = screen_replies(replies, self.sent, int(recorder.config["clients"]))
+        if refused and (recorder.config.get("bad_clients", "stop") == "stop" or not kept):
+            client = min(refused)
+            if not kept:
+                raise FederationError(f"round {server_round}: every reply was refused; client {client}: "
+                                      f"{refused[client]}")
+            raise ClientRefused(server_round, client, f"{refused[client]}; set bad_clients='drop' to go on without it")
+        try:
+            arrays, metrics = self.strategy.aggregate_train(server_round, kept)
+        except InconsistentMessageReplies as exc:
+            raise FederationError(f"round {server_round}: {type(self.strategy).__name__} cannot aggregate the "
+                                  f"replies: {str(exc).strip()[:300]}") from None
         if arrays is not None:
-            clients = client_models(replies) if self.recorder.saves_clients(server_round) else {}
             numeric = {k: float(v) for k, v in (metrics or {}).items()
                        if k not in (PARTITION_ID, NUM_EXAMPLES) and isinstance(v, (int, float))}
-            self.recorder.record(server_round, arrays.to_torch_state_dict(), clients, numeric)
+            recorder.record(server_round, arrays.to_torch_state_dict(),
+                            models if recorder.saves_clients(server_round) else {}, numeric, dropped=refused)
         return arrays, metrics
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -209,16 +230,21 @@ def client_models(replies: Iterable[Message]) -> dict[int, Mapping[str, Any]]:
     Raises
     ------
     ConfigError
-        When a reply lacks the partition id or carries two ids of one partition.
+        When a reply lacks the partition id, names one that is not a non-negative integer, or
+        carries two ids of one partition.
     """
     out: dict[int, Mapping[str, Any]] = {}
     for msg in replies:
         if msg.has_error():
             continue
-        ids = [int(m[PARTITION_ID]) for m in msg.content.metric_records.values() if PARTITION_ID in m]
+        ids = [m[PARTITION_ID] for m in msg.content.metric_records.values() if PARTITION_ID in m]
         if not ids:
             raise ConfigError(f"a client's training reply lacks {PARTITION_ID!r}: reply with "
                               "fl.flower.partition_metrics(context, num_examples, ...) as its MetricRecord")
+        try:
+            ids[0] = check_integer(ids[0], "the partition id", 0, MAX_SAMPLES)
+        except ValueError as exc:
+            raise ConfigError(f"a client's training reply names {exc}") from None
         if ids[0] in out:
             raise ConfigError(f"two replies came from partition {ids[0]}: give every SuperNode its own "
                               f"{PARTITION_ID}")

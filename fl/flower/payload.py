@@ -17,18 +17,14 @@ from typing import Any, Collection, Iterable, Mapping
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 
-from ..algorithms.base import ClientUpdate, State
+from ..algorithms.base import ClientUpdate
 from ..rounds import TrainRequest
-from .messages import NUM_EXAMPLES, PARTITION_ID
+from .replies import NUM_EXAMPLES, PARTITION_ID, failure, read_state, reply_metrics
 
 #: the ConfigRecord holding round, tag, partition id and configuration
 FL_RECORD = "fl"
-
-
-class FederationError(ConfigError):
-    """A Flower federation cannot train the run: a client failed, or partitions are missing."""
 
 
 def config_json(config: Mapping[str, Any]) -> str:
@@ -45,10 +41,6 @@ def config_json(config: Mapping[str, Any]) -> str:
         ``json.dumps(config, sort_keys=True)``.
     """
     return json.dumps(dict(config), sort_keys=True)
-
-
-def _tensors(record: ArrayRecord) -> State:
-    return dict(record.to_torch_state_dict())
 
 
 def train_messages(request: TrainRequest, config: Mapping[str, Any], nodes: Mapping[int, int]) -> list[Message]:
@@ -103,8 +95,8 @@ def read_request(message: Message) -> tuple[TrainRequest, dict[str, Any], int]:
     head = records[FL_RECORD]
     k = int(head[PARTITION_ID])
     arrays = message.content.array_records
-    request = TrainRequest(int(head["round"]), [k], str(head["tag"]), _tensors(arrays["global"]),
-                           _tensors(arrays["server"]), {k: _tensors(arrays["client"])})
+    request = TrainRequest(int(head["round"]), [k], str(head["tag"]), read_state(arrays["global"]),
+                           read_state(arrays["server"]), {k: read_state(arrays["client"])})
     return request, json.loads(str(head["config"])), k
 
 
@@ -154,40 +146,62 @@ def uploaded_state(state: Mapping[str, Any], drop: Collection[str]) -> dict[str,
     return {n: t for n, t in state.items() if n not in drop}
 
 
-def read_updates(replies: Iterable[Message], round: int, expected: Iterable[int]) -> dict[int, ClientUpdate]:
-    """The client updates in the replies of one training call.
+def read_updates(replies: Iterable[Message], nodes: Mapping[int, int], clients: int, timeout: float
+                 ) -> tuple[dict[int, ClientUpdate], dict[int, str]]:
+    """The client updates in the replies of one training call, and the clients refused.
+
+    A reply is read only as far as it has the form :func:`update_reply` gives it; whatever else
+    arrives (a failed ``ClientApp``, a missing or oddly typed record, key or metric, a reply naming
+    another partition than the node it came from, no reply at all) refuses that client with a
+    one-line reason. The updates' contents are checked afterwards against the round's model
+    (:func:`fl.update_checks.update_problem`, in :meth:`fl.engine.Engine.finish_round`).
 
     Parameters
     ----------
     replies : Iterable[Message]
         Replies of :func:`update_reply`.
-    round : int
-        The round (for messages).
-    expected : Iterable[int]
-        The partition ids that were sent messages.
+    nodes : Mapping[int, int]
+        Partition id -> node id of every client sent a message in this call.
+    clients : int
+        The run's number of clients.
+    timeout : float
+        The seconds the server waited (named when a client did not reply).
 
     Returns
     -------
-    dict[int, ClientUpdate]
-        Partition id -> update.
-
-    Raises
-    ------
-    FederationError
-        When a client replied with an error or did not reply.
+    tuple[dict[int, ClientUpdate], dict[int, str]]
+        Partition id -> update, and partition id -> why it is refused.
     """
+    partition_of = {node: k for k, node in nodes.items()}
     out: dict[int, ClientUpdate] = {}
+    refused: dict[int, str] = {}
     for msg in replies:
-        if msg.has_error():
-            raise FederationError(f"round {round}: a client failed: {msg.error.reason.strip().splitlines()[-1]}")
-        metrics = dict(msg.content.metric_records["metrics"])
-        k = int(metrics.pop(PARTITION_ID))
-        n = int(metrics.pop(NUM_EXAMPLES))
-        client_state = (_tensors(msg.content.array_records["client"])
-                        if bool(msg.content.config_records[FL_RECORD]["client-state"]) else None)
-        out[k] = ClientUpdate(_tensors(msg.content.array_records["state"]), n, client_state,
-                              {key: float(v) for key, v in metrics.items()})
-    missing = sorted(set(expected) - set(out))
-    if missing:
-        raise FederationError(f"round {round}: no reply from partitions {missing} (timed out or disconnected)")
-    return out
+        k = partition_of.get(msg.metadata.src_node_id)
+        if k is None or k in out or k in refused:
+            continue  # not a reply to this call's messages (Flower matches replies to messages)
+        try:
+            out[k] = _read_update(msg, k, clients)
+        except ValueError as exc:
+            refused[k] = str(exc)
+    for k in sorted(set(nodes) - set(out) - set(refused)):
+        refused[k] = f"no reply within {timeout:g} s (the round timeout, fl.round-timeout)"
+    return out, refused
+
+
+def _read_update(msg: Message, k: int, clients: int) -> ClientUpdate:
+    """The update in one reply from the node of partition ``k`` (ValueError: why it cannot be read)."""
+    if msg.has_error():
+        raise ValueError(failure(msg))
+    content = msg.content
+    metrics = reply_metrics(content, k, clients)
+    arrays, configs = content.array_records, content.config_records
+    if "state" not in arrays or FL_RECORD not in configs or "client-state" not in configs[FL_RECORD]:
+        raise ValueError("the reply lacks the 'state' ArrayRecord or the 'fl' ConfigRecord that "
+                         "fl.flower.client_app sends")
+    has_client_state = configs[FL_RECORD]["client-state"]
+    if not isinstance(has_client_state, bool) or (has_client_state and "client" not in arrays):
+        raise ValueError("the reply's 'fl' record says a client state comes with it, but none does")
+    n = metrics.pop(NUM_EXAMPLES)
+    del metrics[PARTITION_ID]
+    return ClientUpdate(read_state(arrays["state"]), n, read_state(arrays["client"]) if has_client_state else None,
+                        metrics)

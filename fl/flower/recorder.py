@@ -33,6 +33,7 @@ from ..resolve import build_config
 from ..rundir import prepare_dir, refuse_foreign, saves_clients, split_clients
 from ..store import RunStore, check_round_finite
 from ..template import build_template, check_model_fits
+from ..update_checks import is_server_field
 
 #: the table of a Flower app's run configuration that holds ``fl``'s settings
 #: (``[tool.flwr.app.config.fl]`` in pyproject.toml; Flower flattens it to keys ``"fl.<name>"``)
@@ -216,8 +217,11 @@ class FlowerRecorder:
         return saves_clients(self.config, round)
 
     def record(self, round: int, global_model: Arrays, clients: Mapping[int, Arrays] | None = None,
-               fit_metrics: Mapping[str, float] | None = None) -> None:
+               fit_metrics: Mapping[str, float] | None = None, dropped: Mapping[Any, str] | None = None) -> None:
         """Write round ``round``: client models (when stored), the global model, metrics, progress.
+
+        Every array is converted and checked before the first file is written, so a round is
+        stored whole or not at all.
 
         Parameters
         ----------
@@ -228,7 +232,12 @@ class FlowerRecorder:
         clients : Mapping[int, arrays], optional
             Partition id -> the client's model trained in this round.
         fit_metrics : Mapping[str, float], optional
-            Aggregated client metrics, stored in the round's record.
+            Aggregated client metrics, stored in the round's record; the server's own fields
+            (``test_accuracy``, ``round``, ...: :func:`fl.update_checks.is_server_field`) are
+            left out, so a client cannot set them.
+        dropped : Mapping, optional
+            Client -> why its reply was refused (recorded as ``dropped`` and ``dropped_reasons``;
+            a client named by its node, not a partition id, is counted in the reasons only).
 
         Raises
         ------
@@ -244,12 +253,19 @@ class FlowerRecorder:
         state = self.state(global_model)
         loss, accuracy = evaluate(self.module, state, self.test_x, self.test_y,
                                   batch_size=int(self.config["eval_batch_size"]))
-        record = {"round": int(round), "test_loss": loss, "test_accuracy": accuracy,
-                  **{k: float(v) for k, v in (fit_metrics or {}).items()}, "time": time.perf_counter() - start}
+        record: dict[str, Any] = {"round": int(round), "test_loss": loss, "test_accuracy": accuracy,
+                                  **{k: float(v) for k, v in (fit_metrics or {}).items() if not is_server_field(k)}}
+        if dropped:
+            ids = sorted(int(k) for k in dropped if str(k).isdigit() and int(k) < int(self.config["clients"]))
+            record.update(dropped=ids, dropped_reasons=[f"client {k}: {v}" for k, v in sorted(dropped.items())])
+        record["time"] = time.perf_counter() - start
         check_round_finite(round, state, record)
-        if clients and self.saves_clients(round):
-            for k, arrays in clients.items():
-                self.store.write_state(self.store.client_path(round, k), self.state(arrays))
+        stored = {k: self.state(arrays) for k, arrays in (clients or {}).items()} if self.saves_clients(round) else {}
+        bad = [k for k in stored if not (isinstance(k, int) and 0 <= k < int(self.config["clients"]))]
+        if bad:
+            raise ConfigError(f"client {bad[0]!r} is not a partition id of the run's {self.config['clients']} clients")
+        for k, client_state in stored.items():
+            self.store.write_state(self.store.client_path(round, k), client_state)
         self.store.write_state(self.store.global_path(round), state)
         self.store.append_metrics(record)
         self.manifest = record_round(self.store, round, record, self.manifest)
