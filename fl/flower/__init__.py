@@ -22,12 +22,15 @@ try:
 except ImportError as exc:  # the optional extra is missing
     raise ImportError("fl.flower needs Flower: pip install -c constraints.txt '.[flower]'") from exc
 
-from .algorithms import AlgorithmStrategy, client_app, find_partitions
+from ..update_checks import ClientRefused, FederationError
+from .algorithms import AlgorithmStrategy, client_app, train_reply
 from .legacy import PARTITION_KEY, RecordingStrategy
-from .messages import NUM_EXAMPLES, PARTITION_ID, RecordedStrategy, client_models, partition_id, partition_metrics
-from .payload import FederationError
+from .messages import RecordedStrategy, client_models, partition_id, partition_metrics
+from .nodes import find_partitions
 from .recorder import CONFIG_PREFIX, FlowerRecorder, settings_from_run_config
+from .replies import NUM_EXAMPLES, PARTITION_ID
 
-__all__ = ["AlgorithmStrategy", "CONFIG_PREFIX", "FederationError", "FlowerRecorder", "NUM_EXAMPLES",
-           "PARTITION_ID", "PARTITION_KEY", "RecordedStrategy", "RecordingStrategy", "client_app",
-           "client_models", "find_partitions", "partition_id", "partition_metrics", "settings_from_run_config"]
+__all__ = ["AlgorithmStrategy", "CONFIG_PREFIX", "ClientRefused", "FederationError", "FlowerRecorder",
+           "NUM_EXAMPLES", "PARTITION_ID", "PARTITION_KEY", "RecordedStrategy", "RecordingStrategy", "client_app",
+           "client_models", "find_partitions", "partition_id", "partition_metrics", "settings_from_run_config",
+           "train_reply"]

@@ -44,10 +44,10 @@ from ..resolve import make_algorithm
 from ..rounds import TrainRequest, client_context
 from ..rundir import split_clients
 from ..template import build_template
-from ..update_checks import ClientRefused, update_problem
+from ..update_checks import ClientRefused, FederationError, update_problem
 from .messages import PARTITION_ID, partition_id, write_flower_json
 from .nodes import find_partitions, seconds
-from .payload import FederationError, config_json, read_request, read_updates, train_messages, update_reply
+from .payload import config_json, read_request, read_updates, train_messages, update_reply
 from .recorder import settings_from_run_config
 
 LoadData = Callable[[Context], tuple[Tensor, Tensor]]

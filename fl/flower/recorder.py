@@ -198,7 +198,8 @@ class FlowerRecorder:
             if tuple(arr.shape) != tuple(reference[key].shape):
                 raise ConfigError(f"array for {key} has shape {tuple(arr.shape)}, the model's is "
                                   f"{tuple(reference[key].shape)}")
-            out[key] = torch.as_tensor(np.array(arr)).to(reference[key].dtype)
+            tensor = arr.detach().clone() if isinstance(arr, torch.Tensor) else torch.as_tensor(np.array(arr))
+            out[key] = tensor.to(reference[key].dtype)
         return out
 
     def saves_clients(self, round: int) -> bool:
