@@ -36,7 +36,8 @@ HOSTILE = {
     "shape (1,)": (good(state={"w": torch.zeros(1)}), "'w' has shape (1,), the model's is (4, 4)"),
     "shape ()": (good(state={"w": torch.tensor(1.0)}), "'w' has shape (), the model's is (4, 4)"),
     "shape (1, 4)": (good(state={"w": torch.zeros(1, 4)}), "'w' has shape (1, 4)"),
-    "int weights": (good(state={"w": torch.zeros(4, 4, dtype=torch.int32)}), "'w' has dtype int32, the model's is float32"),
+    "int weights": (good(state={"w": torch.zeros(4, 4, dtype=torch.int32)}),
+                    "'w' has dtype int32, the model's is float32"),
     "bool weights": (good(state={"w": torch.ones(4, 4, dtype=torch.bool)}), "'w' has dtype bool"),
     "complex weights": (good(state={"w": torch.zeros(4, 4, dtype=torch.complex64)}), "'w' has dtype complex64"),
     "float64 weights": (good(state={"w": torch.zeros(4, 4, dtype=torch.float64)}), "'w' has dtype float64"),
@@ -53,7 +54,8 @@ HOSTILE = {
     "negative samples": (good(n=-1), "the sample count -1"),
     "bool samples": (good(n=True), "the sample count True"),
     "huge samples": (good(n=10 ** 30), "the sample count 100000000000..."),
-    "test_accuracy metric": (good(metrics={"test_accuracy": 1.0}), "metric 'test_accuracy' is a field the server writes"),
+    "test_accuracy metric": (good(metrics={"test_accuracy": 1.0}),
+                             "metric 'test_accuracy' is a field the server writes"),
     "round metric": (good(metrics={"round": 77.0}), "metric 'round' is a field the server writes"),
     "NaN metric": (good(metrics={"train_loss": math.nan}), "metric 'train_loss' is not finite"),
     "string metric": (good(metrics={"train_loss": "0.1"}), "metric 'train_loss' is not a number (str)"),
@@ -81,7 +83,8 @@ def test_a_good_update_passes_and_frozen_tensors_may_be_left_out() -> None:
     assert update_problem(good(state={"w": None}), SENT, frozen={"w"}) is None  # a LoRA client's upload
     assert update_problem(good(n=0), SENT, samples=0) is None  # a client the partition gives no samples
     assert update_problem(good(state={"b": torch.full((4,), math.nan)}), SENT, finite=False) is None
-    assert update_problem(good(client_state={"w": torch.ones(4, 4)}), SENT, client_state={"w": torch.zeros(4, 4)}) is None
+    held = {"w": torch.zeros(4, 4)}
+    assert update_problem(good(client_state={"w": torch.ones(4, 4)}), SENT, client_state=held) is None
 
 
 def test_integers_are_not_coerced() -> None:
@@ -123,7 +126,8 @@ def wrong_shape_in_round_2(r: int, k: int, update: ClientUpdate) -> ClientUpdate
 
 
 def test_stop_refuses_before_writing_and_the_folder_resumes(tmp_path: Path) -> None:
-    with pytest.raises(ClientRefused, match=r"^round 2: the update of client 1 is refused: '.*' has shape \(1,\)") as info:
+    refusal = r"^round 2: the update of client 1 is refused: '.*' has shape \(1,\)"
+    with pytest.raises(ClientRefused, match=refusal) as info:
         train_with(tmp_path / "run", wrong_shape_in_round_2)
     assert (info.value.round, info.value.client) == (2, 1)
     run = fl.load_run(tmp_path / "run")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import os
+import signal
 
 import pytest
 import torch
@@ -54,6 +56,12 @@ def _fail_on_rank_one(op) -> None:
     if dist.get_rank() == 1:
         raise ValueError("rank one refuses")
     op.matvec(torch.zeros(op.size))  # rank 0 waits in the collective for its failed peer
+
+
+def _killed_on_rank_one(op) -> None:
+    if dist.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer would
+    op.matvec(torch.zeros(op.size))  # rank 0's collective then fails on the closed connection
 
 
 # ------------------------------------------------------------------ problems
@@ -107,6 +115,14 @@ def test_failed_worker_is_one_line_error_and_no_worker_survives():
     before = set(multiprocessing.active_children())
     with pytest.raises(DistributedError, match=r"^worker 1 of 2 failed: ValueError: rank one refuses$"):
         distributed_curvature(_fail_on_rank_one, model, ev, workers=WORKERS, timeout=TIMEOUT)
+    assert _new_children(before) == []
+
+
+def test_a_killed_worker_is_named_as_the_cause_and_no_worker_survives():
+    model, ev = _mlp_problem()
+    before = set(multiprocessing.active_children())
+    with pytest.raises(DistributedError, match=r"^worker 1 of 2 (was killed by signal 9|died \(exit code -9\))"):
+        distributed_curvature(_killed_on_rank_one, model, ev, workers=WORKERS, timeout=TIMEOUT)
     assert _new_children(before) == []
 
 

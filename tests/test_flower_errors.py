@@ -129,7 +129,8 @@ def train_reply(node: int, state: dict, metrics: dict, arrays: int = 1) -> Simpl
     import torch  # noqa: F401
     from flwr.app import ArrayRecord, MetricRecord
 
-    content = RecordDict({**{f"arrays{i}": ArrayRecord(state) for i in range(arrays)}, "metrics": MetricRecord(metrics)})
+    records = {f"arrays{i}": ArrayRecord(state) for i in range(arrays)}
+    content = RecordDict({**records, "metrics": MetricRecord(metrics)})
     return SimpleNamespace(has_error=lambda: False, error=None, content=content,
                            metadata=SimpleNamespace(src_node_id=node))
 
@@ -172,7 +173,8 @@ def test_a_recorded_strategy_checks_every_reply_before_the_wrapped_strategy_sees
         "0": "2 replies claim partition 0; every SuperNode needs its own partition-id"}
     two = train_reply(101, dict(sent), {"partition-id": 1, "num-examples": 5}, arrays=2)
     assert "holds 2 ArrayRecords" in screen_replies([two], sent, 3)[2]["1"]
-    no_metrics = SimpleNamespace(has_error=lambda: False, content=RecordDict({}), metadata=SimpleNamespace(src_node_id=9))
+    no_metrics = SimpleNamespace(has_error=lambda: False, content=RecordDict({}),
+                                 metadata=SimpleNamespace(src_node_id=9))
     assert screen_replies([no_metrics], sent, 3)[2] == {"on node 9": "the reply holds 0 MetricRecords; it must hold "
                                                                      "one, with 'partition-id' and 'num-examples'"}
     # drop: the round aggregates the honest clients and records the refused one

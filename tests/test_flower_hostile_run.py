@@ -29,9 +29,8 @@ SETTINGS = {"fl.algorithm": "fedavg", "fl.dataset": "digits", "fl.clients": CLIE
 
 
 def hostile_app():
-    """fl's client app, except that partition 1 sends a (1,)-shaped first tensor and partition 2 is silent."""
+    """The client app of ``fl``, except that partition 1 sends a (1,)-shaped tensor and partition 2 is silent."""
     from flwr.app import ArrayRecord
-
     from flwr.clientapp import ClientApp
 
     wrapped = ClientApp()

@@ -188,7 +188,7 @@ def _launch(job: _Job, workers: int, store: str) -> Any:
                 else:
                     continue
             if status == "error":
-                raise DistributedError(f"worker {rank} of {workers} failed: {payload}")
+                raise DistributedError(_first_failure(procs, rank, payload))
             for proc in procs:
                 proc.join(max(0.0, deadline - time.monotonic()))
             return pickle.loads(payload)
@@ -203,6 +203,21 @@ def _launch(job: _Job, workers: int, store: str) -> Any:
                 proc.join()
         results.close()
         results.join_thread()
+
+
+def _first_failure(procs: Sequence[Any], rank: int, payload: str) -> str:
+    """The message for a worker's error: another worker killed by a signal is the cause, when there is one.
+
+    A killed rank breaks its peers' collectives, so the first error to arrive is often a survivor's
+    (a closed connection); the dead worker is named first.
+    """
+    time.sleep(0.2)  # the exit code of a killed peer is read by polling
+    killed = [(r, p.exitcode) for r, p in enumerate(procs) if r != rank and p.exitcode is not None and p.exitcode < 0]
+    if killed:
+        r, code = killed[0]
+        return (f"worker {r} of {len(procs)} was killed by signal {-code} (9: often out of memory); worker {rank} "
+                f"then failed: {payload}")
+    return f"worker {rank} of {len(procs)} failed: {payload}"
 
 
 def distributed_hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: Any, *, workers: int = 2,
