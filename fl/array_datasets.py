@@ -180,7 +180,26 @@ def _split(arrays: dict[str, np.ndarray], split: str, path: Path, key: str, shap
                         "needs one label")
     if len(x) == 0:
         raise DataError(f"{path}: {split}_x holds no images; a data set needs at least one per split")
-    bad = y[(y < 0) | (y >= classes)]
-    if len(bad):
-        raise DataError(f"{path}: {split}_y holds the label {int(bad[0])}, but {key} labels are 0..{classes - 1}")
+    bad = first_bad_label(y, classes)
+    if bad is not None:
+        raise DataError(f"{path}: {split}_y holds the label {bad}, but {key} labels are 0..{classes - 1}")
     return x.transpose(0, 3, 1, 2), torch.from_numpy(y.astype(np.int64))
+
+
+def first_bad_label(labels: np.ndarray, classes: int) -> int | None:
+    """The first label outside ``0..classes-1``, if any.
+
+    Parameters
+    ----------
+    labels : np.ndarray
+        Integer class labels.
+    classes : int
+        The number of classes.
+
+    Returns
+    -------
+    int or None
+        The label, or None when every label is a class.
+    """
+    bad = labels[(labels < 0) | (labels >= classes)]
+    return int(bad[0]) if len(bad) else None

@@ -5,7 +5,9 @@
 2024; see :mod:`fl.mnist1d`), no download either. MNIST,
 Fashion-MNIST, CIFAR-10, CIFAR-100 and SVHN are read from a local ``root``: from the array
 file ``<root>/<name>.npz`` when it is there (:mod:`fl.array_datasets`, read without pickles),
-else through the real torchvision dataset classes, which download only when ``download=True``.
+else from torchvision's files (MNIST's idx files are read and checked by :mod:`fl.idx_files`;
+the others through the real torchvision dataset classes), which are downloaded only when
+``download=True``.
 
 Normalisation: digits are divided by 16 (pixel range [0, 16] -> [0, 1]); torchvision
 datasets are scaled to [0, 1] and standardised per channel with the usual training-set
@@ -26,6 +28,7 @@ from landscape import ConfigError, DataError
 from landscape.infra.options import did_you_mean
 
 from .array_datasets import array_file, read_array_file
+from .idx_files import has_files, idx_names, read_mnist_files
 
 DATASETS = ("digits", "mnist1d", "mnist", "fashionmnist", "cifar10", "cifar100", "svhn")
 
@@ -90,8 +93,9 @@ def load_dataset(name: str = "digits", *, root: str | os.PathLike | None = None,
     applies to the torchvision datasets (from either source): ``"mean_std"`` (per-channel ``NORMALIZATION``),
     ``"half"`` (``(x - 0.5) / 0.5``, FedGuCci's CIFAR code) or ``"none"`` (``x`` in [0, 1]);
     digits are always in [0, 1] and MNIST-1D signals are standardised by its generator.
-    Raises ``DataError`` for an unknown name, an array file that fails its checks, or when the
-    files are missing and ``download`` is False.
+    Raises ``DataError`` for an unknown name, an array file or MNIST file that fails its checks
+    (:mod:`fl.array_datasets`, :mod:`fl.idx_files`), or when the files are missing and ``download``
+    is False.
     """
     key = canonical_name(name)
     if normalize not in NORMALIZE_MODES:
@@ -176,15 +180,19 @@ _Split = tuple[np.ndarray | torch.Tensor, torch.Tensor]  # uint8 images (N, C, H
 
 
 def _read_mnist_like(key: str, root: Path, download: bool) -> tuple[_Split, _Split, int]:
-    """MNIST / Fashion-MNIST idx files under ``root/<MNIST|FashionMNIST>/raw``."""
+    """MNIST / Fashion-MNIST idx files under ``root/<MNIST|FashionMNIST>/raw``, read and checked by :mod:`fl.idx_files`.
+
+    torchvision only downloads them (when they are missing and ``download`` is True) or says
+    which are missing; it never reads a file that was already there.
+    """
     from torchvision import datasets
 
     cls = {"mnist": datasets.MNIST, "fashionmnist": datasets.FashionMNIST}[key]
-    raw = Path(cls.__name__) / "raw"
-    expected = [str(raw / Path(url).name.removesuffix(".gz")) for url, _ in cls.resources]
-    train, test = (_open(cls, root, download, expected, train=flag) for flag in (True, False))
-    return ((train.data.unsqueeze(1), train.targets.to(torch.int64)),
-            (test.data.unsqueeze(1), test.targets.to(torch.int64)), len(cls.classes))
+    folder = root / cls.__name__
+    if not has_files(folder):
+        expected = [str(Path(cls.__name__) / "raw" / name) for name in idx_names()]
+        _open(cls, root, download, expected, train=True)  # downloads the files, or says what is missing
+    return read_mnist_files(folder, key)
 
 
 def _read_cifar(key: str, root: Path, download: bool) -> tuple[_Split, _Split, int]:

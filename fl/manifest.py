@@ -36,7 +36,7 @@ import numpy as np
 
 from landscape import CheckpointError
 from landscape.infra.files import write_json
-from landscape.infra.reading import read_file
+from landscape.infra.reading import load_json, read_file
 from landscape.space.checkpoints import DIGEST_KEY, stored_digest
 
 from .run_schema import refuse_links
@@ -133,12 +133,12 @@ class Manifest:
         path = store.manifest_path
         refuse_links([path])
         try:
-            data = json.loads(read_file(path, "run manifest", CheckpointError))
+            data = load_json(read_file(path, "run manifest", CheckpointError))
         except FileNotFoundError:
             raise CheckpointError(path, "missing: every run folder written by fl.run records its content "
                                         "there, so this folder is incomplete, was not written by fl.run, or was "
                                         f"written by an older version; {_RESTORE}; {_SEAL}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:  # not JSON, not text, or an over-long integer
             raise CheckpointError(path, f"corrupt JSON: {exc}; {_RESTORE}") from None
         if not _well_formed(data):
             raise CheckpointError(path, f"is not a run manifest of format {FORMAT}; {_RESTORE}")

@@ -41,8 +41,9 @@ import numpy as np
 import torch
 
 from landscape import CheckpointError, ConfigError, LandscapeError, NonFiniteWeightsError
-from landscape.infra.files import exclusive_lock, is_temporary, write_atomic, write_error
-from landscape.infra.reading import open_file, read_file
+from landscape.infra.files import exclusive_lock, is_temporary, write_atomic
+from landscape.infra.reading import load_json, open_file, read_file
+from landscape.infra.write_failures import write_error
 from landscape.space.checkpoints import load_state_dict, save_state_dict
 
 from .run_schema import check_partition, check_progress, check_record, client_files, refuse_links
@@ -142,11 +143,11 @@ class RunStore:
 
         self.check_links()
         try:
-            config = json.loads(read_file(self.config_path, "JSON file", CheckpointError))
+            config = load_json(read_file(self.config_path, "JSON file", CheckpointError))
         except FileNotFoundError:
             raise CheckpointError(self.path, "is not an FL run directory (no config.json); "
                                              "pass the folder fl.run wrote") from None
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:  # not JSON, not text, or an over-long integer
             raise CheckpointError(self.config_path, f"corrupt JSON: {exc}") from None
         missing = [k for k in CONFIG_KEYS if k not in config] if isinstance(config, dict) else list(CONFIG_KEYS)
         if missing:
@@ -194,11 +195,11 @@ class RunStore:
     def _progress(self) -> tuple[int, bool] | None:
         refuse_links([self.progress_path])
         try:
-            marker = json.loads(read_file(self.progress_path, "JSON file", CheckpointError))
+            marker = load_json(read_file(self.progress_path, "JSON file", CheckpointError))
         except FileNotFoundError:
             return None
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-            raise CheckpointError(self.progress_path, f"corrupt progress marker: {exc!r}; delete it to "
+        except (ValueError, RecursionError) as exc:
+            raise CheckpointError(self.progress_path, f"corrupt progress marker: {exc}; delete it to "
                                                       "restart the run from round 0") from None
         return check_progress(marker, self.progress_path, self._stored("rounds"))
 
@@ -260,8 +261,8 @@ class RunStore:
         records = []
         for i, line in enumerate(lines):
             try:
-                rec = json.loads(line, parse_constant=_refuse_constant)
-            except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+                rec = load_json(line, parse_constant=_refuse_constant)
+            except (ValueError, RecursionError) as exc:
                 if i == len(lines) - 1 and not text.endswith("\n"):
                     continue  # the line being written when the run was interrupted
                 raise CheckpointError(self.metrics_path, f"line {i + 1} is corrupt: {exc}") from None

@@ -25,6 +25,8 @@ from landscape.infra.flags import literal_choices
 from landscape_cli.evaluator_flags import ELSEWHERE, evaluator_options
 from landscape_cli.main import build_parser, main
 
+from fault_counts import tally
+
 NETS = ("import torch\n"
         "def make(input_shape, num_classes, hidden=5):\n"
         "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(input_shape[0], hidden),\n"
@@ -266,6 +268,31 @@ def test_bad_train_invocation_is_one_line(extra, fragment, tmp_path, capsys):
     line = one_line_error(code, err)
     assert fragment in line, line
     assert not (tmp_path / "run" / "progress.json").exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and /sys are Linux's")
+@pytest.mark.parametrize("out, cause, remedy", [
+    ("/proc/self/x", "the location accepts no new files (ENOENT, no such file or directory: a virtual file system "
+                     "such as /proc", "choose another location"),
+    ("/sys/x", "the location is not writable (operation not permitted)", "choose a writable location"),
+])
+@pytest.mark.parametrize("program", ["fl-run", "landscape train"])
+def test_an_output_folder_that_cannot_be_made_names_the_cause(program, out, cause, remedy, capsys):
+    """The cause is named, and free space is advised only for a full disk."""
+    from fl.cli import main as fl_main
+
+    argv = ["--clients", "2", "--rounds", "1", "--out", out, "--no-progress"]
+    try:
+        code = fl_main(argv) if program == "fl-run" else main(["train", *argv])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr()[1]
+    lines = err.strip().splitlines()
+    assert code != 0 and "Traceback" not in err and len(lines) == 1, err
+    assert lines[0].startswith(f"{program.split()[0]}: error: {out}: cannot create or open this folder: {cause}")
+    assert lines[0].endswith(f"Nothing was written there; {remedy}") and "free space" not in lines[0]
+    assert not Path(out).exists()
+    tally("bad inputs rejected")
 
 
 def test_size_refusal_gives_the_estimate(files, small_host, monkeypatch, capsys):

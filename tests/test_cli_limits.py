@@ -142,6 +142,18 @@ def test_deep_and_long_json_options_are_refused_on_one_line(files, capsys):
     tally("bad inputs rejected", 5)
 
 
+def test_an_integer_longer_than_python_converts_in_a_json_option_is_refused_on_one_line(files, capsys):
+    """Refused as not JSON, not with Python's ValueError advising sys.set_int_max_str_digits()."""
+    huge = "1" * 5001
+    words = "an integer of 5,001 digits (Python converts at most 4,300; this toolkit never writes one)"
+    line = refused(["path", *models(files), "--module-kwargs", f'{{"hidden": {huge}}}'], capsys)
+    assert f"--module-kwargs must be JSON: {words}" in line
+    with pytest.raises(ConfigError, match=re.escape(f"x must be JSON: {words}")):
+        parse_json(f"[{huge}]", "x")
+    assert parse_json("[" + "9" * 4300 + "]", "x") == [int("9" * 4300)]  # Python's limit itself is accepted
+    tally("bad inputs rejected", 2)
+
+
 def test_json_depth_ignores_brackets_inside_strings():
     texts = ('1', '[1, 2]', '{"a": [1]}', '"[[[\\"[["', '["]", ["\\\\", []]]')
     assert [json_depth(t) for t in texts] == [0, 1, 2, 0, 3]

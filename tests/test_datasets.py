@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import struct
 from pathlib import Path
 
@@ -20,8 +21,11 @@ import torch
 import torchvision.datasets.cifar
 import torchvision.datasets.svhn
 
+import fl
 from fl.datasets import DATASETS, NORMALIZATION, canonical_name, load_dataset
 from landscape import ConfigError, DataError
+
+from fault_counts import tally
 
 RNG = np.random.default_rng(1234)
 
@@ -123,6 +127,157 @@ def test_mnist_like_real_format(tmp_path, name, folder):
     # download=True with the files present reads them without fetching anything
     again = load_dataset(name, root=tmp_path, download=True)
     assert torch.equal(again.train_x, b.train_x)
+
+
+def _idx_header(type_code: int, shape: tuple[int, ...]) -> bytes:
+    return struct.pack(">BBBB", 0, 0, type_code, len(shape)) + struct.pack(f">{len(shape)}I", *shape)
+
+
+def _mnist_folder(root: Path, train: int = 6, test: int = 4) -> tuple[Path, dict]:
+    """The four idx files of a small MNIST under ``root/MNIST/raw``; the folder and the arrays."""
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    data = {}
+    for split, n in (("train", train), ("t10k", test)):
+        images = RNG.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+        labels = RNG.integers(0, 10, size=n, dtype=np.uint8)
+        _write_idx(raw / f"{split}-images-idx3-ubyte", images)
+        _write_idx(raw / f"{split}-labels-idx1-ubyte", labels)
+        data[split] = (images, labels)
+    return raw, data
+
+
+IMAGES, LABELS = "train-images-idx3-ubyte", "train-labels-idx1-ubyte"
+
+
+def _replace(raw: Path, name: str, content: bytes) -> None:
+    (raw / name).write_bytes(content)
+
+
+def _tail_off(raw: Path, name: str, n: int) -> None:
+    (raw / name).write_bytes((raw / name).read_bytes()[:-n])
+
+
+def _gzipped(raw: Path, name: str) -> None:
+    import gzip
+
+    (raw / name).write_bytes(gzip.compress((raw / name).read_bytes()))
+
+
+# each case: what is done to a good folder, the file named, the words of the one-line error
+HOSTILE_IDX = {
+    "100 images, 90 labels": (lambda raw: (_write_idx(raw / IMAGES, np.zeros((100, 28, 28))),
+                                           _write_idx(raw / LABELS, np.zeros(90))),
+                              IMAGES, f"holds 100 images, but {{raw}}/{LABELS} holds 90 labels"),
+    "label 200 of 10 classes": (lambda raw: _write_idx(raw / LABELS, np.array([0, 1, 200, 3, 4, 5])),
+                                LABELS, "holds the label 200, but mnist labels are 0..9"),
+    "gzip not unpacked": (lambda raw: _gzipped(raw, IMAGES), IMAGES, "is gzip-compressed; unpack it"),
+    "wrong magic number": (lambda raw: _replace(raw, IMAGES, b"P5\n28 28\n255\n" + bytes(784)), IMAGES,
+                           "is not an idx file (its magic number is 50350a32, not 00000803)"),
+    "empty file": (lambda raw: _replace(raw, LABELS, b""), LABELS, "its magic number is missing"),
+    "float32 elements": (lambda raw: _replace(raw, LABELS, _idx_header(0x0D, (6,)) + bytes(24)), LABELS,
+                         "holds elements of type 0x0d, but mnist labels are unsigned bytes (0x08)"),
+    "labels file as images": (lambda raw: _replace(raw, IMAGES, (raw / LABELS).read_bytes()), IMAGES,
+                              "has 1 dimension, but mnist images files have 3; is it the labels file?"),
+    "truncated header": (lambda raw: _replace(raw, IMAGES, _idx_header(0x08, (6, 28, 28))[:9]), IMAGES,
+                         "is truncated within its header (9 bytes of 16)"),
+    "32 x 32 images": (lambda raw: _write_idx(raw / IMAGES, np.zeros((6, 32, 32))), IMAGES,
+                       "holds images of 32 x 32 pixels, but mnist images are 28 x 28"),
+    "truncated data": (lambda raw: _tail_off(raw, IMAGES, 100), IMAGES,
+                       "its header declares 6 images (4,704 bytes) but it holds 4,604 bytes after the header"),
+    "bytes past the declared sizes": (lambda raw: _replace(raw, LABELS, (raw / LABELS).read_bytes() + b"\x07"),
+                                      LABELS, "declares 6 labels (6 bytes) but it holds 7 bytes"),
+    "no images": (lambda raw: (_write_idx(raw / IMAGES, np.zeros((0, 28, 28))), _write_idx(raw / LABELS, np.zeros(0))),
+                  IMAGES, "holds no images; a data set needs at least one per split"),
+    "a FIFO": (lambda raw: ((raw / LABELS).unlink(), os.mkfifo(raw / LABELS)), LABELS,
+               "is a FIFO (named pipe), not a regular file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_IDX))
+def test_hostile_idx_files_are_refused_on_one_line_naming_the_file(tmp_path, case):
+    """Each check of the idx format, on a real-format folder damaged one way.
+
+    torchvision's own reader loads the first two cases (100 images with 90 labels; a label 200 of 10
+    classes, which fails only in training, with an IndexError).
+    """
+    raw, _ = _mnist_folder(tmp_path)
+    damage, name, words = HOSTILE_IDX[case]
+    damage(raw)
+    with pytest.raises(DataError) as info:
+        load_dataset("mnist", root=tmp_path)
+    message = str(info.value)
+    assert message.startswith(f"{raw / name}: ") and words.format(raw=raw) in message and "\n" not in message
+    tally("hostile files refused")
+
+
+def test_an_out_of_range_label_stops_a_run_before_training(tmp_path):
+    raw, _ = _mnist_folder(tmp_path, train=8)
+    _write_idx(raw / LABELS, np.array([0, 1, 2, 3, 4, 5, 6, 200]))
+    with pytest.raises(DataError, match=f"{raw / LABELS}: holds the label 200, but mnist labels are 0..9"):
+        fl.run("fedavg", dataset="mnist", data_root=str(tmp_path), clients=2, rounds=1, out=tmp_path / "run",
+               progress=False)
+    assert not (tmp_path / "run" / "progress.json").exists()
+    tally("hostile files refused")
+
+
+class _Planted:
+    """Unpickling this runs ``os.system``: what a hostile ``.pt`` file does."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def _processed(root: Path, splits: dict[str, tuple]) -> Path:
+    """The older MNIST cache of torchvision, ``MNIST/processed/{training,test}.pt``, as torch.save wrote it."""
+    folder = root / "MNIST" / "processed"
+    folder.mkdir(parents=True)
+    for name, content in splits.items():
+        torch.save(content, folder / name)
+    return folder
+
+
+def test_a_hostile_processed_file_is_refused_and_never_unpickled(tmp_path):
+    marker = tmp_path / "code-ran"
+    images, labels = torch.zeros(3, 28, 28, dtype=torch.uint8), torch.tensor([1, 2, 3])
+    folder = _processed(tmp_path, {"training.pt": (images, _Planted(marker)), "test.pt": (images, labels)})
+    with pytest.raises(DataError) as info:
+        load_dataset("mnist", root=tmp_path)
+    message = str(info.value)
+    assert message.startswith(f"{folder / 'training.pt'}: is not a file of plain tensors (UnpicklingError: ")
+    assert "GLOBAL posix.system" in message and "never unpickled" in message and f"delete {folder}" in message
+    assert "weights_only" not in message and "\n" not in message and not marker.exists()
+    tally("hostile files refused")
+
+
+def test_processed_files_are_checked_like_idx_files(tmp_path):
+    good = (torch.zeros(3, 28, 28, dtype=torch.uint8), torch.tensor([1, 2, 3]))
+    cases = {"labels out of range": ((good[0], torch.tensor([1, 2, 10])), "holds the label 10"),
+             "90 labels for 100 images": ((torch.zeros(100, 28, 28, dtype=torch.uint8), torch.zeros(90).long()),
+                                          "holds 100 images but 90 labels"),
+             "float images": ((good[0].float(), good[1]), "holds images torch.float32 (3, 28, 28)"),
+             "a dict": ({"x": good[0]}, "holds dict, not the tensors (images, labels)")}
+    for case, (content, words) in cases.items():
+        root = tmp_path / case.replace(" ", "_")
+        folder = _processed(root, {"training.pt": content, "test.pt": good})
+        with pytest.raises(DataError, match=re.escape(words)) as info:
+            load_dataset("mnist", root=root)
+        assert str(info.value).startswith(f"{folder / 'training.pt'}: "), case
+    tally("hostile files refused", len(cases))
+
+
+def test_processed_files_still_load_and_idx_files_come_first(tmp_path):
+    train = (torch.from_numpy(RNG.integers(0, 256, size=(5, 28, 28), dtype=np.uint8)), torch.tensor([0, 9, 3, 3, 1]))
+    test = (torch.from_numpy(RNG.integers(0, 256, size=(2, 28, 28), dtype=np.uint8)), torch.tensor([4, 7]))
+    _processed(tmp_path, {"training.pt": train, "test.pt": test})
+    b = load_dataset("mnist", root=tmp_path)
+    torch.testing.assert_close(b.train_x, _expected(train[0].numpy()[:, None].astype(np.float64), "mnist"))
+    assert b.train_y.tolist() == [0, 9, 3, 3, 1] and b.test_y.tolist() == [4, 7]
+    _, data = _mnist_folder(tmp_path)  # with all four idx files present, they are read instead
+    assert load_dataset("mnist", root=tmp_path).train_y.tolist() == data["train"][1].tolist()
 
 
 # ---------------------------------------------------------------- CIFAR-10 / CIFAR-100

@@ -335,3 +335,25 @@ def test_a_linked_data_folder_is_followed_and_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(mnist1d, "generate", no_generation)
     again = load_dataset("mnist1d")  # read from the cache written through the user's link
     assert torch.equal(first.train_x, again.train_x)
+
+
+# ------------------------------------------------------------------------- over-long numbers
+HUGE_INT = "1" * 5001  # Python's int() refuses more than 4,300 digits with a ValueError
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "config.json", "progress.json", "metrics.jsonl"])
+def test_an_integer_of_5001_digits_in_a_run_file_is_refused_on_one_line(run, name, capsys):
+    """Refused as a damaged file, not with Python's ValueError advising sys.set_int_max_str_digits()."""
+    text = (run / name).read_text()
+    forged = re.sub(r'"(round|rounds)": ?\d+', rf'"\1": {HUGE_INT}', text, count=1)
+    assert forged != text
+    (run / name).write_text(forged)
+    words = "an integer of 5,001 digits (Python converts at most 4,300; this toolkit never writes one)"
+    with deadline(), pytest.raises(CheckpointError) as info:
+        fl.load_run(run).metrics  # noqa: B018 (reads metrics.jsonl)
+    message = str(info.value)
+    assert message.startswith(f"{run / name}: ") and words in message and "\n" not in message
+    assert "set_int_max_str_digits" not in message
+    code, err = cli(["report", "--run", str(run), "--resolution", "3", "--alphas", "3"], capsys)
+    assert f"{run / name}: " in one_line(code, err) and words in err
+    tally("hostile files refused", 2)

@@ -115,6 +115,26 @@ def test_a_failing_write_gives_one_clear_error_and_keeps_the_old_file(tmp_path, 
     assert target.read_bytes() == b"old content" and _leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("code,cause,remedy", [
+    (errno.ENOSPC, "the disk is full", "free space or choose another location"),
+    (errno.EDQUOT, "the disk quota is exceeded", "free space or choose another location"),
+    (errno.EROFS, "the location is not writable (read-only file system)", "choose a writable location"),
+    (errno.EACCES, "the location is not writable (permission denied)", "choose a writable location"),
+    (errno.ENOENT, "the location accepts no new files (ENOENT", "choose another location"),
+    (errno.EIO, "Input/output error (EIO)", "choose another location"),
+])
+def test_only_a_full_disk_is_told_to_free_space(tmp_path, monkeypatch, code, cause, remedy):
+    def failing_write(fd: int, data) -> int:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "write", failing_write)
+    with pytest.raises(FileWriteError) as info:
+        write_atomic(tmp_path / "f.bin", b"x" * 10)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'f.bin'}: cannot write 10 bytes: {cause}") and message.endswith(remedy)
+    assert "\n" not in message and _leftovers(tmp_path) == []
+
+
 def test_short_writes_are_completed(tmp_path, monkeypatch):
     real_write = os.write
     monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, bytes(data[:7])))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import doctest
 import itertools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -316,6 +317,48 @@ def test_bad_input_raises_a_one_line_config_error(kwargs, message):
     with pytest.raises(ConfigError, match=message) as info:
         sharpness(model, ev, **kwargs)
     assert "\n" not in str(info.value)
+    tally("bad inputs rejected")
+
+
+@pytest.fixture(scope="module")
+def float32_mlp(digits) -> tuple[nn.Module, Evaluator]:
+    """The 64-16-10 MLP in float32 on 100 digits."""
+    x, y = digits
+    model = make_mlp(0)
+    return model, Evaluator(model, (x[:100], y[:100]), device="cpu", progress=False)
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("l2", "rho=1e+30 is too large for float32: the l2 ball's arithmetic overflows above rho=6.15e+18"),
+    ("linf", "the loss at a point of the ball of rho=1e+30 is nan in float32: rho is too large for the "
+             "model's float32 arithmetic"),
+])
+def test_a_rho_that_overflows_the_dtype_is_refused_not_measured_as_zero(float32_mlp, kind, words):
+    """An overflow is never measured as 0 (rho=1e30 unchecked gives 0.0 with a perturbation of norm 0.0)."""
+    model, ev = float32_mlp
+    with pytest.raises(ConfigError, match=re.escape(words)) as info:
+        sharpness(model, ev, rho=1e30, kind=kind, steps=3, restarts=1, bound=False)
+    assert "\n" not in str(info.value) and str(info.value).endswith("or an Evaluator with dtype=torch.float64")
+    tally("bad inputs rejected")
+
+
+def test_a_large_rho_that_fits_the_dtype_is_measured(float32_mlp):
+    model, ev = float32_mlp
+    res = sharpness(model, ev, rho=1e8, steps=3, restarts=1, bound=False)
+    assert np.isfinite(res.value) and res.value > 1e10 and np.isfinite(res.trajectory).all()
+    assert res.perturbation_norm == pytest.approx(1e8, rel=1e-6)  # on the sphere, to float32 rounding
+
+
+def test_a_loss_that_overflows_at_the_weights_themselves_is_a_weight_overflow(float32_mlp, digits):
+    model, _ = float32_mlp
+    huge = make_mlp(0)
+    with torch.no_grad():
+        for p in huge.parameters():
+            p.mul_(1e30)
+    ev = Evaluator(huge, (digits[0][:100], digits[1][:100]), device="cpu", progress=False)
+    with pytest.raises(landscape.WeightOverflowError, match="the loss at the model's own weights is nan in "
+                                                            "float32, before any perturbation"):
+        sharpness(huge, ev, rho=0.1, steps=2, restarts=1, bound=False)
     tally("bad inputs rejected")
 
 

@@ -26,7 +26,6 @@ entry, marker or cache path that is a FIFO, a device, a folder or far too large 
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from contextlib import contextmanager
@@ -37,7 +36,7 @@ import numpy as np
 
 from ..infra.errors import CacheError
 from ..infra.files import discard, exclusive_lock, is_temporary, write_atomic, write_json
-from ..infra.reading import prefixed, read_file
+from ..infra.reading import load_json, prefixed, read_file
 from ..results.base import Result
 from .keys import entry_name, make_key, parse_entry_name
 from .legacy import LegacyCache
@@ -102,7 +101,7 @@ class Cache:
     def _check_folder(self) -> None:
         marker = self.path / MARKER
         try:
-            info = json.loads(read_file(marker, "JSON file", prefixed(CacheError)))
+            info = load_json(read_file(marker, "JSON file", prefixed(CacheError)))
             version = str(info["version"])
         except FileNotFoundError:
             others = [p for p in os.listdir(self.path) if not p.startswith(".")]

@@ -298,7 +298,7 @@ class CurvatureOperator:
         with torch.no_grad():
             first = self.outputs(self.theta, x)
             second = self.outputs(self.theta, x)
-        if not torch.equal(first, second):
+        if not torch.allclose(first, second, rtol=0, atol=0, equal_nan=True):  # NaN outputs are not randomness
             raise ConfigError("the model gives different outputs for the same input and weights (dropout "
                               "or other randomness active in eval mode?), so its curvature is not defined. "
                               "Disable the randomness in the module's forward before computing curvature.")

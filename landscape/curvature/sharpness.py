@@ -57,7 +57,7 @@ import numpy as np
 import torch
 from torch.func import grad_and_value
 
-from ..infra.errors import ConfigError
+from ..infra.errors import ConfigError, LandscapeError, WeightOverflowError
 from ..results.sharpness import SharpnessResult
 from ..space.params import ModelLike
 from .budget import MAX_ITERATIONS, MAX_RUNS, check_count
@@ -133,7 +133,12 @@ def sharpness(model: ModelLike | torch.Tensor, evaluator: Any, *, rho: float, ki
     ConfigError
         A non-positive or non-finite ``rho``, an unknown ``kind``, ``kind="adaptive"`` with
         ``adaptive=False``, a negative ``eta``, a non-positive ``step_size`` or ``bound_tol``, ``steps``,
-        ``restarts`` or ``bound_max_iter`` out of range, or a ``params`` pattern selecting nothing.
+        ``restarts`` or ``bound_max_iter`` out of range, or a ``params`` pattern selecting nothing;
+        a ``rho`` too large for the evaluator's dtype: the ball's arithmetic overflows (an L2 ``rho``
+        above ``sqrt(finfo.max) / 3``, 6.1e18 in float32), or the loss is NaN or infinite at a point
+        of the ball (an overflow is never reported as a sharpness of 0).
+    WeightOverflowError
+        The loss at ``w`` itself is NaN or infinite.
 
     Examples
     --------
@@ -263,9 +268,10 @@ class _Scaled:
 def _measure(op: HessianOperator, options: dict[str, Any]) -> SharpnessResult:
     """Restarts of projected gradient ascent from the operator's point, and the eigenvalue."""
     rho, steps = options["rho"], options["steps"]
+    _check_representable(options["norm"], rho, op.dtype)
     ball = _Ball(options["norm"], rho)
     scale = (op.theta.abs() + options["eta"]) if options["adaptive"] else torch.ones_like(op.theta)
-    objective, passes = _objective(op, scale)
+    objective, passes = _objective(op, scale, rho)
     base, g0 = objective(torch.zeros_like(op.theta))
     generator = torch.Generator().manual_seed(options["seed"])
     trajectory = np.empty((options["restarts"], steps + 1))
@@ -290,8 +296,43 @@ def _measure(op: HessianOperator, options: dict[str, Any]) -> SharpnessResult:
         perturbation=perturbation.double().cpu().numpy() if options["perturbation"] else None)
 
 
-def _objective(op: HessianOperator, scale: torch.Tensor) -> tuple[Objective, list[int]]:
-    """``u -> (L(w + T u), T grad L(w + T u))`` over all batches (one pass each), and a pass counter."""
+def _check_representable(norm: str, rho: float, dtype: torch.dtype) -> None:
+    """Refuse a ball whose arithmetic overflows ``dtype``.
+
+    A step leaves from a point of the ball with a length of at most ``2 rho``, so a candidate lies
+    within ``3 rho`` of the centre; its L2 norm sums squares up to ``(3 rho)^2``, which must stay
+    finite, or the projection would scale the candidate to zero.
+    """
+    largest = torch.finfo(dtype).max
+    limit = math.sqrt(largest) / 3 if norm == "l2" else largest / 3
+    if rho > limit:
+        name, wider = _float_words(dtype)
+        raise ConfigError(f"sharpness: rho={rho:g} is too large for {name}: the {norm} ball's arithmetic "
+                          f"overflows above rho={limit:.3g}; use a smaller rho{wider}")
+
+
+def _non_finite(total: float, u: torch.Tensor, rho: float, dtype: torch.dtype) -> LandscapeError:
+    """The error for a loss that is NaN or infinite at ``w + T u``: an overflow is never a silent 0."""
+    name, wider = _float_words(dtype)
+    if not bool(u.any()):
+        return WeightOverflowError(f"sharpness: the loss at the model's own weights is {total} in {name}, before "
+                                   "any perturbation; sharpness needs a finite loss there: check the model's "
+                                   f"weights and the evaluator's data{wider}")
+    return ConfigError(f"sharpness: the loss at a point of the ball of rho={rho:g} is {total} in {name}: rho is "
+                       f"too large for the model's {name} arithmetic (the loss overflows); use a smaller rho{wider}")
+
+
+def _float_words(dtype: torch.dtype) -> tuple[str, str]:
+    """The dtype's name and the advice to evaluate in float64 (empty when the evaluator does already)."""
+    wider = ", or an Evaluator with dtype=torch.float64" if dtype != torch.float64 else ""
+    return str(dtype).removeprefix("torch."), wider
+
+
+def _objective(op: HessianOperator, scale: torch.Tensor, rho: float) -> tuple[Objective, list[int]]:
+    """``u -> (L(w + T u), T grad L(w + T u))`` over all batches (one pass each), and a pass counter.
+
+    A NaN or infinite loss is refused (:func:`_non_finite`).
+    """
     passes = [0]
     step = grad_and_value(op.batch_loss)
 
@@ -303,6 +344,8 @@ def _objective(op: HessianOperator, scale: torch.Tensor) -> tuple[Objective, lis
             grad += g.detach()
             total += float(value.detach().double())
         passes[0] += 1
+        if not math.isfinite(total):
+            raise _non_finite(total, u, rho, op.dtype)
         return total, scale * grad
 
     return objective, passes

@@ -9,10 +9,10 @@ nesting level).
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from .errors import ConfigError
+from .reading import load_json
 
 #: Most characters of one JSON option (options are small objects such as ``{"alpha": 0.5}``).
 MAX_JSON_CHARS = 65_536
@@ -104,8 +104,8 @@ def parse_json(text: str, what: str, *, text_if_invalid: bool = False) -> Any:
     """
     check_json_text(text, what)
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
+        return load_json(text)
+    except (ValueError, RecursionError) as exc:
         if text_if_invalid:
             return text
         raise ConfigError(f"{what} must be JSON: {exc}") from None

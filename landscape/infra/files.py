@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .errors import FileWriteError, LandscapeError
+from .write_failures import write_error, write_failure
 
 #: Marker in the name of every temporary file written here (``.<name>.tmp-<random>``).
 TEMP_MARKER = ".tmp-"
@@ -73,7 +74,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | bytearray | memoryview, 
     """
     path = Path(path)
     view = memoryview(data).cast("B")
-    folder_fd = _open_folder(path.parent, len(view), root)
+    folder_fd = _open_folder(path.parent, root)
     tmp: str | None = None
     try:
         old_mode = _check_target(path, folder_fd)
@@ -165,50 +166,6 @@ def is_temporary(name: str) -> bool:
     return name.startswith(".") and TEMP_MARKER in name
 
 
-def write_failure_reason(exc: OSError) -> str:
-    """Why a write failed, in words (full disk, read-only location, a link, ...).
-
-    Parameters
-    ----------
-    exc : OSError
-        The operating system's error.
-
-    Returns
-    -------
-    str
-        A phrase for a known ``errno``, else the system's own message.
-    """
-    reasons = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
-               errno.EROFS: "the location is not writable (read-only file system)",
-               errno.EACCES: "the location is not writable (permission denied)",
-               errno.EPERM: "the location is not writable (operation not permitted)",
-               errno.ELOOP: "a symbolic link is in the way (files are never written through links)"}
-    return reasons.get(exc.errno, exc.strerror or str(exc))
-
-
-def write_error(path: str | os.PathLike, exc: OSError, size: int | None = None) -> FileWriteError:
-    """The error for a failed write of ``path``: why, how many bytes, and that nothing was replaced.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The file that was being written.
-    exc : OSError
-        The operating system's error.
-    size : int or None
-        Bytes that were to be written (named in the message when known).
-
-    Returns
-    -------
-    FileWriteError
-        To be raised by the caller.
-    """
-    needed = f" {_size(size)}" if size is not None else ""
-    return FileWriteError(path, f"cannot write{needed}: {write_failure_reason(exc)}. Nothing was replaced "
-                                "(an earlier version of the file, if any, is intact); free space or choose "
-                                "another location")
-
-
 def open_lock(path: str | os.PathLike, *, root: str | os.PathLike | None = None) -> int:
     """Open (creating it if missing) a lock file without following links; returns the descriptor.
 
@@ -233,7 +190,7 @@ def open_lock(path: str | os.PathLike, *, root: str | os.PathLike | None = None)
         ``path`` or its folder is a symbolic link or not a regular file, or it cannot be created.
     """
     path = Path(path)
-    folder_fd = _open_folder(path.parent, None, root)
+    folder_fd = _open_folder(path.parent, root)
     try:
         return open_lock_at(folder_fd, path)
     finally:
@@ -320,7 +277,7 @@ def exclusive_lock(path: str | os.PathLike, *, timeout: float, busy: Callable[[]
         os.close(fd)  # closing releases the lock
 
 
-def _open_folder(folder: Path, size: int | None, root: str | os.PathLike | None = None) -> int:
+def _open_folder(folder: Path, root: str | os.PathLike | None = None) -> int:
     """Open ``folder`` (created if missing) never through a link; its descriptor.
 
     It and every folder below ``root`` down to it are opened one at a time relative to the one above.
@@ -335,7 +292,7 @@ def _open_folder(folder: Path, size: int | None, root: str | os.PathLike | None 
         top.mkdir(parents=True, exist_ok=True)
         fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        raise _folder_error(top, exc, size) from None
+        raise _folder_error(top, exc) from None
     for name in parts:
         top = top / name
         try:
@@ -344,20 +301,21 @@ def _open_folder(folder: Path, size: int | None, root: str | os.PathLike | None 
             below = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
         except OSError as exc:
             os.close(fd)
-            raise _folder_error(top, exc, size) from None
+            raise _folder_error(top, exc) from None
         os.close(fd)
         fd = below
     return fd
 
 
-def _folder_error(folder: Path, exc: OSError, size: int | None) -> FileWriteError:
+def _folder_error(folder: Path, exc: OSError) -> FileWriteError:
     """The error for a folder that cannot be created or opened (a link, a file, a failed write)."""
     if folder.is_symlink():
         return FileWriteError(folder, "is a symbolic link; files are never written through links. Pass "
                                       f"the real folder ({os.path.realpath(folder)}) if you trust it")
     if exc.errno in (errno.ENOTDIR, errno.EEXIST):
         return FileWriteError(folder, "is not a folder")
-    return write_error(folder, exc, size)
+    cause, remedy = write_failure(exc)
+    return FileWriteError(folder, f"cannot create or open this folder: {cause}. Nothing was written there; {remedy}")
 
 
 def _check_target(path: Path, folder_fd: int) -> int | None:
@@ -410,11 +368,3 @@ def _umask() -> int:
     except (OSError, ValueError):
         pass
     return 0o022
-
-
-def _size(n: int) -> str:
-    """``n`` bytes in words: ``"2.4 MB (2,400,000 bytes)"``."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit} ({n:,} bytes)"
-    return f"{n} bytes"

@@ -19,10 +19,12 @@ given the checked file object where they accept one, or the path right after
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
+import sys
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import Any, BinaryIO, Callable
 
 from .errors import LandscapeError
 from .host_memory import format_bytes
@@ -165,8 +167,10 @@ def read_file(path: str | os.PathLike, kind: str, error: ErrorFactory, *, follow
     """
     limit, _ = LIMITS[kind]
     with open_file(path, kind, error, follow_links=follow_links) as fh:
-        try:
-            data = fh.read(limit + 1)
+        try:  # the size it has, plus one byte so that growth shows; the limit's worth is never allocated at once
+            data = fh.read(min(os.fstat(fh.fileno()).st_size, limit) + 1)
+            while len(data) <= limit and (more := fh.read(min(1 << 24, limit + 1 - len(data)))):
+                data += more
         except OSError as exc:
             raise error(Path(path), f"cannot be read: {exc.strerror or exc}") from None
     if len(data) > limit:
@@ -191,3 +195,42 @@ def check_file(path: str | os.PathLike, kind: str, error: ErrorFactory, *, follo
         As for :func:`open_file`.
     """
     open_file(path, kind, error, follow_links=follow_links).close()
+
+
+def load_json(text: str | bytes, **hooks: Any) -> Any:
+    """``json.loads`` for text read from a file or given as an option: every refusal is a ``ValueError``.
+
+    An integer longer than Python converts (``sys.get_int_max_str_digits()``, 4,300 digits by
+    default) is refused with a message that says so, instead of advising to raise that limit:
+    no file or option of this toolkit holds one, so such a file is damaged or forged.
+
+    Parameters
+    ----------
+    text : str or bytes
+        The JSON text (bytes are decoded as UTF-8, -16 or -32, as by ``json.loads``).
+    **hooks : Any
+        Other keyword arguments of ``json.loads`` (``parse_constant``, ...).
+
+    Returns
+    -------
+    Any
+        The parsed value.
+
+    Raises
+    ------
+    ValueError
+        Not JSON (``json.JSONDecodeError``), not text (``UnicodeDecodeError``), or an integer of
+        too many digits.
+    RecursionError
+        Nested too deeply for the parser.
+    """
+    return json.loads(text, parse_int=_parse_int, **hooks)
+
+
+def _parse_int(digits: str) -> int:
+    """An integer of the JSON text, or a ValueError naming its length and Python's limit."""
+    try:
+        return int(digits)
+    except ValueError:
+        raise ValueError(f"an integer of {len(digits.lstrip('-')):,} digits (Python converts at most "
+                         f"{sys.get_int_max_str_digits():,}; this toolkit never writes one)") from None
