@@ -90,9 +90,12 @@ def test_flwr_run_records_the_run(launched: Path) -> None:
 
 
 def test_flwr_run_equals_fl_run(launched: Path, tmp_path: Path) -> None:
-    """Bit for bit: the same code path on the same thread count (a thread count other than the
-    federation's changes float32 reduction orders on AVX-512 kernels, 1e-7 in round 1 growing to 2e-2
-    in round 2 of FedGuCci, so any difference in what travels or how clients train shows here)."""
+    """Bit for bit: the same code path on the same thread count.
+
+    A thread count other than the federation's changes float32 reduction orders on AVX-512 kernels,
+    1e-7 in round 1 growing to 2e-2 in round 2 of FedGuCci, so any difference in what travels or how
+    clients train shows here.
+    """
     assert torch.get_num_threads() == 1  # tests/conftest.py; the federation ran with OMP_NUM_THREADS=1
     settings = {k.replace("-", "_"): v for k, v in SETTINGS.items()}
     reference = fl.run(settings.pop("algorithm"), out=tmp_path / "engine", progress=False, **settings)
