@@ -12,12 +12,15 @@ configuration), ``rundir``/``store`` (the run folder), ``template`` (the model),
 (the initial model from ``init=`` weights), ``pretrain`` (``fl.pretrain``: central
 pretraining on data disjoint from the federation's), ``reader`` (``Run``),
 ``engine``/``vectorized`` (the round loop), ``algorithms/`` (one file per algorithm, found
-by the registry), ``recipes`` (papers' settings), ``branching`` (``fl.branch``: a run whose
-first rounds are copied from a stored run of the algorithm it trains as until then, IMA from
-FedAvg), ``cli`` (``fl-run``), ``flower`` (Flower's Message API: records any Flower
-strategy's run as a run folder, and runs this package's algorithms on a Flower federation;
-needs the ``flower`` extra, not imported here).
+by the registry; ``algorithms.robust``: the robust aggregation rules any algorithm uses),
+``aggregates`` (``fl.plain_aggregate``: a round's FedAvg mean beside a robust run's model),
+``recipes`` (papers' settings), ``branching`` (``fl.branch``: a run whose first rounds are
+copied from a stored run of the algorithm it trains as until then, IMA from FedAvg), ``cli``
+(``fl-run``), ``flower`` (Flower's Message API: records any Flower strategy's run as a run
+folder, and runs this package's algorithms on a Flower federation; needs the ``flower`` extra,
+not imported here).
 """
+from .aggregates import plain_aggregate
 from .api import run
 from .branching import branch
 from .config import RunConfig
@@ -26,4 +29,5 @@ from .pretrain import pretrain
 from .reader import Run, load_run
 from .recipes import RECIPES, Recipe
 
-__all__ = ["RECIPES", "Recipe", "Run", "RunConfig", "branch", "load_run", "pretrain", "run", "seal_run"]
+__all__ = ["RECIPES", "Recipe", "Run", "RunConfig", "branch", "load_run", "plain_aggregate", "pretrain", "run",
+           "seal_run"]

@@ -60,8 +60,9 @@ def run(algorithm: str | None = None, *, recipe: str | None = None, model: str |
         ``init``, ``participation``, ``local_epochs``, ``batch_size``, ``lr``, ``momentum``,
         ``weight_decay``, ``lr_decay``, ``partition``, ``alpha``, ``partition_options``,
         ``local_test_fraction``, ``seed``, ``device``, ``backend``, ``n_jobs``,
-        ``save_clients``, ``eval_batch_size``, ``data_root``, ``download``, ``ima``) and the
-        algorithm's options (its ``Options`` dataclass, e.g. ``mu`` for FedProx).
+        ``save_clients``, ``eval_batch_size``, ``data_root``, ``download``, ``ima``,
+        ``aggregator``, ``aggregator_options``, ``clip_norm``: :mod:`fl.algorithms.robust`) and
+        the algorithm's options (its ``Options`` dataclass, e.g. ``mu`` for FedProx).
 
     Returns
     -------

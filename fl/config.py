@@ -9,6 +9,12 @@ meant, not what is unusual. Learning rates lie in ``(0, 100]``, momentum in ``[0
 number is finite, counts are positive and below sizes no run on one machine reaches
 (100 000 clients, 10^6 rounds), seeds lie in ``[0, 2^63)`` (torch's generator range).
 
+Robust aggregation (``aggregator``, ``aggregator_options``, ``clip_norm``;
+:mod:`fl.algorithms.robust`) was added after version 1 of config.json: a stored configuration
+without these keys reads with their defaults (plain FedAvg averaging), and they enter the
+configuration digest only when they differ from their defaults, so the digest (the default
+folder name) of every earlier run is unchanged.
+
 A run started from a checkpoint (``init``) records the digest of the weights it started from as
 ``init_digest`` (:mod:`fl.initial`). The digest, not the path, is part of the configuration digest
 and of the resume check: ``init`` itself is volatile, so the same weights moved elsewhere resume
@@ -20,6 +26,7 @@ import dataclasses
 import hashlib
 import inspect
 import json
+import math
 from typing import Any, Literal, Mapping
 
 from landscape import ConfigError
@@ -40,6 +47,125 @@ DERIVED_KEYS = ("version", "options", "num_classes", "input_shape", "model_diges
 REQUIRED_KEYS = ("version", "algorithm", "dataset", "model", "clients", "rounds", "seed", "options",
                  "num_classes", "input_shape")
 MAX_CLASSES = 100_000
+#: Aggregation rules of client updates (:mod:`fl.algorithms.robust`).
+AGGREGATORS = ("mean", "median", "trimmed_mean", "krum", "multi_krum")
+#: The ``aggregator_options`` each rule accepts.
+AGGREGATOR_KEYS: dict[str, tuple[str, ...]] = {"mean": (), "median": (), "trimmed_mean": ("trim",),
+                                               "krum": ("f",), "multi_krum": ("f", "m")}
+#: Settings that enter the configuration digest only when they differ from their default (added
+#: after configurations of version 1 were first written: the digests of earlier runs stay).
+DIGEST_WHEN_SET = ("aggregator", "aggregator_options", "clip_norm")
+
+
+@dataclasses.dataclass(frozen=True)
+class AggregatorOptions(Options):
+    """The options of the robust aggregation rules (``fl.run(..., aggregator_options={...})``).
+
+    Each rule accepts only its own keys (:data:`AGGREGATOR_KEYS`); see
+    :mod:`fl.algorithms.robust` for the formulas.
+
+    Parameters
+    ----------
+    trim, f, m
+        See each field's help.
+    """
+
+    trim: float = option(0.2, ge=0, lt=0.5, help="trimmed_mean: share beta of the clients trimmed at each end "
+                                                  "(floor(beta n) per end)",
+                         source="Yin et al. 2018, Def. 2; Flower's FedTrimmedAvg default 0.2")
+    f: int = option(0, ge=0, le=100_000, help="krum, multi_krum: number f of Byzantine clients assumed "
+                                              "(needs n > 2f + 2 clients per round)",
+                    source="Blanchard et al. 2017 (Krum); Flower's Krum default 0")
+    m: int | None = option(None, ge=1, le=100_000, help="multi_krum: number m of lowest-scored updates "
+                                                        "averaged (default n - f)",
+                           source="Blanchard et al. 2017 (Multi-Krum)")
+
+
+def sample_size(num_clients: int, participation: float) -> int:
+    """The number of clients sampled in a round: ``max(1, floor(participation * K + 0.5))``.
+
+    The share rounded half up (Python's ``round`` rounds halves to even).
+
+    Parameters
+    ----------
+    num_clients : int
+        K.
+    participation : float
+        Share of clients per round, in (0, 1].
+
+    Returns
+    -------
+    int
+        Between 1 and K.
+    """
+    return min(num_clients, max(1, math.floor(participation * num_clients + 0.5)))
+
+
+def check_krum(rule: str, n: int, f: int, m: int | None = None) -> None:
+    """Refuse a Krum configuration that cannot work: ``n <= 2f + 2``, or ``m`` outside ``[1, n]``.
+
+    Parameters
+    ----------
+    rule : str
+        ``"krum"`` or ``"multi_krum"`` (named in the message).
+    n : int
+        Client updates per round.
+    f : int
+        Byzantine clients assumed.
+    m : int, optional
+        Multi-Krum's number of averaged updates.
+
+    Raises
+    ------
+    ConfigError
+        One line naming ``n``, ``f`` (and ``m``) and what to change.
+    """
+    if n <= 2 * f + 2:
+        raise ConfigError(f"{rule} needs n > 2f + 2 client updates per round, got n = {n} and f = {f}; lower "
+                          "aggregator_options f or sample more clients per round")
+    if m is not None and not 1 <= m <= n:
+        raise ConfigError(f"{rule} averages 1 <= m <= n of the n client updates of a round, got m = {m} and "
+                          f"n = {n}; lower aggregator_options m")
+
+
+def check_aggregator(rule: str, options: Mapping[str, Any], clients: int | None = None) -> AggregatorOptions:
+    """Validate an aggregation rule's options, and its client count when known.
+
+    Parameters
+    ----------
+    rule : str
+        One of :data:`AGGREGATORS`.
+    options : Mapping[str, Any]
+        The ``aggregator_options`` given.
+    clients : int, optional
+        The number n of client updates aggregated per round.
+
+    Returns
+    -------
+    AggregatorOptions
+        The validated options (defaults filled in).
+
+    Raises
+    ------
+    ConfigError
+        For an unknown rule, a key the rule does not accept (naming the rule it belongs to, or
+        the closest valid key), a wrong type or range, Krum with ``n <= 2f + 2``, or multi-Krum
+        with ``m > n``.
+    """
+    if rule not in AGGREGATORS:
+        raise ConfigError(f"unknown aggregator {rule!r}{did_you_mean(str(rule), AGGREGATORS)}; "
+                          f"valid: {', '.join(AGGREGATORS)}")
+    valid = AGGREGATOR_KEYS[rule]
+    for key in options:
+        if key not in valid:
+            owners = [r for r, keys in AGGREGATOR_KEYS.items() if key in keys]
+            hint = (f" (an option of {' and '.join(owners)})" if owners else did_you_mean(str(key), valid))
+            raise ConfigError(f"unknown aggregator option {key!r} for aggregator={rule!r}{hint}; valid for "
+                              f"{rule}: {', '.join(valid) or 'none'}")
+    opts = AggregatorOptions.from_mapping(options, owner="aggregator option ")
+    if clients is not None and rule in ("krum", "multi_krum"):
+        check_krum(rule, clients, opts.f, opts.m if rule == "multi_krum" else None)
+    return opts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +180,7 @@ class RunConfig(Options):
     algorithm, dataset, model, init, clients, rounds, participation, local_epochs, batch_size, lr,
     momentum, weight_decay, lr_decay, partition, alpha, partition_options,
     local_test_fraction, seed, device, backend, n_jobs, save_clients, bad_clients, eval_batch_size,
-    data_root, download, ima
+    data_root, download, ima, aggregator, aggregator_options, clip_norm
         See each field's help (``fl-run --help`` prints them).
     """
 
@@ -103,12 +229,22 @@ class RunConfig(Options):
     download: bool = option(False, volatile=True, help="allow torchvision downloads")
     ima: bool | dict[str, Any] | None = option(False, help="IMA on top of the algorithm: true or a JSON "
                                                            "dict of IMA options")
+    aggregator: Literal[AGGREGATORS] = option(  # type: ignore[valid-type]
+        "mean", help="rule combining the client updates: mean (sample-weighted FedAvg) or the unweighted "
+                     "robust rules median, trimmed_mean, krum, multi_krum (fl.algorithms.robust)",
+        source="Yin et al. 2018 (median, trimmed mean); Blanchard et al. 2017 (Krum)")
+    aggregator_options: dict[str, Any] = option({}, help="options of the aggregator (JSON): trim for "
+                                                         "trimmed_mean, f for krum, f and m for multi_krum")
+    clip_norm: float | None = option(None, gt=0, le=1e12, help="scale each client update w_k - w to L2 norm "
+                                                               "at most C before aggregating (None: off)",
+                                     source="Sun et al. 2019 (norm thresholding)")
 
     def check(self) -> None:
         """Rounds named by ``save_clients`` exist.
 
         ``partition_options`` are arguments of the partition function; ``init`` is not an
-        empty path.
+        empty path; ``aggregator_options`` are the aggregator's (:func:`check_aggregator`, with
+        the number of clients sampled per round).
         """
         if self.init is not None and not self.init.strip():
             raise ConfigError("init is an empty path; name a checkpoint file or a finished run folder, or leave "
@@ -123,6 +259,7 @@ class RunConfig(Options):
             if key not in accepted:
                 raise ConfigError(f"unknown partition option {key!r}{did_you_mean(key, sorted(accepted))}; "
                                   f"valid: {', '.join(sorted(accepted))}")
+        check_aggregator(self.aggregator, self.aggregator_options, sample_size(self.clients, self.participation))
 
 
 def volatile_keys() -> tuple[str, ...]:
@@ -148,10 +285,12 @@ def config_digest(config: Mapping[str, Any]) -> str:
     Returns
     -------
     str
-        The first 10 hex digits of the SHA-256 of the sorted JSON of its non-volatile keys.
+        The first 10 hex digits of the SHA-256 of the sorted JSON of its non-volatile keys
+        (those of :data:`DIGEST_WHEN_SET` only when they differ from their defaults).
     """
     skip = volatile_keys()
-    stable = {k: v for k, v in config.items() if k not in skip}
+    defaults = RunConfig.defaults()
+    stable = {k: v for k, v in config.items() if k not in skip and not (k in DIGEST_WHEN_SET and v == defaults[k])}
     return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:10]
 
 

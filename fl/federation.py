@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from .algorithms.base import derive_seed
+from .config import sample_size
 
 
 @dataclass
@@ -65,7 +66,7 @@ class Federation:
 def sample_clients(seed: int, round: int, num_clients: int, participation: float) -> list[int]:
     """The clients of a round.
 
-    ``max(1, round(participation * K))`` drawn uniformly without replacement from the
+    :func:`fl.config.sample_size` of them drawn uniformly without replacement from the
     generator of ``(seed, "sample", round)``.
 
     Parameters
@@ -84,24 +85,9 @@ def sample_clients(seed: int, round: int, num_clients: int, participation: float
     list[int]
         Sorted client ids (all of them when the share rounds to K).
     """
-    m = max(1, int(round_half_up(participation * num_clients)))
+    m = sample_size(num_clients, participation)
     if m >= num_clients:
         return list(range(num_clients))
     rng = np.random.default_rng(derive_seed(seed, "sample", round))
     return sorted(int(k) for k in rng.choice(num_clients, size=m, replace=False))
 
-
-def round_half_up(x: float) -> int:
-    """``floor(x + 0.5)`` (Python's ``round`` rounds halves to even).
-
-    Parameters
-    ----------
-    x : float
-        A number.
-
-    Returns
-    -------
-    int
-        The nearest integer, halves up.
-    """
-    return int(np.floor(x + 0.5))

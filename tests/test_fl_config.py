@@ -17,7 +17,7 @@ import fl
 from fl import resolve
 from fl.algorithms import registry
 from fl.cli import build_parser, main, run_from_args
-from fl.config import RunConfig, check_stored_config, config_digest, volatile_keys
+from fl.config import DIGEST_WHEN_SET, RunConfig, check_stored_config, config_digest, volatile_keys
 from fl.recipes import Recipe
 from fl.resolve import build_config
 from landscape import CheckpointError, ConfigError
@@ -78,13 +78,17 @@ def test_every_option_declares_help_and_every_algorithm_option_a_source():
 
 def test_digest_is_the_hash_of_the_non_volatile_settings():
     config, _ = build_config("fedavg", clients=2, rounds=1)
+    later = {"aggregator": "mean", "aggregator_options": {}, "clip_norm": None}  # in the digest only when set
+    assert set(DIGEST_WHEN_SET) == set(later) and all(config[k] == v for k, v in later.items())
     volatile = {"device", "data_root", "download", "backend", "n_jobs", "init", "recipe", "recipe_dropped",
                 "bad_clients"}  # init's weights enter the digest as init_digest; bad_clients acts only on a fault,
-    stable = {k: v for k, v in config.items() if k not in volatile}  # and a dropped client is recorded
+    stable = {k: v for k, v in config.items() if k not in (*volatile, *later)}  # and a dropped client is recorded
     assert set(volatile_keys()) == volatile
     assert config_digest(config) == hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:10]
     assert config_digest({**config, "device": "cuda", "backend": "vectorized", "recipe": "x"}) == config_digest(config)
     assert config_digest({**config, "lr": 0.2}) != config_digest(config)
+    assert config_digest({**config, "aggregator": "median"}) != config_digest(config)
+    assert config_digest({**config, "clip_norm": 1.0}) != config_digest(config)
 
 
 def test_stored_config_schema(stored):
@@ -202,7 +206,8 @@ def test_a_folder_written_before_recipes_existed_is_reopened(tmp_path):
     of retraining it; its digest is the previous formula's.
     """
     first = fl.run("fedprox", out=tmp_path, mu=0.2, **TINY)
-    old = {k: v for k, v in first.config.items() if k not in ("recipe", "recipe_dropped", "init", "bad_clients")}
+    old = {k: v for k, v in first.config.items()
+           if k not in ("recipe", "recipe_dropped", "init", "bad_clients", *DIGEST_WHEN_SET)}
     (tmp_path / "config.json").write_text(json.dumps(old, indent=2, sort_keys=True))
     (tmp_path / "manifest.json").unlink()
     previous_volatile = ("device", "data_root", "download", "backend", "n_jobs")

@@ -16,7 +16,10 @@ One training round ``r`` (rounds are 1..T; round 0 is the initial model) runs:
    cross-entropy (FedProx's proximal term). Override ``client_update`` for other training
    (SAM, model pools), reusing the pieces of :mod:`fl.algorithms.sgd`.
 4. ``global_state, server_state = aggregate(global_state, updates, server_state, r)``;
-   the default is FedAvg's data-size-weighted average of the whole state_dict.
+   the default is :meth:`Algorithm.combine`: the run's aggregation rule (``aggregator``,
+   default FedAvg's data-size-weighted average; :mod:`fl.algorithms.robust`). An algorithm
+   that overrides ``aggregate`` combines its client updates with ``combine`` too, so every
+   rule and ``clip_norm`` apply to it.
 5. The engine evaluates the new global model, calls ``local_metrics(EvalContext)``
    (personalised methods return ``"local_accuracy"``) and writes the round's files.
 
@@ -52,6 +55,7 @@ from ..config import RunConfig
 from .averaging import sample_weighted_average, weighted_average
 from .contexts import ClientUpdate, EvalContext, LocalContext, RoundContext, State
 from .registry import register
+from .robust import Aggregator
 from .seeds import derive_seed, make_generator
 from .sgd import ExtraLoss, LocalResult, LossFn, forward, local_sgd, minibatches, sgd_step, split_state
 
@@ -115,6 +119,8 @@ class Algorithm:
         self.seed = int(config["seed"])
         #: parameters the run does not train (``requires_grad=False``: a LoRA model's base); never averaged
         self.frozen = frozenset(config.get("frozen") or ())
+        #: the run's aggregation of client updates (``aggregator``, ``aggregator_options``, ``clip_norm``)
+        self.aggregator = Aggregator.from_config(config)
 
     @property
     def label(self) -> str:
@@ -337,12 +343,30 @@ class Algorithm:
         """
         return None
 
+    def combine(self, global_state: State, updates: Mapping[int, ClientUpdate]) -> State:
+        """The client updates combined by the run's aggregation rule (:attr:`aggregator`).
+
+        FedAvg ``w = sum_k n_k / sum_j n_j * w_k`` (McMahan et al. 2017) by default; the robust
+        rules and clipping of :mod:`fl.algorithms.robust` when configured. Frozen parameters
+        (``self.frozen``) keep the broadcast values: only the trained subset is aggregated.
+
+        Parameters
+        ----------
+        global_state : State
+            The model broadcast this round.
+        updates : Mapping[int, ClientUpdate]
+            Client id -> update.
+
+        Returns
+        -------
+        State
+            The aggregate.
+        """
+        return self.aggregator(global_state, updates, keep=self.frozen)
+
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate],
                   server_state: State, round: int) -> tuple[State, State]:
-        """The server step: FedAvg ``w = sum_k n_k / sum_j n_j * w_k`` (McMahan et al. 2017).
-
-        Frozen parameters (``self.frozen``) keep the broadcast values: only the trained subset
-        is averaged.
+        """The server step: :meth:`combine` of the client updates (FedAvg by default).
 
         Parameters
         ----------
@@ -360,7 +384,7 @@ class Algorithm:
         tuple[State, State]
             The new global state and server state.
         """
-        return sample_weighted_average(global_state, updates, keep=self.frozen), server_state
+        return self.combine(global_state, updates), server_state
 
     def local_metrics(self, ctx: EvalContext) -> dict[str, float]:
         """Personalised metrics, e.g. ``{"local_accuracy": ..., "local_loss": ...}``.

@@ -25,7 +25,9 @@ gradients. Aggregation (Eq. 11): ``aggregation="participants"`` (default, both o
 implementations) is FedAvg over the round's participants, weights ``N_k / sum_{j in S} N_j``;
 ``aggregation="literal"`` is Eq. 11 as printed, ``theta <- theta + sum_{k in S} N_k / N *
 delta_k`` with ``N`` the samples of *all* clients (a damped step under partial participation;
-equal to the default under full participation). Every tensor follows the same rule.
+equal to the default under full participation). Every tensor follows the same rule. A robust
+``aggregator`` (``fl.algorithms.robust``) replaces the participants' mean; ``literal`` takes only
+``aggregator="mean"`` (with or without ``clip_norm``).
 
 BatchNorm (``local_buffers``): False (default) averages the buffers with everything else;
 True keeps them local as in the authors' configurations: each client trains and is evaluated
@@ -82,7 +84,6 @@ from .base import (
     State,
     local_sgd,
     make_generator,
-    sample_weighted_average,
 )
 from .simplex import (
     SUBREGION_SAMPLERS,
@@ -194,6 +195,10 @@ class Floco(Algorithm):
 
     def __init__(self, options: Mapping[str, Any], config: Mapping[str, Any]):
         super().__init__(options, config)
+        if self.opts.aggregation == "literal" and self.aggregator.rule != "mean":
+            raise ConfigError(f"floco aggregation='literal' weights the updates by sample counts and cannot use "
+                              f"aggregator={self.aggregator.rule!r}; set aggregation='participants' or "
+                              "aggregator='mean'")
         self.n = int(self.opts.vertices)
         self.classifier = ""
         self.template_keys: list[str] = []
@@ -360,16 +365,21 @@ class Floco(Algorithm):
 
     def aggregate(self, global_state: State, updates: Mapping[int, ClientUpdate], server_state: State,
                   round: int) -> tuple[State, State]:
-        """Eq. 11 (participant-normalised, or literal with the total N); the global point stays the centre."""
-        new = sample_weighted_average(global_state, updates, keep=self.frozen)
+        """Eq. 11 (participant-normalised, or literal with the total N); the global point stays the centre.
+
+        ``participants`` is :meth:`combine` (so any ``aggregator`` applies); ``literal`` steps by
+        the (clipped, with ``clip_norm``) updates weighted by ``N_k / N``.
+        """
+        new = self.combine(global_state, updates)
         if self.opts.aggregation == "literal" and updates:
             total = float(server_state.get(f"{PREFIX}total_samples", 0.0))
             if total <= 0:
                 raise ConfigError("floco aggregation='literal' needs the clients' sample counts "
                                   "(RoundContext.client_sizes); the engine passed none")
+            clipped = self.aggregator.clip(global_state, updates, keep=self.frozen)
             for key, g in global_state.items():
                 if g.is_floating_point():
-                    step = sum(u.num_samples / total * (u.state[key].double() - g.double()) for u in updates.values())
+                    step = sum(u.num_samples / total * (u.state[key].double() - g.double()) for u in clipped.values())
                     new[key] = (g.double() + step).to(g.dtype)
         alpha_key = f"{self.classifier}.alpha"
         new[alpha_key] = global_state[alpha_key].clone()
