@@ -37,7 +37,7 @@ from .reader import Run
 from .rounds import RoundPlan, TrainRequest, client_context
 from .rundir import saves_clients
 from .store import RunStore, check_round_finite
-from .update_checks import ClientRefused, FederationError, update_problem
+from .update_checks import enforce_policy, update_problem
 from .vectorized import train_clients, unsupported_reason
 
 PARALLEL_BACKENDS = ("loky", "processes", "ray", "dask")  # through landscape.distributed (joblib)
@@ -270,7 +270,8 @@ class Engine:
                 samples=len(self.data.client_train[k]), finite=self.remote is not None)
             if problem is not None:
                 refused[k] = problem
-        kept = self._apply_policy(r, plan.clients, refused)
+        enforce_policy(str(self.config.get("bad_clients", "stop")), r, refused, len(plan.clients))
+        kept = [k for k in plan.clients if k not in refused]
         updates = {k: self._complete(updates[k], plan.sent) for k in kept}  # the plan's order
         for k, u in updates.items():
             if u.client_state is not None:
@@ -291,16 +292,6 @@ class Engine:
                     for k, u in updates.items()} if saves_clients(self.config, r) else {}
         self._write(r, exported, self.client_states, record)
         return record
-
-    def _apply_policy(self, r: int, clients: Sequence[int], refused: Mapping[int, str]) -> list[int]:
-        """The clients a round aggregates, after the ``bad_clients`` policy has seen the refused ones."""
-        if refused and (str(self.config.get("bad_clients", "stop")) == "stop" or len(refused) == len(clients)):
-            first = min(refused)
-            more = f" (and {len(refused) - 1} more client(s): {sorted(refused)[1:6]})" if len(refused) > 1 else ""
-            if len(refused) == len(clients):
-                raise FederationError(f"round {r}: every client was refused; client {first}: {refused[first]}{more}")
-            raise ClientRefused(r, first, refused[first] + more + "; set bad_clients='drop' to train on without it")
-        return [k for k in clients if k not in refused]
 
     def _complete(self, update: ClientUpdate, sent: State) -> ClientUpdate:
         """The update with the frozen parameters a remote client left out (they are ``sent``'s)."""

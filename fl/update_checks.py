@@ -231,8 +231,7 @@ def update_problem(update: ClientUpdate, sent: Mapping[str, torch.Tensor], *, fr
     if not isinstance(state, Mapping) or (persisted is not None and not isinstance(persisted, Mapping)):
         return "its state is not a mapping of names to tensors"
     limit = reply_limit(sent) if max_bytes is None else max_bytes
-    tensors = [*state.values(), *(persisted.values() if persisted is not None else ())]
-    size = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+    size = state_bytes(state) + (state_bytes(persisted) if persisted is not None else 0)
     if size > limit:
         return f"its tensors take {size:,} bytes, more than the limit of {limit:,} bytes for this model"
     problem = _names_problem(state, [n for n in sent if n not in frozen], sent)
@@ -320,29 +319,46 @@ def check_update(update: ClientUpdate, sent: Mapping[str, torch.Tensor], *, clie
         raise ClientRefused(round, client, problem)
 
 
-def check_policy(policy: str) -> str:
-    """A ``bad_clients`` policy, checked.
+def enforce_policy(policy: str, round: int, refused: Mapping[Any, str], received: int) -> None:
+    """Apply the ``bad_clients`` policy to a round's refused clients.
 
     Parameters
     ----------
     policy : str
-        ``"stop"`` or ``"drop"``.
-
-    Returns
-    -------
-    str
-        The policy.
+        ``"stop"`` (any refusal stops the run) or ``"drop"`` (the round goes on without them).
+    round : int
+        The round.
+    refused : Mapping
+        Client -> why it is refused (a client is its partition id, or how it is known when its
+        reply names none that can be trusted).
+    received : int
+        How many clients the round heard from or waited for, the refused ones included.
 
     Raises
     ------
-    ConfigError
-        For another value.
+    ClientRefused
+        For the first refused client (by partition id) under ``"stop"``; the message counts the others.
+    FederationError
+        When every client of the round is refused, whatever the policy.
+
+    Examples
+    --------
+    >>> enforce_policy("drop", 3, {2: "no reply"}, received=4)
+    >>> enforce_policy("stop", 3, {2: "no reply", 0: "bad shape"}, received=4)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    fl.update_checks.ClientRefused: round 3: the update of client 0 is refused: bad shape (and 1 more...
     """
-    if policy not in BAD_CLIENT_POLICIES:
-        raise ConfigError(f"bad_clients must be one of {BAD_CLIENT_POLICIES}, got {policy!r}")
-    return policy
+    if not refused or (policy == "drop" and len(refused) < received):
+        return
+    order = sorted(refused, key=lambda c: (0, int(c), "") if str(c).isdigit() else (1, 0, str(c)))
+    first = order[0]
+    more = f" (and {len(order) - 1} more client(s): {order[1:6]})" if len(order) > 1 else ""
+    if len(refused) >= received:
+        raise FederationError(f"round {round}: every client was refused; client {first}: {refused[first]}{more}")
+    raise ClientRefused(round, first, f"{refused[first]}{more}; set bad_clients='drop' to train on without it")
 
 
 __all__ = ["BAD_CLIENT_POLICIES", "ClientRefused", "FederationError", "MAX_METRICS", "MAX_SAMPLES",
-           "SERVER_FIELDS", "check_integer", "check_policy", "check_update", "is_server_field", "metrics_problem",
+           "SERVER_FIELDS", "check_integer", "check_update", "enforce_policy", "is_server_field", "metrics_problem",
            "reply_limit", "state_bytes", "update_problem"]

@@ -29,7 +29,7 @@ from flwr.serverapp.strategy import Result, Strategy
 from landscape.infra.errors import ConfigError
 from landscape.infra.files import write_atomic
 
-from ..update_checks import MAX_SAMPLES, ClientRefused, FederationError, check_integer
+from ..update_checks import MAX_SAMPLES, FederationError, check_integer, enforce_policy
 from .recorder import FlowerRecorder
 from .replies import NUM_EXAMPLES, PARTITION_ID, screen_replies
 
@@ -185,12 +185,8 @@ class RecordedStrategy(Strategy):
         """
         recorder = self.recorder
         kept, models, refused = screen_replies(replies, self.sent, int(recorder.config["clients"]))
-        if refused and (recorder.config.get("bad_clients", "stop") == "stop" or not kept):
-            client = min(refused)
-            if not kept:
-                raise FederationError(f"round {server_round}: every reply was refused; client {client}: "
-                                      f"{refused[client]}")
-            raise ClientRefused(server_round, client, f"{refused[client]}; set bad_clients='drop' to go on without it")
+        enforce_policy(str(recorder.config.get("bad_clients", "stop")), server_round, refused,
+                       len(kept) + len(refused))
         try:
             arrays, metrics = self.strategy.aggregate_train(server_round, kept)
         except InconsistentMessageReplies as exc:
