@@ -191,3 +191,44 @@ def test_a_recorded_strategy_checks_every_reply_before_the_wrapped_strategy_sees
         strategy.aggregate_train(2, [honest[0], bad, honest[2]])
     assert not recorder.store.global_path(2).exists()
     tally("bad inputs rejected", len(hostile) + 4)
+
+
+def test_the_legacy_recording_strategy_checks_every_fit_result(tmp_path) -> None:
+    import numpy as np
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+    from flwr.server.strategy import FedAvg as LegacyFedAvg
+
+    from fl.flower import ClientRefused, RecordingStrategy
+
+    recorder = FlowerRecorder(tmp_path / "run", dataset="digits", clients=3, rounds=2, bad_clients="drop")
+    strategy = RecordingStrategy(LegacyFedAvg(), recorder)
+    initial = strategy.initialize_parameters(client_manager=None)
+    strategy.sent = recorder.initial_state()  # what configure_fit keeps of ``initial``
+    assert [a.tolist() for a in recorder.initial_arrays()] == [t.tolist() for t in strategy.sent.values()]
+    assert initial is not None
+    arrays = recorder.initial_arrays()
+
+    def result(k, change=None, n=10, metrics=None):
+        sent = [a + 0.01 * (k + 1) for a in arrays] if change is None else change
+        fit = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(sent), n, {"partition_id": k, **(metrics or {})})
+        return SimpleNamespace(cid=str(100 + k)), fit
+
+    hostile = {
+        "shape": (dict(change=[np.zeros(1, dtype=np.float32), *arrays[1:]]), "has shape (1,)"),
+        "bool": (dict(change=[arrays[0].astype(bool), *arrays[1:]]), "has dtype bool"),
+        "too few arrays": (dict(change=arrays[:1]), f"it sends 1 arrays; the model has {len(arrays)} tensors"),
+        "no examples": (dict(n=0), "num_examples 0 is not an integer in 1.."),
+        "server field": (dict(metrics={"test_accuracy": 1.0}), "metric 'test_accuracy' is a field the server writes"),
+    }
+    for name, (change, reason) in hostile.items():
+        kept, models, refused = strategy.screen([result(0), result(1, **change)])
+        assert len(kept) == 1 and sorted(models) == [0] and reason in refused["1"], (name, refused)
+    bad = result(1, change=[np.zeros(1, dtype=np.float32), *arrays[1:]])
+    strategy.aggregate_fit(1, [result(0), bad, result(2)], [])
+    record = fl.load_run(tmp_path / "run").metrics[1]
+    assert record["dropped"] == [1] and "has shape (1,)" in record["dropped_reasons"][0]
+    recorder.config["bad_clients"] = "stop"
+    with pytest.raises(ClientRefused, match=r"round 2: the update of client 1 is refused: .*has shape \(1,\)"):
+        strategy.aggregate_fit(2, [result(0), bad, result(2)], [])
+    assert not recorder.store.global_path(2).exists()
+    tally("bad inputs rejected", len(hostile) + 1)

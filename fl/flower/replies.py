@@ -10,7 +10,7 @@ record or Flower's ``InconsistentMessageReplies`` from a reply unlike the others
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from flwr.app import Message
 from torch import Tensor
@@ -22,6 +22,23 @@ from ..update_checks import MAX_SAMPLES, check_integer, metrics_problem, update_
 PARTITION_ID = "partition-id"
 #: the reply metric Flower's strategies weight the average by
 NUM_EXAMPLES = "num-examples"
+R = TypeVar("R")
+
+
+class Refused(ValueError):
+    """A reply refused after its partition id was read: the refusal names that client.
+
+    Parameters
+    ----------
+    client : int
+        The partition id the reply named.
+    reason : str
+        Why it is refused, one line.
+    """
+
+    def __init__(self, client: int, reason: str):
+        self.client = client
+        super().__init__(reason)
 
 
 def reply_metrics(content: Any, node_partition: int | None, clients: int, min_examples: int = 0) -> dict[str, Any]:
@@ -47,7 +64,8 @@ def reply_metrics(content: Any, node_partition: int | None, clients: int, min_ex
     Raises
     ------
     ValueError
-        With a one-line reason the client is refused for.
+        With a one-line reason the client is refused for (a :class:`Refused` naming the
+        partition once its id has been read).
     """
     records = content.metric_records
     if len(records) != 1:
@@ -60,10 +78,13 @@ def reply_metrics(content: Any, node_partition: int | None, clients: int, min_ex
     k = check_integer(metrics.pop(PARTITION_ID), "the partition id", 0, clients - 1)
     if node_partition is not None and k != node_partition:
         raise ValueError(f"it replied as partition {k} from the node of partition {node_partition}")
-    n = check_integer(metrics.pop(NUM_EXAMPLES), NUM_EXAMPLES, min_examples, MAX_SAMPLES)
+    try:
+        n = check_integer(metrics.pop(NUM_EXAMPLES), NUM_EXAMPLES, min_examples, MAX_SAMPLES)
+    except ValueError as exc:
+        raise Refused(k, str(exc)) from None
     problem = metrics_problem(metrics)
     if problem is not None:
-        raise ValueError(problem)
+        raise Refused(k, problem)
     return {PARTITION_ID: k, NUM_EXAMPLES: n, **{name: float(v) for name, v in metrics.items()}}
 
 
@@ -133,30 +154,67 @@ def screen_replies(replies: Iterable[Message], sent: Mapping[str, Tensor], clien
         (a client is its partition id, or ``"on node N"`` when the reply names none that can be
         trusted).
     """
-    read: list[tuple[Message, int, dict[str, Tensor]]] = []
+    def identify(msg: Message) -> tuple[int, int]:
+        if msg.has_error():
+            raise ValueError(failure(msg))
+        metrics = reply_metrics(msg.content, None, clients, min_examples=1)
+        return metrics[PARTITION_ID], metrics[NUM_EXAMPLES]
+
+    def load(msg: Message) -> dict[str, Tensor]:
+        if len(msg.content.array_records) != 1:
+            raise ValueError(f"the reply holds {len(msg.content.array_records)} ArrayRecords; it must hold one, "
+                             "the trained model")
+        return read_state(next(iter(msg.content.array_records.values())))
+
+    return screen(replies, sent, identify, load, lambda msg: f"on node {msg.metadata.src_node_id}")
+
+
+def screen(replies: Iterable[R], sent: Mapping[str, Tensor], identify: Callable[[R], tuple[int, int]],
+           load: Callable[[R], dict[str, Tensor]], where: Callable[[R], str]
+           ) -> tuple[list[R], dict[int, dict[str, Tensor]], dict[str, str]]:
+    """Keep the replies whose client, sample count and model pass the checks; refuse the rest.
+
+    Parameters
+    ----------
+    replies : Iterable
+        A round's replies, in any form.
+    sent : Mapping[str, Tensor]
+        The model the round sent.
+    identify : callable
+        ``reply -> (partition id, sample count)``, checked; ``ValueError`` refuses the reply (under
+        ``where``'s label, or the partition's for a :class:`Refused`).
+    load : callable
+        ``reply -> state``; ``ValueError`` refuses the reply.
+    where : callable
+        ``reply -> label`` naming a client whose reply names no partition id that can be trusted.
+
+    Returns
+    -------
+    tuple[list, dict[int, dict[str, Tensor]], dict[str, str]]
+        As for :func:`screen_replies`; a partition id claimed by two replies refuses both.
+    """
+    read: list[tuple[R, int, dict[str, Tensor]]] = []
     refused: dict[str, str] = {}
-    for msg in replies:
-        label = f"on node {msg.metadata.src_node_id}"
+    for reply in replies:
+        label = where(reply)
         try:
-            if msg.has_error():
-                raise ValueError(failure(msg))
-            metrics = reply_metrics(msg.content, None, clients, min_examples=1)
-            label = str(metrics[PARTITION_ID])
-            if len(msg.content.array_records) != 1:
-                raise ValueError(f"the reply holds {len(msg.content.array_records)} ArrayRecords; it must hold one, "
-                                 "the trained model")
-            state = read_state(next(iter(msg.content.array_records.values())))
-            problem = update_problem(ClientUpdate(state, metrics[NUM_EXAMPLES]), sent)
+            k, n = identify(reply)
+            label = str(k)
+            state = load(reply)
+            problem = update_problem(ClientUpdate(state, n), sent)
             if problem is not None:
                 raise ValueError(problem)
-            read.append((msg, metrics[PARTITION_ID], state))
+            read.append((reply, k, state))
+        except Refused as exc:
+            refused[str(exc.client)] = str(exc)
         except ValueError as exc:
             refused[label] = str(exc)
     ids = [k for _, k, _ in read]
     for k in {k for k in ids if ids.count(k) > 1}:
         refused[str(k)] = f"{ids.count(k)} replies claim partition {k}; every SuperNode needs its own partition-id"
-    kept = [(msg, k, state) for msg, k, state in read if str(k) not in refused]
-    return [msg for msg, _, _ in kept], {k: state for _, k, state in kept}, refused
+    kept = [(reply, k, state) for reply, k, state in read if str(k) not in refused]
+    return [reply for reply, _, _ in kept], {k: state for _, k, state in kept}, refused
 
 
-__all__ = ["NUM_EXAMPLES", "PARTITION_ID", "failure", "read_state", "reply_metrics", "screen_replies"]
+__all__ = ["NUM_EXAMPLES", "PARTITION_ID", "Refused", "failure", "read_state", "reply_metrics", "screen",
+           "screen_replies"]
