@@ -73,8 +73,9 @@ def find_partitions(grid: Grid, clients: int, timeout: float) -> dict[int, int]:
         not an integer in range or is held twice, or a partition is missing; the message says
         what to set.
     """
-    how = (f"a simulation needs options.num-supernodes = {clients} in the [superlink.<name>] section of Flower's "
-           f"config.toml; a deployment needs one SuperNode per partition (--node-config \"partition-id=K\", "
+    how = (f"a simulation needs flwr run <app> --federation-config \"num-supernodes={clients}\" (or "
+           f"options.num-supernodes = {clients} in the [superlink.<name>] section of Flower's config.toml); "
+           f"a deployment needs one SuperNode per partition (--node-config \"partition-id=K\", "
            f"K in 0..{clients - 1})")
     deadline, said = time.monotonic() + timeout, time.monotonic()
     while len(list(grid.get_node_ids())) < clients and time.monotonic() < deadline:
