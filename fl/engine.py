@@ -260,16 +260,10 @@ class Engine:
             When every client of the round was refused.
         """
         r = plan.round
-        refused = dict(refused or {})
-        if sorted([*updates, *refused]) != sorted(plan.clients):
+        if sorted([*updates, *(refused or {})]) != sorted(plan.clients):
             raise ConfigError(f"round {r}: updates came from clients {sorted(updates)}, the round trained "
                               f"{sorted(plan.clients)}")
-        for k in plan.clients:
-            problem = None if k in refused else update_problem(
-                updates[k], plan.sent, frozen=self.alg.frozen, client_state=self.client_states.get(k),
-                samples=len(self.data.client_train[k]), finite=self.remote is not None)
-            if problem is not None:
-                refused[k] = problem
+        refused = self.refusals(plan.sent, updates, refused)
         enforce_policy(str(self.config.get("bad_clients", "stop")), r, refused, len(plan.clients))
         kept = [k for k in plan.clients if k not in refused]
         updates = {k: self._complete(updates[k], plan.sent) for k in kept}  # the plan's order
@@ -292,6 +286,38 @@ class Engine:
                     for k, u in updates.items()} if saves_clients(self.config, r) else {}
         self._write(r, exported, self.client_states, record)
         return record
+
+    def refusals(self, sent: State, updates: Mapping[int, ClientUpdate],
+                  refused: Mapping[int, str] | None = None) -> dict[int, str]:
+        """The clients whose updates :func:`fl.update_checks.update_problem` refuses, with why.
+
+        Each update is checked against the model ``sent``, the run's frozen entries, the persisted
+        state the server holds for that client and the client's sample count in the partition;
+        non-finite values count only for remote clients (for the engine's own back ends they are
+        the run diverging, reported when the round is stored).
+
+        Parameters
+        ----------
+        sent : State
+            The model the clients received.
+        updates : Mapping[int, ClientUpdate]
+            Client id -> update.
+        refused : Mapping[int, str], optional
+            Clients refused already (kept in the result).
+
+        Returns
+        -------
+        dict[int, str]
+            Client id -> the one-line reason, for ``refused`` and every refused update.
+        """
+        out = dict(refused or {})
+        for k, update in updates.items():
+            problem = None if k in out else update_problem(
+                update, sent, frozen=self.alg.frozen, client_state=self.client_states.get(k),
+                samples=len(self.data.client_train[k]), finite=self.remote is not None)
+            if problem is not None:
+                out[k] = problem
+        return out
 
     def _complete(self, update: ClientUpdate, sent: State) -> ClientUpdate:
         """The update with the frozen parameters a remote client left out (they are ``sent``'s)."""

@@ -44,7 +44,7 @@ from ..resolve import make_algorithm
 from ..rounds import TrainRequest, client_context
 from ..rundir import split_clients
 from ..template import build_template
-from ..update_checks import ClientRefused, FederationError, update_problem
+from ..update_checks import ClientRefused, FederationError
 from .messages import PARTITION_ID, partition_id, write_flower_json
 from .nodes import find_partitions, seconds
 from .payload import config_json, read_request, read_updates, train_messages, update_reply
@@ -231,12 +231,7 @@ class AlgorithmStrategy(Strategy):
                                                 timeout=self.timeout)
         updates, refused = read_updates(replies, {k: self.nodes[k] for k in request.clients},
                                         int(engine.config["clients"]), self.timeout)
-        for k, update in updates.items():
-            problem = update_problem(update, request.sent, frozen=engine.alg.frozen,
-                                     client_state=request.client_states.get(k) or None,
-                                     samples=len(engine.data.client_train[k]))
-            if problem is not None:
-                refused[k] = problem
+        refused = engine.refusals(request.sent, updates, refused)
         if refused:  # the algorithm's server step needs every client it trains
             k = min(refused)
             raise ClientRefused(request.round, k, f"{refused[k]} (in the algorithm's server step, which needs "
