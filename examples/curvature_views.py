@@ -17,7 +17,7 @@ Measured once (seed 0): after the default 60 epochs the slope over the last 6 ep
 points per epoch and the plateau (0.552) is within 0.001 of a 120-epoch run's; after 30 epochs
 the accuracy was already there but the slope still read +0.13 points per epoch.
 
-    python examples/curvature_views.py                 # about a minute on one CPU core
+    python examples/curvature_views.py                 # about a minute on one idle CPU core
     python examples/curvature_views.py --quick         # a smoke test, seconds
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ in the claims run: plateaus 0.927-0.942, the slope below 0.1 points per epoch on
 2: +0.15); training for 40 epochs changes it by -0.5 to +2.3 points. A constant learning rate (the former
 default, 10 epochs) left the models 3-9 points short of a run twice as long.
 
-    python examples/transitivity.py                    # MNIST-1D: several minutes on one CPU core
+    python examples/transitivity.py                    # MNIST-1D: several minutes on one idle CPU core
     python examples/transitivity.py --dataset digits   # digits: models are connected even without the loss
     python examples/transitivity.py --quick      # seconds; smoke test
 """

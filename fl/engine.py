@@ -117,11 +117,11 @@ class Engine:
         RunDivergedError
             When a round's global model or a metric is not finite (that round is not stored).
         """
-        from tqdm.auto import tqdm
+        from landscape.infra.progress import progress_bar
 
         last = self.begin()
         rounds = int(self.config["rounds"])
-        bar = tqdm(total=rounds, initial=last, disable=not self.progress, unit="round",
+        bar = progress_bar(total=rounds, initial=last, disable=not self.progress, unit="round",
                    desc=f"{self.config['algorithm']} on {self.config['dataset']}")
         with bar, reproducible(self.device):
             for r in range(last + 1, rounds + 1):

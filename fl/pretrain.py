@@ -165,10 +165,10 @@ def _train(ctx: LocalContext, opts: PretrainOptions, progress: bool,
     The generator and the momentum carry over, so the steps are those of one call over all
     epochs; the state ends in ``ctx.global_state``; ``on_epoch`` sees it after every epoch.
     """
-    from tqdm.auto import tqdm
+    from landscape.infra.progress import progress_bar
 
     momentum: dict[str, torch.Tensor] = {}
-    with tqdm(range(opts.epochs), disable=not progress, unit="epoch", desc="pretraining") as bar:
+    with progress_bar(range(opts.epochs), disable=not progress, unit="epoch", desc="pretraining") as bar:
         for epoch in bar:
             result = local_sgd(ctx, momentum_state=momentum)
             bad = [] if np.isfinite(result.loss) else ["loss"]

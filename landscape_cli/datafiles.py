@@ -21,7 +21,7 @@ _INPUT_KEYS = ("inputs", "x", "data", "images", "features")
 _TARGET_KEYS = ("targets", "y", "labels", "target", "label")
 
 
-def load_data(spec: str, *, split: str = "test", root: str | None = None) -> TensorPair:
+def load_data(spec: str, *, split: str = "test", root: str | None = None, flatten: bool = False) -> TensorPair:
     """``(inputs, targets)`` for a dataset name or a tensor file.
 
     Parameters
@@ -33,6 +33,9 @@ def load_data(spec: str, *, split: str = "test", root: str | None = None) -> Ten
         ``train`` or ``test`` (datasets only).
     root : str, optional
         Folder of torchvision datasets (never downloaded here).
+    flatten : bool
+        Give each input as a flat vector, shape ``(N, features)`` (the built-in ``digits`` are
+        ``(N, 1, 8, 8)``; a model whose first layer is ``Linear(64, ...)`` needs ``(N, 64)``).
 
     Returns
     -------
@@ -52,11 +55,13 @@ def load_data(spec: str, *, split: str = "test", root: str | None = None) -> Ten
         raise DataError(f"{spec} is a folder, not data: name a dataset ({', '.join(DATASETS)}) or a .pt/.pth/.npz "
                         "file holding (inputs, targets); a folder of torchvision datasets goes to --data-root")
     if is_file_spec(spec):
-        return load_tensor_file(spec)
-    from fl.datasets import load_dataset
+        x, y = load_tensor_file(spec)
+    else:
+        from fl.datasets import load_dataset
 
-    bundle = load_dataset(spec, root=root, download=False)
-    return (bundle.train_x, bundle.train_y) if split == "train" else (bundle.test_x, bundle.test_y)
+        bundle = load_dataset(spec, root=root, download=False)
+        x, y = (bundle.train_x, bundle.train_y) if split == "train" else (bundle.test_x, bundle.test_y)
+    return (x.reshape(len(x), -1), y) if flatten else (x, y)
 
 
 def is_file_spec(spec: str) -> bool:

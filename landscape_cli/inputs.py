@@ -41,8 +41,9 @@ class InputOptions(Options):
         An FL run folder, the round of its checkpoints and the run's models to analyse.
     module, module_kwargs, checkpoints, labels
         An architecture, its factory's keyword arguments, checkpoint files and their names.
-    data, split, bn_data, data_root
-        The evaluation data, its split, the BatchNorm re-estimation data, the torchvision folder.
+    data, split, bn_data, data_root, flatten
+        The evaluation data, its split, the BatchNorm re-estimation data, the torchvision folder,
+        and whether inputs are given as flat vectors.
     num_classes
         Outputs of a model built from ``module``.
     """
@@ -64,6 +65,8 @@ class InputOptions(Options):
                                       "forms as --data; default: the run's training data with --run, else the "
                                       "evaluation data)")
     data_root: str | None = option(None, metavar="DIR", help="folder of torchvision datasets (never downloaded here)")
+    flatten: bool = option(False, help="give --data and --bn-data inputs as flat vectors (N, features): the built-in "
+                                       "digits are (1, 8, 8), a model starting with Linear(64, ...) needs (64,)")
     num_classes: int | None = option(None, ge=1, le=MAX_CLASSES,
                                      help="outputs of the model (default: largest label + 1)")
 
@@ -205,7 +208,7 @@ class Context:
             raise ConfigError("--module needs --data (digits, a dataset name, or a .pt/.npz file)")
         if args.models:
             raise ConfigError("--models selects models of a run; with --module list --checkpoints")
-        self.data = datafiles.load_data(args.data, split=args.split, root=args.data_root)
+        self.data = datafiles.load_data(args.data, split=args.split, root=args.data_root, flatten=args.flatten)
         check_labels(self.data[1], args.loss, f"--data {args.data}")
         kwargs = json_object(args.module_kwargs, "--module-kwargs")
         self.module = modelspec.build_module(
@@ -241,7 +244,7 @@ class Context:
         if getattr(a, "bn", None) != "recompute":
             return None
         if getattr(a, "bn_data", None):
-            return datafiles.load_data(a.bn_data, split="train", root=a.data_root)
+            return datafiles.load_data(a.bn_data, split="train", root=a.data_root, flatten=a.flatten)
         if self.run is not None:
             print("landscape: note: --bn recompute re-estimates BatchNorm statistics on the run's training data "
                   "(the union of its clients' data)", file=sys.stderr)

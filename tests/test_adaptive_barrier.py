@@ -284,3 +284,16 @@ def test_aligned_path_searches_both_paths_adaptively(digits, trained_mlps):
     assert aligned.spec["unaligned"] == {"loss_barrier": before.loss_barrier,
                                          "accuracy_barrier": before.accuracy_barrier}
     assert aligned.search["converged"] and aligned.loss_barrier < before.loss_barrier / 2  # permutation symmetry
+
+
+def test_a_tolerance_below_the_accuracys_step_is_named_when_the_search_stops_on_alpha(digits, trained_mlps):
+    x, y = digits
+    ev = Evaluator(make_mlp(0), (x, y), batch_size=128)
+    step = 1 / len(y)
+    with pytest.warns(UserWarning, match=rf"steps of 1/{len(y)} = .*pass tol >= "):
+        fine = interpolate(trained_mlps[0], trained_mlps[1], ev, alphas="adaptive", tol=step / 4)
+    assert fine.search["stopped"] == "min_width" and fine.search["accuracy_gap"] > fine.search["tol"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        coarse = interpolate(trained_mlps[0], trained_mlps[1], ev, alphas="adaptive", tol=3 * step)
+    assert coarse.search["converged"]

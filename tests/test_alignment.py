@@ -166,6 +166,24 @@ def test_aligning_a_permuted_copy_recovers_the_original() -> None:
         assert all(torch.equal(recovered.state_dict()[k], v) for k, v in a.state_dict().items()), name
 
 
+def test_checkpoint_paths_align_with_the_evaluator_as_architecture(tmp_path) -> None:
+    a = build_model("mlp", num_classes=10, input_shape=(1, 8, 8), seed=0)
+    spec = discover(a, torch.zeros(2, 1, 8, 8))
+    shuffled = apply_permutation(a, spec, random_permutations(spec, seed=5))
+    landscape.save_state_dict(a, tmp_path / "m0.pt")
+    landscape.save_state_dict(shuffled, tmp_path / "m1.pt")
+    data = (torch.randn(64, 1, 8, 8), torch.randint(10, (64,)))
+    ev = landscape.Evaluator(build_model("mlp", num_classes=10, input_shape=(1, 8, 8), seed=3), data,
+                             progress=False)
+    with pytest.raises(landscape.ConfigError, match="pass template=.* or data=<an Evaluator"):
+        align(tmp_path / "m1.pt", to=tmp_path / "m0.pt")
+    recovered = align(tmp_path / "m1.pt", to=tmp_path / "m0.pt", data=ev)
+    assert all(torch.equal(recovered.state_dict()[k], v) for k, v in a.state_dict().items())
+    by_paths = align(tmp_path / "m1.pt", to=tmp_path / "m0.pt", data=ev, method="activation")
+    by_modules = align(shuffled, to=a, data=data, method="activation")
+    assert all(torch.equal(by_paths.state_dict()[k], v) for k, v in by_modules.state_dict().items())
+
+
 def test_alignment_lowers_the_barrier_of_independently_trained_mlps(trained_pair) -> None:
     data, a, b = trained_pair
     ev = landscape.Evaluator(a, (data.test_x, data.test_y), device="cpu")

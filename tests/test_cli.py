@@ -154,6 +154,29 @@ def test_module_file_factory_and_npz_data(tmp_path, capsys):
     assert code == 0 and json.loads(out)["numbers"]["holds"] is True
 
 
+def test_flat_model_on_the_built_in_digits_needs_flatten_and_says_so(tmp_path, capsys):
+    from fl.datasets import load_dataset
+
+    (tmp_path / "flat.py").write_text(
+        "import torch\n"
+        "def make(num_classes, **_):\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.ReLU(), torch.nn.Linear(8, num_classes))\n")
+    torch.manual_seed(0)
+    nets = [torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.ReLU(), torch.nn.Linear(8, 10)) for _ in range(2)]
+    for i, net in enumerate(nets):
+        torch.save(net.state_dict(), tmp_path / f"m{i}.pt")
+    args = ["path", "--module", f"{tmp_path / 'flat.py'}:make", "--checkpoints", tmp_path / "m0.pt",
+            tmp_path / "m1.pt", "--data", "digits", "--alphas", 3, "--out", tmp_path / "o", "--json", "--no-figures"]
+    code, _, err = run_cli(args, capsys)
+    assert code == 2 and "flattened to shape (64,)" in err and "--flatten" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run_cli([*args, "--flatten"], capsys)
+    digits = load_dataset("digits")
+    expected = interpolate(nets[0], nets[1], Evaluator(nets[0], (digits.test_x.reshape(len(digits.test_x), -1),
+                                                                 digits.test_y)), alphas=3)
+    assert code == 0, err
+    np.testing.assert_allclose(json.loads(out)["numbers"]["loss"], expected.loss, rtol=1e-12)
+
+
 def test_fl_run_train_group_decompose_and_report(tmp_path, capsys):
     import fl
 

@@ -370,3 +370,12 @@ def test_products_leave_nothing_behind(problem):
         op.matvec(v)
     assert live_tensors() == before
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_trace_summary_names_the_hutchpp_sketched_part():
+    from landscape import TraceEstimate
+
+    common = dict(value=7.0, stderr=0.1, samples=np.ones(3), matvecs=30, dim=100, converged=True)
+    plus = TraceEstimate(method="hutch++", exact=6.1, **common)
+    assert plus.summary()["sketched_part"] == "6.1" and "exact" not in repr(plus)
+    assert "sketched_part" not in repr(TraceEstimate(method="hutchinson", **common))

@@ -76,3 +76,19 @@ def test_printed_accuracies_match_the_run_folder(executed) -> None:
     folder = re.search(r"Run\('([^']+)'", stream).group(1)
     stored = [round(m["test_accuracy"], 3) for m in fl.load_run(folder).metrics]
     assert printed == stored and len(stored) == 4  # rounds 0..3
+
+
+def test_no_warning_reaches_the_reader(executed) -> None:
+    """Nothing on stderr: no TqdmWarning about a missing notebook widget, no other warning."""
+    stderr = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code" for o in c.outputs
+                     if o.output_type == "stream" and o.get("name") == "stderr")
+    assert "Warning" not in stderr, stderr[:500]
+
+
+def test_verdicts_on_short_runs_carry_the_caveat() -> None:
+    """A verdict on the tour's 3-round models is preceded by the warning that they are not converged."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    run_cell = next(c.source for c in nb.cells if c.source.startswith("out = Path"))
+    rounds = int(re.search(r"rounds=(\d+)", run_cell).group(1))
+    claims = next(c.source for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## 5. Claims"))
+    assert f"trained for {rounds} rounds only" in claims and "`docs/claims.md`" in claims

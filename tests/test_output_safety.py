@@ -202,3 +202,13 @@ def test_cli_figures_to_a_read_only_out_folder_fail_in_one_line(checkpoints, tmp
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert lines[0].startswith(f"landscape: error: {out}") and "read-only" in lines[0]
+
+
+def test_default_output_folders_are_ignored_by_git():
+    """What the CLI, the examples, the demo and fl write by default never shows up as untracked files."""
+    from landscape_cli.output import OutputOptions
+
+    root = Path(__file__).resolve().parents[1]
+    ignored = set((root / ".gitignore").read_text().split())
+    defaults = {OutputOptions().out, "examples_out", "report", "runs"}
+    assert {f"{d}/" for d in defaults} <= ignored

@@ -18,6 +18,7 @@ from torch import nn
 from landscape import ConfigError, ParameterSpace
 
 from ..evaluation.batches import first_inputs
+from ..evaluation.evaluator import Evaluator
 from .graph import PermutationSpec, discover
 from .matchers import MATCHERS
 from .permute import apply_permutation, permute_state, with_aliases
@@ -151,6 +152,41 @@ def example_input(template: nn.Module, data: Any = None, input_shape: Sequence[i
     raise ConfigError(f"cannot guess the input shape of {type(template).__name__}: pass data= or input_shape=")
 
 
+def architecture(models: Sequence[Any], template: nn.Module | None, data: Any) -> nn.Module:
+    """The module whose architecture the models share: ``template``, a model, or the evaluator's.
+
+    Parameters
+    ----------
+    models : Sequence[Any]
+        Model-likes (modules, state dicts, checkpoint paths); the first module among them is used.
+    template : torch.nn.Module, optional
+        The architecture, given explicitly.
+    data : Any
+        An :class:`~landscape.Evaluator` supplies its model's architecture (as for :func:`landscape.interpolate`).
+
+    Returns
+    -------
+    torch.nn.Module
+
+    Raises
+    ------
+    ConfigError
+        If no architecture is known (every model is a state dict or a checkpoint path).
+    """
+    found = template or next((m for m in models if isinstance(m, nn.Module)), None)
+    if found is None and isinstance(data, Evaluator):
+        found = data.module
+    if found is None:
+        raise ConfigError("checkpoints and state dicts carry no architecture: pass template=<a module of it> or "
+                          "data=<an Evaluator of it>")
+    return found
+
+
+def alignment_data(data: Any) -> Any:
+    """The data alignment traces and matches activations on: an evaluator's batches, or ``data`` itself."""
+    return data.batches if isinstance(data, Evaluator) else data
+
+
 def match(model: Any, *, to: Any, data: Any = None, method: str = "weight", seed: int = 0,
           template: nn.Module | None = None, input_shape: Sequence[int] | None = None, strict: bool = True,
           max_sweeps: int = 100, samples: int = 1024, spec: PermutationSpec | None = None) -> Alignment:
@@ -161,7 +197,8 @@ def match(model: Any, *, to: Any, data: Any = None, method: str = "weight", seed
     model, to : model-like
         Model-likes (module, state_dict, checkpoint path) of one architecture.
     data : data, optional
-        Inputs for activation matching (its first ``samples`` inputs) and for tracing.
+        Inputs for activation matching (its first ``samples`` inputs) and for tracing; an
+        :class:`~landscape.Evaluator` gives its data and, for checkpoint paths, the architecture.
     method : str
         ``"weight"`` (Git Re-Basin Alg. 1) or ``"activation"`` (section 3.1, needs data).
     seed : int
@@ -194,9 +231,8 @@ def match(model: Any, *, to: Any, data: Any = None, method: str = "weight", seed
     matcher = MATCHERS.get(method)
     if matcher.needs_data and data is None:
         raise ConfigError("activation matching compares activations on data: pass data=")
-    template = template or next((m for m in (model, to) if isinstance(m, nn.Module)), None)
-    if template is None:
-        raise ConfigError("neither model nor to is an nn.Module: pass template= (the architecture)")
+    template = architecture((model, to), template, data)
+    data = alignment_data(data)
     start = time.perf_counter()
     mod_b, mod_a = as_module(model, template), as_module(to, template)
     if spec is None:
@@ -253,7 +289,7 @@ def align(model: Any, *, to: Any, data: Any = None, method: str = "weight", seed
     >>> all(torch.equal(p, q) for p, q in zip(aligned.parameters(), a.parameters()))
     True
     """
-    template = options.get("template") or next((m for m in (model, to) if isinstance(m, nn.Module)), None)
+    template = architecture((model, to), options.get("template"), data)
     found = match(model, to=to, data=data, method=method, seed=seed, **options)
     return found.apply(as_module(model, template))
 
@@ -293,10 +329,8 @@ def align_group(models: Sequence[Any], *, to: Any = None, data: Any = None, meth
     """
     if len(models) < 2 and to is None:
         raise ConfigError("aligning a group to itself needs at least two models")
-    template = options.pop("template", None) or next(
-        (m for m in [*models, to] if isinstance(m, nn.Module)), None)
-    if template is None:
-        raise ConfigError("no model is an nn.Module: pass template= (the architecture)")
+    template = architecture([*models, to], options.pop("template", None), data)
+    data = alignment_data(data)
     mods = [as_module(m, template) for m in models]
     spec = options.pop("spec", None) or discover(
         template, example_input(template, data, options.pop("input_shape", None)),

@@ -40,7 +40,7 @@ from .batchnorm import BatchNormModes
 from .chunk_runner import ChunkRunner
 from .class_major_scoring import ClassMetrics
 from .data import DeviceData, check_targets, prepare_data
-from .inputs import BatchFn, ModelInputs, describe, functional_forward, leading
+from .inputs import BatchFn, ModelInputs, describe, flat_hint, functional_forward, leading
 from .losses import loss_identity
 from .memory import activation_bytes, default_budget, fitting_chunk
 from .options import EvaluatorOptions
@@ -223,8 +223,9 @@ class Evaluator:
             with torch.no_grad():
                 raw = functional_forward(self.module, {**self.fixed, **template}, leading(x, 2))
         except Exception as exc:  # any shape error of the user's model
-            raise DataError(f"the model cannot be applied to inputs of {describe(x)}: "
-                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+            hint = flat_hint(lambda z: functional_forward(self.module, {**self.fixed, **template}, z), leading(x, 2))
+            raise DataError(f"the model cannot be applied to inputs of {describe(x)}: {type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else ''}{hint}") from None
         out = select_output(raw, self.options.output)
         for _, yb in self.batches:
             check_targets(out, yb, self.loss_name)

@@ -175,6 +175,34 @@ def describe(inputs: ModelInputs) -> str:
     return ", ".join(f"{name} {tuple(t.shape[1:])}" for name, t in tensors(inputs))
 
 
+def flat_hint(forward: Callable[[torch.Tensor], Any], inputs: ModelInputs) -> str:
+    """A hint for a model that refused multi-axis inputs but accepts them flattened, else ``""``.
+
+    Parameters
+    ----------
+    forward
+        The model's forward on a batch of inputs.
+    inputs
+        The batch the model refused.
+
+    Returns
+    -------
+    str
+        e.g. ``"; it accepts them flattened to shape (64,): pass inputs.reshape(len(inputs), -1)
+        (on the command line: --flatten)"``.
+    """
+    if not isinstance(inputs, torch.Tensor) or inputs.ndim <= 2:
+        return ""
+    flat = inputs.reshape(len(inputs), -1)
+    try:
+        with torch.no_grad():
+            forward(flat)
+    except Exception:  # the flat form does not fit either: no hint
+        return ""
+    return (f"; it accepts them flattened to shape ({flat.shape[1]},): pass inputs.reshape(len(inputs), -1) "
+            "(on the command line: --flatten)")
+
+
 def call_model(module: nn.Module, inputs: ModelInputs) -> Any:
     """``module`` applied to the model inputs (a dict as keyword arguments, a tuple as positional ones).
 

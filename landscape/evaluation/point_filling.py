@@ -34,9 +34,9 @@ def progress_bar(total: int, label: str, show: bool | None) -> Any:
     """
     if not (show if show is not None else sys.stderr.isatty()) or total < 2:
         return None
-    from tqdm.auto import tqdm
+    from ..infra.progress import progress_bar
 
-    return tqdm(total=total, desc=label, unit="pt", leave=False)
+    return progress_bar(total=total, desc=label, unit="pt", leave=False)
 
 
 def contiguous_run(todo: np.ndarray, pos: int, size: int) -> int:

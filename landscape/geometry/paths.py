@@ -6,6 +6,7 @@ and sign conventions are in ``docs/barriers.md``.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -163,10 +164,33 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *, alphas: Alp
     search: dict = {}
     if grid is None:
         grid, loss, acc, search = adaptive_search(evaluate, tol)
+        warn_unresolvable(search, evaluator.num_targets)
     else:
         loss, acc = evaluate(grid)
     warn_nonfinite("path", loss, [f"alpha={a:g}" for a in grid])
     return PathResult(alphas=grid, loss=loss, accuracy=acc, search=search, spec=spec)
+
+
+def warn_unresolvable(search: dict, targets: int) -> None:
+    """Warn when an adaptive search stopped on alpha because ``tol`` is finer than the accuracy's step.
+
+    The accuracy on ``targets`` samples moves in steps of ``1 / targets``: an accuracy barrier
+    (FedGuCci Eq. 4) is not known more finely than that, and a tolerance below the step makes the
+    search split intervals down to its resolution on alpha and end with ``converged=False``.
+
+    Parameters
+    ----------
+    search : dict
+        The search record of :func:`~landscape.geometry.adaptive.adaptive_search`.
+    targets : int
+        Number of targets the accuracy counts.
+    """
+    step = 1.0 / targets
+    if search["stopped"] == "min_width" and search["accuracy_gap"] > search["tol"] and search["tol"] < step:
+        warnings.warn(f"the adaptive search stopped at its resolution on alpha with the accuracy barrier's bound "
+                      f"{search['accuracy_gap']:.2g} above tol={search['tol']:g}: the accuracy on {targets} "
+                      f"targets moves in steps of 1/{targets} = {step:.2g}; pass tol >= {step:.2g} or more data",
+                      UserWarning, stacklevel=3)
 
 
 def barrier_matrix(models: Sequence[ModelLike], evaluator: Evaluator, *, alphas: AlphasLike = 11,

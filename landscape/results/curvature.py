@@ -130,6 +130,23 @@ class TraceEstimate(Result):
         """``|stderr / value|`` (inf for a zero estimate)."""
         return abs(self.stderr / self.value) if self.value != 0 else float("inf")
 
+    def summary(self) -> dict[str, str]:
+        """The numbers of :meth:`Result.summary`, with Hutch++'s sketched part named for what it is.
+
+        ``exact`` is the trace on the sketched subspace only, not ``tr H``: it is shown as
+        ``sketched_part`` for Hutch++ and left out for Hutchinson (where it is 0).
+
+        Returns
+        -------
+        dict
+            name -> formatted value.
+        """
+        out = super().summary()
+        sketched = out.pop("exact")
+        if self.method == "hutch++":
+            out["sketched_part"] = sketched
+        return out
+
 
 @register
 @dataclass(frozen=True, eq=False)

@@ -283,7 +283,7 @@ def check_save_path(path: str | os.PathLike) -> Path:
     return path
 
 
-def save_state_dict(state: Mapping[str, torch.Tensor], path: str | os.PathLike) -> Path:
+def save_state_dict(state: Mapping[str, torch.Tensor] | torch.nn.Module, path: str | os.PathLike) -> Path:
     """Write a state_dict atomically (temporary file, fsync, rename).
 
     The format follows the suffix: ``.safetensors`` (default for the FL engine; with the
@@ -295,7 +295,7 @@ def save_state_dict(state: Mapping[str, torch.Tensor], path: str | os.PathLike) 
     Parameters
     ----------
     state
-        The state_dict to save (copied to CPU, contiguous).
+        The state_dict to save (copied to CPU, contiguous), or a module (its ``state_dict()``).
     path
         Destination; its suffix picks the format.
 
@@ -307,11 +307,16 @@ def save_state_dict(state: Mapping[str, torch.Tensor], path: str | os.PathLike) 
     Raises
     ------
     ConfigError
-        If the suffix is not one of :data:`SAVE_SUFFIXES` (nothing is written).
+        If the suffix is not one of :data:`SAVE_SUFFIXES`, or ``state`` is neither a mapping of
+        tensors nor a module (nothing is written).
     FileWriteError
         If the file cannot be written (full disk, read-only location, a link in the way).
     """
     path = check_save_path(path)
+    if isinstance(state, torch.nn.Module):
+        state = state.state_dict()
+    if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConfigError(f"save_state_dict saves a module or a mapping of names to tensors, got {type(state).__name__}")
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
     if path.suffix == ".safetensors":
         from safetensors.torch import save

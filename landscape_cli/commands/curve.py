@@ -72,7 +72,7 @@ def training_data(ctx: Context, args: argparse.Namespace) -> Any:
         With ``--module`` and a data file but no ``--train-data``.
     """
     if args.train_data:
-        data = datafiles.load_data(args.train_data, split="train", root=args.data_root)
+        data = datafiles.load_data(args.train_data, split="train", root=args.data_root, flatten=args.flatten)
         check_labels(data[1], args.loss, f"--train-data {args.train_data}")
         return data
     if ctx.run is not None:
@@ -80,7 +80,7 @@ def training_data(ctx: Context, args: argparse.Namespace) -> Any:
     if datafiles.is_file_spec(args.data):
         raise ConfigError("--train-data is needed when --data is a file (the curve is trained on other data "
                           "than it is measured on)")
-    return datafiles.load_data(args.data, split="train", root=args.data_root)
+    return datafiles.load_data(args.data, split="train", root=args.data_root, flatten=args.flatten)
 
 
 def run(args: argparse.Namespace) -> int:
