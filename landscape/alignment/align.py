@@ -183,7 +183,18 @@ def architecture(models: Sequence[Any], template: nn.Module | None, data: Any) -
 
 
 def alignment_data(data: Any) -> Any:
-    """The data alignment traces and matches activations on: an evaluator's batches, or ``data`` itself."""
+    """The data alignment traces and matches activations on.
+
+    Parameters
+    ----------
+    data : Any
+        An :class:`~landscape.Evaluator`, data in any form :func:`match` takes, or None.
+
+    Returns
+    -------
+    Any
+        The evaluator's batches, or ``data`` itself.
+    """
     return data.batches if isinstance(data, Evaluator) else data
 
 

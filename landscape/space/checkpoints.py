@@ -316,7 +316,8 @@ def save_state_dict(state: Mapping[str, torch.Tensor] | torch.nn.Module, path: s
     if isinstance(state, torch.nn.Module):
         state = state.state_dict()
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ConfigError(f"save_state_dict saves a module or a mapping of names to tensors, got {type(state).__name__}")
+        raise ConfigError(f"save_state_dict saves a module or a mapping of names to tensors, got "
+                          f"{type(state).__name__}")
     tensors = {k: v.detach().cpu().contiguous().clone() for k, v in state.items()}
     if path.suffix == ".safetensors":
         from safetensors.torch import save
