@@ -6,8 +6,8 @@ store every round's checkpoints for analysis.
 >>> run = fl.run("fedavg", dataset="digits", clients=10, rounds=20, out="runs/fedavg")
 >>> run.metrics[-1]["test_accuracy"], run.global_state(), run.client_states(5)
 
-Layout: ``api`` (``fl.run``), ``config`` (``RunConfig``: every setting, typed) and
-``options`` (typed option machinery), ``resolve`` (recipe, defaults and options -> stored
+Layout: ``api`` (``fl.run``), ``config`` (``RunConfig``: every setting, typed, on the option
+machinery of ``landscape.infra.options``), ``resolve (recipe, defaults and options -> stored
 configuration), ``rundir``/``store`` (the run folder), ``template`` (the model), ``initial``
 (the initial model from ``init=`` weights), ``pretrain`` (``fl.pretrain``: central
 pretraining on data disjoint from the federation's), ``reader`` (``Run``),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .algorithms.averaging import sample_weighted_average
 from .algorithms.contexts import ClientUpdate

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from torch import nn
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .api import open_run
 from .config import volatile_keys

@@ -17,8 +17,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from landscape import LandscapeError
 from landscape.infra.commandline import internal_error
+from landscape.infra.errors import LandscapeError
 from landscape.infra.flags import add_option_flags, json_value
 from landscape.infra.options import Options, option
 

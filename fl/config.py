@@ -29,7 +29,7 @@ import json
 import math
 from typing import Any, Literal, Mapping
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 from landscape.infra.options import Options, check_value, did_you_mean, option
 
 from .partition import METHODS

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 
 #: Share of the run whose slope decides (the last 10% of rounds).
 WINDOW_FRACTION = 0.1

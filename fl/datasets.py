@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from landscape import ConfigError, DataError
+from landscape.infra.errors import ConfigError, DataError
 from landscape.infra.options import did_you_mean
 
 from .array_datasets import array_file, read_array_file

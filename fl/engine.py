@@ -25,8 +25,8 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from landscape import ConfigError
 from landscape.infra.devices import reproducible
+from landscape.infra.errors import ConfigError
 
 from .algorithms.base import Algorithm, ClientUpdate, EvalContext, LocalContext, RoundContext, State
 from .config import BACKENDS

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from landscape import DataError
+from landscape.infra.errors import DataError
 
 from .outputs import logits_of
 

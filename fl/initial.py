@@ -18,7 +18,7 @@ from typing import Any, Mapping, MutableMapping, Sequence
 import torch
 from torch import nn
 
-from landscape import ArchitectureMismatchError, CheckpointError, LandscapeError, NonFiniteWeightsError
+from landscape.infra.errors import ArchitectureMismatchError, CheckpointError, LandscapeError, NonFiniteWeightsError
 from landscape.space.checkpoints import load_state_dict
 
 from .reader import Run

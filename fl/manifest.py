@@ -34,7 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from landscape import CheckpointError
+from landscape.infra.errors import CheckpointError
 from landscape.infra.files import write_json
 from landscape.infra.reading import load_json, read_file
 from landscape.space.checkpoints import DIGEST_KEY, stored_digest

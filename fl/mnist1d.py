@@ -39,7 +39,7 @@ from typing import Mapping
 
 import numpy as np
 
-from landscape import DataError, LandscapeError
+from landscape.infra.errors import DataError, LandscapeError
 from landscape.infra.files import write_atomic
 
 #: Keys of the cached arrays, in digest order.

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .datasets import canonical_name, unknown_dataset
 

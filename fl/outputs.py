@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from torch import Tensor
 
-from landscape import DataError
+from landscape.infra.errors import DataError
 
 
 def logits_of(output: Any) -> Tensor:

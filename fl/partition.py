@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 
 METHODS = ("iid", "dirichlet", "inner_dirichlet", "shards", "mcmahan_shards", "fold")
 

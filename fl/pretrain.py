@@ -31,8 +31,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from landscape import ConfigError, FileWriteError, TrainingDivergedError
 from landscape.infra.devices import resolve_device
+from landscape.infra.errors import ConfigError, FileWriteError, TrainingDivergedError
 from landscape.infra.options import Options, option
 from landscape.space.checkpoints import check_save_path, save_state_dict
 

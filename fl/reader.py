@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from landscape import CheckpointError, ConfigError
+from landscape.infra.errors import CheckpointError, ConfigError
 
 from .config import check_stored_config
 from .convergence import Convergence, assess

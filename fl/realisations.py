@@ -19,8 +19,8 @@ from pathlib import Path
 
 from torch.utils.data import TensorDataset
 
-from landscape import ConfigError
 from landscape.infra.devices import resolve_device
+from landscape.infra.errors import ConfigError
 from landscape.space.checkpoints import load_state_dict, save_state_dict
 
 from .algorithms.base import Algorithm, LocalContext, State, make_generator

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from torch import nn
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 from landscape.infra.options import did_you_mean
 
 from . import algorithms

@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from landscape import CheckpointError
+from landscape.infra.errors import CheckpointError
 
 CLIENT_FILE = re.compile(r"client_(\d{5})\.safetensors")
 _NONNEG = ("test_loss", "train_loss", "local_loss", "personal_loss")

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from landscape import CheckpointError, ConfigError
+from landscape.infra.errors import CheckpointError, ConfigError
 
 from .algorithms.seeds import derive_seed
 from .config import check_stored_config, config_differences

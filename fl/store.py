@@ -40,7 +40,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import torch
 
-from landscape import CheckpointError, ConfigError, LandscapeError, NonFiniteWeightsError
+from landscape.infra.errors import CheckpointError, ConfigError, LandscapeError, NonFiniteWeightsError
 from landscape.infra.files import exclusive_lock, is_temporary, write_atomic
 from landscape.infra.reading import load_json, open_file, read_file
 from landscape.infra.write_failures import write_error

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from landscape import ConfigError, DataError
+from landscape.infra.errors import ConfigError, DataError
 
 
 def build_template(config: Mapping[str, Any], model: Any = None) -> nn.Module:

@@ -5,6 +5,8 @@
 * ``fl`` uses only the core's infrastructure layer and parameter utilities (``landscape.infra``,
   ``landscape.space``), so ``import fl`` does not load the analysis core;
 * ``figures`` uses the core's results, claims and infrastructure, never the engine;
+* inside the core and in ``fl``, names are imported from the modules that define them, never
+  through the facade (``from landscape import ConfigError`` is for users);
 * the core's subpackages are layers, ``LAYERS`` from the bottom up: a subpackage imports only
   its own layer and those below it, counting imports inside functions and imports through the
   package facade (``from landscape import interpolate`` is an import of ``landscape.geometry.paths``);
@@ -156,6 +158,27 @@ def test_a_planted_facade_import_of_a_higher_layer_is_caught():
     planted = {**GRAPH, "landscape.results.base": [*GRAPH["landscape.results.base"], ("landscape", ["interpolate"], 1)]}
     assert layer_violations(planted) == ["landscape.results.base:1 imports landscape.geometry.paths "
                                          "(results < geometry)"]
+
+
+def facade_imports(graph: dict[str, list[tuple[str, list[str], int]]]) -> list[str]:
+    """Imports through the ``landscape`` facade inside the core (below the facade) and in ``fl``."""
+    return [f"{m}:{line} imports {', '.join(names) or 'landscape'} through the facade"
+            for m, imports in graph.items() if m != "landscape" and m.split(".")[0] in ("landscape", "fl")
+            for target, names, line in imports if target == "landscape"]
+
+
+def test_the_core_and_fl_import_from_the_defining_modules_not_the_facade():
+    bad = facade_imports(GRAPH)
+    assert not bad, bad
+
+
+def test_a_planted_facade_import_inside_the_package_is_caught():
+    planted = {**GRAPH, "landscape.connectivity.curves": [*GRAPH["landscape.connectivity.curves"],
+                                                          ("landscape", ["ConfigError"], 3)],
+               "fl.engine": [*GRAPH["fl.engine"], ("landscape", [], 5)]}
+    assert sorted(facade_imports(planted)) == [
+        "fl.engine:5 imports landscape through the facade",
+        "landscape.connectivity.curves:3 imports ConfigError through the facade"]
 
 
 def test_importing_figures_does_not_load_the_evaluator():

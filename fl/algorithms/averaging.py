@@ -10,7 +10,7 @@ from typing import Collection, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 
 from .contexts import ClientUpdate, State
 

@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 from landscape.infra.options import Options, option
 
 from .base import (

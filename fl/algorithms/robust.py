@@ -42,7 +42,7 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 
 from ..config import AggregatorOptions, check_aggregator, check_krum
 from .averaging import sample_weighted_average, weighted_average

@@ -11,7 +11,7 @@ import hashlib
 import numpy as np
 import torch
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 
 
 def derive_seed(*keys: int | str) -> int:

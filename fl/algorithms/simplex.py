@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 
 SUBREGION_SAMPLERS = ("exact", "reference")
 Z_GRID = (1e-4, 1.0, 1000)  # FLOCO's simplex scales z (reference implementation)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from landscape import ConfigError
+from landscape.infra.errors import ConfigError
 
 from ..datasets import load_dataset
 from ..evaluation import evaluate

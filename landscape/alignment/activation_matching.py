@@ -14,9 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from landscape import ConfigError
-
 from ..evaluation.batches import first_inputs
+from ..infra.errors import ConfigError
 from .graph import Member, PermutationSpec, trace, unique_state
 from .matchers import MATCHERS, Matcher
 from .permute import unit_view

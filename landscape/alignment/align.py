@@ -15,10 +15,10 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from landscape import ConfigError, ParameterSpace
-
 from ..evaluation.batches import first_inputs
 from ..evaluation.evaluator import Evaluator
+from ..infra.errors import ConfigError
+from ..space.params import ParameterSpace
 from .graph import PermutationSpec, discover
 from .matchers import MATCHERS
 from .permute import apply_permutation, permute_state, with_aliases

@@ -13,8 +13,7 @@ from typing import Mapping, Sequence
 import torch
 from torch import nn
 
-from landscape import ConfigError
-
+from ..infra.errors import ConfigError
 from .graph import Group, Member, PermutationSpec
 
 Permutations = Sequence[torch.Tensor]

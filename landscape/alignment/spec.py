@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from landscape import ConfigError
+from ..infra.errors import ConfigError
 
 
 class PermutationError(ConfigError):

@@ -15,11 +15,13 @@ from typing import Any
 import numpy as np
 import torch
 
-import landscape
-from landscape import ConfigError, Evaluator, PlaneResult, TrainingDivergedError
-
+from ..evaluation.evaluator import Evaluator
+from ..geometry.paths import interpolate
+from ..geometry.planes import plane
+from ..infra.errors import ConfigError, TrainingDivergedError
 from ..results.connectivity import CurveResult
 from ..results.curve_shapes import KINDS, coefficients
+from ..results.geometry import PlaneResult
 from ..space.points import PointSet
 from ..space.subsets import ParamsLike, recorded_subspace, restrict_models
 from .trainer import train_knots
@@ -98,7 +100,7 @@ def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_d
         base[sub.index] = 0.0
         curve_loss, curve_accuracy = evaluator.evaluate_points(PointSet(base, trained, c, sub.index), reference=va,
                                                                label="curve")
-    line = landscape.interpolate(va, vb, evaluator, alphas=t, params=params)
+    line = interpolate(va, vb, evaluator, alphas=t, params=params)
     if np.isfinite(line.loss).all() and not np.isfinite(curve_loss).all():
         raise TrainingDivergedError("curve training", max(epochs - 1, 0), ["loss on the trained curve"],
                                     {"lr": lr, "momentum": momentum, "weight_decay": weight_decay})
@@ -147,5 +149,5 @@ def curve_plane(result: CurveResult, evaluator: Evaluator, *, resolution: int = 
                               "that subset only; pass reference=<model a> for the rest of the model")
         sub = recorded_subspace(evaluator.space, subset, "this curve")
         knots, params = sub.embed(knots, evaluator.vector(reference)), subset["params"]
-    return landscape.plane(knots[0], knots[-1], knots[1], evaluator, resolution=resolution, margin=margin,
+    return plane(knots[0], knots[-1], knots[1], evaluator, resolution=resolution, margin=margin,
                            labels=("a", "b", "bend"), params=params)

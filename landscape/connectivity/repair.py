@@ -22,10 +22,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from landscape import ConfigError, Evaluator, PathResult
-
 from ..evaluation.batches import first_inputs
+from ..evaluation.evaluator import Evaluator
+from ..infra.errors import ConfigError
 from ..infra.registry import Registry
+from ..results.geometry import PathResult
 
 #: REPAIR methods by name: ``layers(model, x) -> names`` of the layers whose output channels get
 #: the interpolated statistics (BatchNorm layers are reset by every method). A method is one

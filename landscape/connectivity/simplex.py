@@ -17,8 +17,8 @@ from typing import Any, Sequence
 
 import torch
 
-from landscape import ConfigError, Evaluator
-
+from ..evaluation.evaluator import Evaluator
+from ..infra.errors import ConfigError
 from ..results.connectivity import SimplexResult
 from .trainer import train_knots
 

@@ -18,13 +18,13 @@ from typing import Any, Callable
 
 import torch
 
-from landscape import ConfigError, Evaluator, TrainingDivergedError
-from landscape.evaluation.data import check_targets
-
 from ..evaluation.batches import all_pairs, minibatches
+from ..evaluation.data import check_targets
+from ..evaluation.evaluator import Evaluator
 from ..evaluation.inputs import functional_forward, map_tensors
 from ..evaluation.losses import resolve_loss
 from ..evaluation.scoring import select_output
+from ..infra.errors import ConfigError, TrainingDivergedError
 from ..space.subsets import Subspace
 
 Sampler = Callable[[torch.Generator], torch.Tensor]
