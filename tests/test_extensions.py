@@ -207,6 +207,14 @@ def test_a_command_file_is_found_by_the_parser(plugin, capsys) -> None:
 
     assert main(["hello-test", "--name", "registry"]) == 0
     assert capsys.readouterr().out == "hello registry\n"
+    # the docs site's Command line page is generated at build time: it lists the command, no committed file changes
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cli_help_ext", Path(__file__).resolve().parents[1] / "scripts"
+                                                  / "cli_help.py")
+    cli_help = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli_help)
+    assert "## `landscape hello-test`" in cli_help.render()
 
 
 def test_registry_rules_and_messages() -> None:

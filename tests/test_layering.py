@@ -14,13 +14,15 @@
 * the project's modules form no import cycle (facade imports resolved; imports only needed for
   type checking excluded);
 * no module imports another module's private (underscore) name;
-* no module is much longer than one sitting's reading (420 lines).
+* a module longer than one sitting's reading (420 lines) is reported with a warning, one longer
+  than 700 lines fails.
 """
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("landscape", "fl", "figures", "landscape_cli")
 MAX_LINES = 420
+#: Beyond this no module is one concept.
+HARD_MAX_LINES = 700
 
 
 def _module_name(path: Path) -> str:
@@ -220,5 +224,14 @@ def test_no_module_imports_a_private_name_of_another():
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_modules_are_short_enough_to_read_in_one_sitting(module):
+    """Above ``MAX_LINES`` a warning asks whether the module holds two concepts; above ``HARD_MAX_LINES`` it fails.
+
+    Modules are split where their concepts part, not to meet a number: a module a little over the
+    reading length that holds one concept stays whole, and the warning says so in the test report.
+    """
     lines = len(MODULES[module].read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_LINES, f"{MODULES[module].relative_to(ROOT)} has {lines} lines"
+    where = MODULES[module].relative_to(ROOT)
+    assert lines <= HARD_MAX_LINES, f"{where} has {lines} lines: split it where its concepts part"
+    if lines > MAX_LINES:
+        warnings.warn(f"{where} has {lines} lines (more than one sitting's {MAX_LINES}): split it if it holds "
+                      "two concepts", UserWarning, stacklevel=1)

@@ -11,7 +11,7 @@ these declarations come:
 * the command-line flags with their help, range, source, choices and checks
   (:func:`landscape.infra.flags.add_option_flags`, the one generator: ``fl-run`` and every
   ``landscape`` command);
-* the option tables of ``docs/api.md`` (``scripts/option_tables.py``);
+* the option tables of ``docs/api.md`` (``scripts/option_tables.py``, when the docs site is built);
 * the configuration digest (``fl.config.config_digest``: fields marked ``volatile`` are left
   out).
 
