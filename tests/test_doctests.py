@@ -9,7 +9,8 @@ import pytest
 MODULES = ("landscape.claims.statistics", "fl.convergence", "fl.algorithms.proximal", "landscape.infra.registry",
            "landscape.curvature.at_point", "landscape.curvature.functions", "landscape.geometry.paths",
            "landscape.geometry.planes", "landscape.results.barriers", "landscape.alignment.align",
-           "landscape.space.tensor_spec", "fl.algorithms.fedgucci", "fl.algorithms.robust", "fl.update_checks")
+           "landscape.space.tensor_spec", "fl.algorithms.fedgucci", "fl.algorithms.robust", "fl.update_checks",
+           "landscape.curvature.trace")
 
 
 @pytest.mark.parametrize("name", MODULES)

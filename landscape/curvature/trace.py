@@ -12,6 +12,25 @@ A new estimator is a function here (or in a new module of this package), decorat
 
 Both stop once ``stderr <= tol * |estimate|`` (after ``min_samples`` samples) or when the
 budget of ``max_iter`` matvecs is spent.
+
+Examples
+--------
+A 50 x 50 operator whose trace (1548) is dominated by two large eigenvalues: Hutchinson's
+variance is ``2 ||A||_F^2`` off the diagonal, so 60 probes leave it hundreds off; Hutch++
+removes the top of the spectrum with a 10-vector sketch (its exact part, 1508 of the 1548) and
+estimates only the flat remainder, to within one unit after 30 products in all.
+
+>>> import torch
+>>> from landscape.curvature.linear import MatrixOperator
+>>> g = torch.Generator().manual_seed(0)
+>>> q, _ = torch.linalg.qr(torch.randn(50, 50, generator=g, dtype=torch.float64))
+>>> a = MatrixOperator(q @ torch.diag(torch.tensor([1000.0, 500.0] + [1.0] * 48, dtype=torch.float64)) @ q.T)
+>>> plain = hutchinson(a, tol=1e-3, max_iter=60, generator=torch.Generator().manual_seed(1))
+>>> plain.matvecs, abs(plain.value - 1548) > 100, plain.stderr > 100
+(60, True, True)
+>>> plus = hutchpp(a, tol=1e-3, max_iter=60, generator=torch.Generator().manual_seed(1), sketch=10)
+>>> plus.matvecs, round(plus.exact), abs(plus.value - 1548) < 1, plus.stderr < 1
+(30, 1508, True, True)
 """
 from __future__ import annotations
 
