@@ -10,7 +10,7 @@ MODULES = ("landscape.claims.statistics", "fl.convergence", "fl.algorithms.proxi
            "landscape.curvature.at_point", "landscape.curvature.functions", "landscape.geometry.paths",
            "landscape.geometry.planes", "landscape.results.barriers", "landscape.alignment.align",
            "landscape.space.tensor_spec", "fl.algorithms.fedgucci", "fl.algorithms.robust", "fl.update_checks",
-           "landscape.curvature.trace")
+           "landscape.curvature.trace", "landscape.evaluation.evaluator")
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -84,6 +84,17 @@ class Evaluator:
         An invalid option.
     DataError
         The model cannot be applied to the data, or the labels do not fit its outputs.
+
+    Examples
+    --------
+    The mean squared error of ``y = w x`` on ``x = 1, 2, 3`` with ``y = 2x``: zero at ``w = 2``,
+    ``(1 + 4 + 9) / 3`` at ``w = 1``; points are state dicts, modules, checkpoints or flat vectors.
+
+    >>> import torch, landscape
+    >>> x, y = torch.tensor([[1.0], [2.0], [3.0]]), torch.tensor([[2.0], [4.0], [6.0]])
+    >>> ev = landscape.Evaluator(torch.nn.Linear(1, 1, bias=False), (x, y), loss="mse", progress=False)
+    >>> ev.evaluate([{"weight": torch.tensor([[2.0]])}, {"weight": torch.tensor([[1.0]])}]).loss
+    array([0.        , 4.66666667])
     """
 
     def __init__(self, module: nn.Module, data: Any, *, bn_data: Any = None,
