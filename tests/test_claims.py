@@ -271,3 +271,18 @@ def test_verdicts_explain_their_numbers_and_mark_informational_ones(permuted_pai
     assert "ind_acc (info)" in text and "mean accuracy of w1 and w2" in text
     assert "docs/methods/fedgucci.md" in v.reference and "reference/" not in v.reference
     assert set(v.informational) <= set(v.legend)
+
+
+def test_the_margin_is_printed_with_the_rule_that_makes_it(permuted_pair, xor_free_data):
+    """A margin larger than ``threshold - barrier`` (the baseline's allowance) says where it comes from."""
+    w1, w2 = permuted_pair
+    ev = evaluator(w1, xor_free_data)
+    v = transitivity(w1, w1, w1, ev, baseline=(w1, w2), alphas=11, min_reduction=0.5)
+    allowance = max(0.05, 0.5 * v.numbers["baseline_barrier"])
+    assert v.margin == pytest.approx(allowance - v.numbers["barrier_w1_w2"]) and v.margin > 0.05
+    text = str(v)
+    assert "Margin: " in text and "max(threshold, (1 - min_reduction) x baseline_barrier) - barrier_w1_w2" in text
+    assert repr(v).startswith("Verdict(transitivity: holds -- ") and "margin" in repr(v) and "numbers" not in repr(v)
+    rep = replicate(group_connectivity, [([w1, w1],), ([w2, w2],)], evaluator=ev)
+    assert rep.legend["margin"].startswith("mean over the replicates of threshold - group barrier")
+    assert "margin: mean over the replicates" in str(rep)

@@ -168,7 +168,10 @@ def transitivity(w1: ModelLike, w2: ModelLike, anchor: ModelLike, evaluator: Eva
         results={"paths": paths}, reference="FedGuCci Hypothesis 3.1, Table 1; docs/methods/fedgucci.md",
         legend=TRANSITIVITY_LEGEND, informational=("ind_acc", "fused_acc", "baseline_ind_acc", "baseline_fused_acc"),
         margin=None if not premise else float(max(threshold, (1 - min_reduction) * numbers["baseline_barrier"])
-                                              if baseline is not None else threshold) - b12)
+                                              if baseline is not None else threshold) - b12,
+        margin_rule=("max(threshold, (1 - min_reduction) x baseline_barrier) - barrier_w1_w2 (the pair counts as "
+                     "connected below the threshold or min_reduction below the baseline's barrier)"
+                     if baseline is not None else "threshold - barrier_w1_w2"))
 
 
 # ------------------------------------------------------------------ group barrier
@@ -228,7 +231,7 @@ def group_connectivity(models: Sequence[ModelLike], evaluator: Evaluator, *, thr
         legend=GROUP_LEGEND,
         informational=("loss_barrier", "accuracy_barrier", "fused_loss", "fused_accuracy", "mean_member_accuracy",
                        "mean_barrier_by_size"),
-        margin=float(threshold - value))
+        margin=float(threshold - value), margin_rule="threshold - group barrier")
 
 
 # ------------------------------------------------------------------- shared basin
@@ -340,7 +343,8 @@ def shared_basin(client_models: Sequence[ModelLike] | Mapping[str, ModelLike], g
         informational=("components", "basin_size", "clients_on_wall", "global_loss", "min_client_loss",
                        "bottom_loss", "global_distance_to_bottom", "global_loss_gap", "global_off_bottom",
                        "cell_diagonal", "global_distance_to_plane"),
-        margin=float(barrier_threshold - worst) if found.common else None)
+        margin=float(barrier_threshold - worst) if found.common else None,
+        margin_rule="barrier_threshold - max_client_global_barrier")
 
 
 # ------------------------------------------------------------------------ flatness
@@ -399,7 +403,8 @@ def flatter(model_a: ModelLike, model_b: ModelLike, evaluator: Evaluator, *, k: 
         numbers=numbers, thresholds={"margin": margin, "k": k, "tol": tol}, results=results,
         reference="FedGuCci+ (SAM); IMA C15; docs/methods/fedgucci.md",
         legend=FLATNESS_LEGEND, informational=("ratio_a_to_b", "eigenvalues_a", "eigenvalues_b", "converged"),
-        margin=(1.0 - margin) - la / lb if lb > 0 else None)
+        margin=(1.0 - margin) - la / lb if lb > 0 else None,
+        margin_rule="(1 - margin) - lambda_max(a) / lambda_max(b)")
 
 
 __all__ = ["Verdict", "flatter", "group_connectivity", "shared_basin", "transitivity"]

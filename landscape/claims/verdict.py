@@ -55,6 +55,8 @@ class Verdict:
         Signed distance of the deciding quantity from its threshold, positive on the claimed
         side (e.g. ``threshold - barrier``); None when the decision is not one number.
         :func:`replicate` decides on the confidence interval of the margins.
+    margin_rule
+        What ``margin`` is, as a formula of the numbers and thresholds (printed beside it).
     """
 
     kind: str
@@ -69,6 +71,7 @@ class Verdict:
     informational: tuple[str, ...] = ()
     replicates: int = 1
     margin: float | None = None
+    margin_rule: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -113,10 +116,17 @@ class Verdict:
             lines.append(f"Over {self.replicates} replicates: numbers are means, *_std their standard deviations.")
         if self.informational:
             lines.append("(info): reported for context, not part of the verdict.")
+        if self.margin is not None:
+            lines.append(f"Margin: {fmt(self.margin)} = {self.margin_rule or 'distance from the threshold'} "
+                         "(positive on the claimed side; replicate() decides on its interval over seeds)")
         lines += [f"{k}: {v}" for k, v in self.legend.items() if k in self.numbers]
         if self.reference:
             lines.append(f"Reference: {self.reference}")
         return lines
+
+    def __repr__(self) -> str:
+        margin = "" if self.margin is None else f"; margin {fmt(self.margin)} = {self.margin_rule}"
+        return f"Verdict({self.kind}: {self.status} -- {self.reason}{margin})"
 
     def __str__(self) -> str:
         rows = self._rows()
@@ -220,6 +230,11 @@ def replicate(check: Callable[..., Verdict], cases: Sequence[Sequence[Any] | Map
     else:  # no single deciding number (or one applicable replicate): every replicate must agree
         status = "holds" if held == len(applicable) else "fails" if held == 0 else "inconclusive"
         reason = f"holds in {held} of {len(applicable)} applicable replicates ({skipped}); no margin interval"
+    legend = dict(first.legend)
+    if "margin" in numbers:
+        legend["margin"] = (f"mean over the replicates of {first.margin_rule or 'the distance from the threshold'} "
+                            "(positive on the claimed side); margin_low, margin_high: its 95% t-interval")
     return Verdict(kind=first.kind, claim=first.claim, status=status, reason=reason, numbers=numbers,
                    thresholds=first.thresholds, results={"verdicts": verdicts}, reference=first.reference,
-                   legend=first.legend, informational=first.informational, replicates=len(verdicts))
+                   legend=legend, informational=first.informational, replicates=len(verdicts),
+                   margin_rule=first.margin_rule)
