@@ -276,8 +276,8 @@ def test_weights_so_large_that_arithmetic_overflows_are_named(digits):
     (3, "got 3")])
 def test_evaluator_dtype_names_are_accepted_and_others_listed(digits, value, fragment):
     ev = Evaluator(nn.Linear(64, 10), digits, dtype="float64", autocast="bfloat16")
-    assert ev.dtype == torch.float64 and ev.autocast == torch.bfloat16
-    assert Evaluator(nn.Linear(64, 10), digits, dtype="float32", autocast="none").autocast is None
+    assert ev.dtype == torch.float64 and ev.options.autocast == torch.bfloat16
+    assert Evaluator(nn.Linear(64, 10), digits, dtype="float32", autocast="none").options.autocast is None
     with pytest.raises(ConfigError, match=r"dtype must be one of 'float32', 'float64'") as info:
         Evaluator(nn.Linear(64, 10), digits, dtype=value)
     assert fragment in str(info.value)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..curvature.functions import hessian_density, hessian_eigen
-from ..evaluation.evaluator import Evaluator
+from ..evaluation.protocol import PointEvaluator
 from ..geometry.basin import basin
 from ..geometry.groups import group_barrier, group_barrier_by_size
 from ..geometry.paths import interpolate
@@ -85,7 +85,7 @@ def _at_alpha(path: PathResult, values: np.ndarray, alpha: float) -> float:
 
 
 # --------------------------------------------------------------------- transitivity
-def transitivity(w1: ModelLike, w2: ModelLike, anchor: ModelLike, evaluator: Evaluator, *,
+def transitivity(w1: ModelLike, w2: ModelLike, anchor: ModelLike, evaluator: PointEvaluator, *,
                  baseline: tuple[ModelLike, ModelLike] | None = None, threshold: float = DEFAULT_THRESHOLD,
                  min_reduction: float = 0.1, metric: str = "accuracy", alphas: int | Sequence[float] = 21
                  ) -> Verdict:
@@ -175,7 +175,7 @@ def transitivity(w1: ModelLike, w2: ModelLike, anchor: ModelLike, evaluator: Eva
 
 
 # ------------------------------------------------------------------ group barrier
-def group_connectivity(models: Sequence[ModelLike], evaluator: Evaluator, *, threshold: float = DEFAULT_THRESHOLD,
+def group_connectivity(models: Sequence[ModelLike], evaluator: PointEvaluator, *, threshold: float = DEFAULT_THRESHOLD,
                        metric: str = "accuracy", weights: Sequence[float] | None = None, by_size: bool = False,
                        draws: int = 5, seed: int = 0) -> Verdict:
     """FedGuCci Definition 3.6: the group barrier (Eq. 10 accuracy / Eq. 9 loss) is ``<= threshold``.
@@ -236,7 +236,7 @@ def group_connectivity(models: Sequence[ModelLike], evaluator: Evaluator, *, thr
 
 # ------------------------------------------------------------------- shared basin
 def shared_basin(client_models: Sequence[ModelLike] | Mapping[str, ModelLike], global_model: ModelLike,
-                 evaluator: Evaluator, *, plane_kind: str = "clients", plane_clients: Sequence[int] = (0, 1, 2),
+                 evaluator: PointEvaluator, *, plane_kind: str = "clients", plane_clients: Sequence[int] = (0, 1, 2),
                  resolution: int = 21, margin: float = 0.2, level: float | None = None,
                  barrier_threshold: float = DEFAULT_THRESHOLD, metric: str = "loss",
                  alphas: int | Sequence[float] = 11, refine: bool = True) -> Verdict:
@@ -348,7 +348,7 @@ def shared_basin(client_models: Sequence[ModelLike] | Mapping[str, ModelLike], g
 
 
 # ------------------------------------------------------------------------ flatness
-def flatter(model_a: ModelLike, model_b: ModelLike, evaluator: Evaluator, *, k: int = 1, tol: float = 1e-3,
+def flatter(model_a: ModelLike, model_b: ModelLike, evaluator: PointEvaluator, *, k: int = 1, tol: float = 1e-3,
             max_iter: int = 100, seed: int = 0, margin: float = 0.0, density: bool = False,
             density_iterations: int = 50) -> Verdict:
     """Model a is flatter than b: ``lambda_max(a) < (1 - margin) * lambda_max(b)``.

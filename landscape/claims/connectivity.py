@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from ..alignment.align import align_group, as_module, match
 from ..connectivity.curves import curve
 from ..connectivity.repair import repaired_interpolate
-from ..evaluation.evaluator import Evaluator
+from ..evaluation.protocol import PointEvaluator
 from ..geometry.groups import group_barrier
 from ..geometry.paths import interpolate
 from ..infra.errors import ConfigError
@@ -30,7 +30,7 @@ def _barrier(path: Any, metric: str) -> float:
     return path.accuracy_barrier if metric == "accuracy" else path.loss_barrier
 
 
-def connected_modulo_permutation(a: Any, b: Any, evaluator: Evaluator, *, method: str = "weight", data: Any = None,
+def connected_modulo_permutation(a: Any, b: Any, evaluator: PointEvaluator, *, method: str = "weight", data: Any = None,
                                  repair: bool = True, threshold: float = DEFAULT_THRESHOLD, metric: str = "accuracy",
                                  alphas: int | Sequence[float] = 21, seed: int = 0) -> Verdict:
     """Holds when the linear barrier between ``a`` and ``b`` aligned to it is ``<= threshold``.
@@ -39,7 +39,7 @@ def connected_modulo_permutation(a: Any, b: Any, evaluator: Evaluator, *, method
     ----------
     a, b : model-like
         Model-likes of the evaluator's architecture.
-    evaluator : Evaluator
+    evaluator : PointEvaluator
         Measures the paths.
     method : str
         ``"weight"`` or ``"activation"`` matching (:func:`~.align.match`; activation needs data).
@@ -99,7 +99,7 @@ def connected_modulo_permutation(a: Any, b: Any, evaluator: Evaluator, *, method
                              "Jordan et al. 2022 (REPAIR); docs/connectivity.md")
 
 
-def group_connected_modulo_permutation(models: Sequence[Any], evaluator: Evaluator, *, to: Any = None,
+def group_connected_modulo_permutation(models: Sequence[Any], evaluator: PointEvaluator, *, to: Any = None,
                                        threshold: float = DEFAULT_THRESHOLD, metric: str = "accuracy",
                                        seed: int = 0) -> Verdict:
     """Holds when the group barrier of the models, aligned by weight matching, is ``<= threshold``.
@@ -108,7 +108,7 @@ def group_connected_modulo_permutation(models: Sequence[Any], evaluator: Evaluat
     ----------
     models : sequence of model-like
         Model-likes of the evaluator's architecture (at least two).
-    evaluator : Evaluator
+    evaluator : PointEvaluator
         Measures the members and their average.
     to : model-like, optional
         Align every model to this reference (e.g. the global model); ``None``: MergeMany.
@@ -152,7 +152,7 @@ def group_connected_modulo_permutation(models: Sequence[Any], evaluator: Evaluat
                              "docs/connectivity.md")
 
 
-def connected_by_curve(a: Any, b: Any, evaluator: Evaluator, *, train_data: Any, kind: str = "bezier",
+def connected_by_curve(a: Any, b: Any, evaluator: PointEvaluator, *, train_data: Any, kind: str = "bezier",
                        threshold: float = DEFAULT_THRESHOLD, metric: str = "accuracy", **training: Any) -> Verdict:
     """Holds when a learned curve (:func:`~.curves.curve`) joins ``a`` and ``b`` with barrier ``<= threshold``.
 
@@ -160,7 +160,7 @@ def connected_by_curve(a: Any, b: Any, evaluator: Evaluator, *, train_data: Any,
     ----------
     a, b : model-like
         Endpoints.
-    evaluator : Evaluator
+    evaluator : PointEvaluator
         Measures the curve and the line.
     train_data : data
         Data the curve is trained on.

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..evaluation.evaluator import Evaluator
+from ..evaluation.protocol import PointEvaluator
 from ..geometry.paths import interpolate
 from ..geometry.planes import plane
 from ..infra.errors import ConfigError, TrainingDivergedError
@@ -27,7 +27,7 @@ from ..space.subsets import ParamsLike, recorded_subspace, restrict_models
 from .trainer import train_knots
 
 
-def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_data: Any, bends: int = 1,
+def curve(a: Any, b: Any, evaluator: PointEvaluator, *, kind: str = "bezier", train_data: Any, bends: int = 1,
           epochs: int = 20, lr: float = 0.05, momentum: float = 0.9, batch_size: int = 128,
           weight_decay: float = 0.0, points: int = 21, seed: int = 0, params: ParamsLike = None) -> CurveResult:
     """Train a Bezier curve or polygonal chain from ``a`` to ``b`` and measure it.
@@ -36,7 +36,7 @@ def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_d
     ----------
     a, b : model-like
         Model-likes of the evaluator's architecture (the fixed endpoints).
-    evaluator : Evaluator
+    evaluator : PointEvaluator
         Architecture, loss and evaluation data (the curve is measured on its data).
     kind : str
         ``"bezier"`` or ``"polychain"``.
@@ -112,7 +112,7 @@ def curve(a: Any, b: Any, evaluator: Evaluator, *, kind: str = "bezier", train_d
                              **({"params": sub.spec()} if sub is not None else {})})
 
 
-def curve_plane(result: CurveResult, evaluator: Evaluator, *, resolution: int = 21, margin: float = 0.2,
+def curve_plane(result: CurveResult, evaluator: PointEvaluator, *, resolution: int = 21, margin: float = 0.2,
                 reference: Any = None) -> PlaneResult:
     """The plane through the endpoints and the (first) bend, as Garipov et al.'s Figure 1.
 
@@ -120,7 +120,7 @@ def curve_plane(result: CurveResult, evaluator: Evaluator, *, resolution: int = 
     ----------
     result : CurveResult
         A trained curve; its first, second and last knots span the plane.
-    evaluator : Evaluator
+    evaluator : PointEvaluator
         Architecture, loss and evaluation data.
     resolution : int
         Grid points per axis.

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..evaluation.batches import first_inputs
-from ..evaluation.evaluator import Evaluator
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..infra.registry import Registry
 from ..results.geometry import PathResult
@@ -174,7 +174,7 @@ def repair_model(model: nn.Module, targets: dict[str, tuple[torch.Tensor, torch.
     return out
 
 
-def repaired_interpolate(a: Any, b: Any, evaluator: Evaluator, *, data: Any, alphas: int | Sequence[float] = 21,
+def repaired_interpolate(a: Any, b: Any, evaluator: PointEvaluator, *, data: Any, alphas: int | Sequence[float] = 21,
                          method: str = "repair", samples: int = 1024) -> PathResult:
     """Loss and accuracy along ``(1 - alpha) a + alpha b`` with every point repaired.
 
@@ -182,7 +182,7 @@ def repaired_interpolate(a: Any, b: Any, evaluator: Evaluator, *, data: Any, alp
     ----------
     a, b : model-like
         Model-likes of the evaluator's architecture (align ``b`` to ``a`` first).
-    evaluator : Evaluator
+    evaluator : PointEvaluator
         Evaluates the repaired points (use ``bn="interpolate"``: the repaired running
         statistics are part of each point).
     data : data, optional

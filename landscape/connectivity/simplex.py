@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..evaluation.evaluator import Evaluator
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..results.connectivity import SimplexResult
 from .trainer import train_knots
@@ -39,7 +39,7 @@ def _complex_point(n_fixed: int, extra: int, gen: torch.Generator) -> torch.Tens
     return out
 
 
-def simplex(models: Sequence[Any], evaluator: Evaluator, *, train_data: Any, extra: int = 1, epochs: int = 20,
+def simplex(models: Sequence[Any], evaluator: PointEvaluator, *, train_data: Any, extra: int = 1, epochs: int = 20,
             lr: float = 0.05, momentum: float = 0.9, batch_size: int = 128, volume_weight: float = 0.0,
             init_scale: float = 0.01, samples: int = 64, seed: int = 0) -> SimplexResult:
     """Train ``extra`` vertices that make a low-loss simplex with the given models.
@@ -48,7 +48,7 @@ def simplex(models: Sequence[Any], evaluator: Evaluator, *, train_data: Any, ext
     ----------
     models : sequence of model-like
         Fixed vertices (at least one model-like).
-    evaluator : Evaluator
+    evaluator : PointEvaluator
         Architecture, loss and evaluation data.
     train_data : data
         Data the trainable vertices are trained on.

@@ -20,17 +20,15 @@ import torch
 
 from ..evaluation.batches import all_pairs, minibatches
 from ..evaluation.data import check_targets
-from ..evaluation.evaluator import Evaluator
-from ..evaluation.inputs import functional_forward, map_tensors
-from ..evaluation.losses import resolve_loss
-from ..evaluation.scoring import select_output
+from ..evaluation.inputs import map_tensors
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError, TrainingDivergedError
 from ..space.subsets import Subspace
 
 Sampler = Callable[[torch.Generator], torch.Tensor]
 
 
-def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool], sampler: Sampler, data: Any, *,
+def train_knots(evaluator: PointEvaluator, knots: torch.Tensor, trainable: list[bool], sampler: Sampler, data: Any, *,
                 epochs: int, lr: float, momentum: float = 0.9, batch_size: int = 128, weight_decay: float = 0.0,
                 seed: int = 0, regulariser: Callable[[torch.Tensor], torch.Tensor] | None = None,
                 what: str = "training", subset: Subspace | None = None, reference: torch.Tensor | None = None
@@ -39,7 +37,7 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
 
     Parameters
     ----------
-    evaluator : Evaluator
+    evaluator : PointEvaluator
         Gives the architecture, parameter space, loss, device and dtype.
     knots : torch.Tensor
         (m, D) flat vectors, or (m, S) vectors of ``subset``; rows with ``trainable[i]`` False
@@ -92,9 +90,8 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
     x_all, y_all = all_pairs(data, evaluator.batch_fn)
     x_all = map_tensors(x_all, lambda t: t.to(device, dtype if torch.is_floating_point(t) else t.dtype))
     y_all = y_all.to(device)
-    loss_fn = resolve_loss(evaluator.options.loss)
+    loss_fn = evaluator.loss
     module = copy.deepcopy(evaluator.module).train()
-    fixed = {k: v.to(device) for k, v in space.fixed.items()}
     base = knots.to(device, dtype)
     train_idx = [i for i, t in enumerate(trainable) if t]
     free = torch.nn.Parameter(base[train_idx][:, mask].clone())
@@ -119,7 +116,7 @@ def train_knots(evaluator: Evaluator, knots: torch.Tensor, trainable: list[bool]
                              for e in space.entries}
                 else:
                     state = {**{k: v.detach().clone() for k, v in outside.items()}, **subset.unflatten(point)}
-                out = select_output(functional_forward(module, {**fixed, **state}, xb), evaluator.options.output)
+                out = evaluator.forward(state, xb, module=module)
                 if count == 0 and epoch == 0:
                     check_targets(out, y_all, evaluator.loss_name)
                 loss = loss_fn.per_sample(out, yb).sum() / max(loss_fn.count(yb), 1)  # mean over counted targets

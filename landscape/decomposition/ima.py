@@ -34,6 +34,7 @@ from torch import nn
 
 from ..evaluation.data import prepare_data
 from ..evaluation.losses import IGNORE_INDEX
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError, DataError
 from ..results import Decomposition
 from ..space.params import ModelLike
@@ -43,7 +44,7 @@ CHUNK = 2048  # samples per forward pass
 
 # ------------------------------------------------------------------ decomposition
 def decompose(client_models: Sequence[ModelLike | Sequence[ModelLike]], client_data: Sequence[Any],
-              evaluator: Any, *, weights: Sequence[float] | None = None) -> Decomposition:
+              evaluator: PointEvaluator, *, weights: Sequence[float] | None = None) -> Decomposition:
     """IMA Theorem 1 terms for client models ``client_models[k]`` trained on ``client_data[k]``.
 
     ``client_models[k]`` is a model-like or a list of realizations (the same number for every
@@ -91,7 +92,7 @@ def decompose(client_models: Sequence[ModelLike | Sequence[ModelLike]], client_d
     k_clients, s_real = vectors.shape[:2]
     if len(client_data) != k_clients:
         raise ConfigError(f"{k_clients} clients have models but {len(client_data)} have data")
-    loss = evaluator.scorer.loss
+    loss = evaluator.loss
     x, y, member, sizes = _union(client_data, evaluator, loss)
     p = client_weights(weights, sizes)
     fma = torch.einsum("k,ksd->sd", torch.as_tensor(p), vectors)  # (S, D)
@@ -174,7 +175,7 @@ def _counted(loss: Any, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return owner.reshape(-1)[keep], labels[keep]
 
 
-def _softmax(evaluator: Any, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+def _softmax(evaluator: PointEvaluator, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
              loss: Any) -> torch.Tensor:
     """Softmax outputs of the rows of ``D`` (:func:`_counted`) in a batch."""
     out, labels = loss.align(evaluator.forward(params, x), y)
@@ -185,7 +186,7 @@ def _is_single(model: Any) -> bool:
     return isinstance(model, (nn.Module, Mapping, str, torch.Tensor)) or hasattr(model, "__fspath__")
 
 
-def _realizations(client_models: Sequence[Any], evaluator: Any) -> torch.Tensor:
+def _realizations(client_models: Sequence[Any], evaluator: PointEvaluator) -> torch.Tensor:
     """Flat vectors ``(K, S, D)``: each client's model-like or list of realizations."""
     if len(client_models) == 0:
         raise ConfigError("no client models given")
@@ -197,7 +198,7 @@ def _realizations(client_models: Sequence[Any], evaluator: Any) -> torch.Tensor:
     return torch.stack([torch.stack([evaluator.vector(m) for m in r]) for r in per_client])
 
 
-def _union(client_data: Sequence[Any], evaluator: Any, loss: Any
+def _union(client_data: Sequence[Any], evaluator: PointEvaluator, loss: Any
            ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]:
     """Unique samples of all clients (by content), client membership (n, K) and client sizes.
 
@@ -293,7 +294,7 @@ def round_clients(run: Any, round: int = -1) -> tuple[list[Any], list[Mapping[st
     return ids, [states[i] for i in ids], [datasets[i] for i in ids]
 
 
-def decompose_run(run: Any, round: int = -1, evaluator: Any = None, *,
+def decompose_run(run: Any, round: int = -1, evaluator: PointEvaluator | None = None, *,
                   weights: Sequence[float] | None = None) -> Decomposition:
     """:func:`decompose` for the clients of one round of an FL run (single realization each).
 

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..results import AveragingCurve, CKAMatrix
 from ..space.params import ModelLike
 from .ima import client_weights
 
 
-def averaging_curve(client_models: Sequence[ModelLike], evaluator: Any, *,
+def averaging_curve(client_models: Sequence[ModelLike], evaluator: PointEvaluator, *,
                     weights: Sequence[float] | None = None, sizes: Sequence[int] | None = None,
                     subsets: int = 10, seed: int = 0) -> AveragingCurve:
     """Loss and error of weight averages of ``m`` client models, for ``m`` in ``sizes`` (IMA paper Fig. 4).
@@ -118,7 +119,7 @@ def linear_cka(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> fl
     return float(torch.linalg.matrix_norm(a.T @ b) ** 2 / denom) if denom > 0 else float("nan")
 
 
-def cka_matrix(models: Sequence[ModelLike], evaluator: Any, *, outputs: str = "softmax",
+def cka_matrix(models: Sequence[ModelLike], evaluator: PointEvaluator, *, outputs: str = "softmax",
                labels: Sequence[str] | None = None) -> CKAMatrix:
     """Pairwise linear CKA of the models' outputs on the evaluator's data.
 

@@ -149,12 +149,6 @@ class Evaluator:
         """The strategy asked for (``auto``, ``loop`` or ``vmap``)."""
         return self.options.strategy
 
-    def __getattr__(self, name: str) -> Any:
-        """Every :class:`EvaluatorOptions` field (``autocast``, ``compile``, ``n_jobs``, ...) reads as an attribute."""
-        if name != "options" and name in EvaluatorOptions.__dataclass_fields__:
-            return getattr(self.options, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
     @property
     def per_sample_loss(self):
         """The per-sample loss function ``(outputs, targets) -> losses``."""
@@ -208,7 +202,13 @@ class Evaluator:
         return self.runner.measure_strategies(vecs, coeffs)
 
     # ------------------------------------------------------------------ basics
-    def forward(self, params: dict[str, torch.Tensor], x: ModelInputs) -> torch.Tensor:
+    @property
+    def loss(self) -> Any:
+        """The resolved loss: ``per_sample(outputs, targets)`` and ``count(targets)``."""
+        return self.scorer.loss
+
+    def forward(self, params: dict[str, torch.Tensor], x: ModelInputs, *, module: nn.Module | None = None
+                ) -> torch.Tensor:
         """Logits of the template at ``params`` (state_dict-named tensors), eval mode.
 
         Parameters
@@ -218,13 +218,16 @@ class Evaluator:
             such as integer buffers, are filled in).
         x
             A batch of model inputs on the evaluation device (tensor, tuple or dict of tensors).
+        module
+            Another copy of the architecture to run (e.g. one in train mode); default the template.
 
         Returns
         -------
         torch.Tensor
             The logits (selected with ``output`` when the forward returns a container).
         """
-        return select_output(functional_forward(self.module, {**self.fixed, **params}, x), self.options.output)
+        return select_output(functional_forward(self.module if module is None else module,
+                                                {**self.fixed, **params}, x), self.options.output)
 
     def _check_data(self) -> tuple[torch.Tensor | None, ClassMetrics | None]:
         x, _ = self.batches[0]
@@ -240,7 +243,7 @@ class Evaluator:
         out = select_output(raw, self.options.output)
         for _, yb in self.batches:
             check_targets(out, yb, self.loss_name)
-        return scoring_plan(out, self.batches, self.num_samples, self.device, self.loss_name, self.compile,
+        return scoring_plan(out, self.batches, self.num_samples, self.device, self.loss_name, self.options.compile,
                             point_strategies.CONCAT_OUTPUT_BYTES, self.options.metric)
 
     def fingerprint(self) -> dict[str, Any]:
@@ -259,7 +262,7 @@ class Evaluator:
             "bn_data": self.bn_data.fingerprint if self.bn == "recompute" else None,
             "dtype": str(self.dtype), "space": self.space.layout_digest(), "version": ALGORITHM_VERSION,
             "batchnorm_layers": len(self.batchnorm.layers),
-            **({"autocast": str(self.autocast)} if self.autocast is not None else {}),
+            **({"autocast": str(self.options.autocast)} if self.options.autocast is not None else {}),
             **({"metric": self.options.metric} if self.options.metric != "accuracy" else {}),
             **({"output": repr(self.options.output)} if self.options.output is not None else {}),
         }
@@ -336,17 +339,17 @@ class Evaluator:
         tuple of numpy.ndarray
             ``(loss, accuracy)`` per point.
         """
-        if self.backend is not None:
+        if self.options.backend is not None:
             from .sharded import evaluate_points_distributed
 
             return evaluate_points_distributed(self, points, reference=reference, label=label,
-                                               backend=self.backend, n_jobs=self.n_jobs)
+                                               backend=self.options.backend, n_jobs=self.options.n_jobs)
         ref = (reference if reference is not None else points.origin).to(torch.float64)
         ref_dev = ref.to(self.device, self.dtype)
 
         return fill_points(len(points), self.points_key(points, ref), self.cache,
                            lambda todo: self.runner.runs(points, todo, ref_dev, input_shortcut), label=label,
-                           progress=self.progress, on_done=self._count)
+                           progress=self.options.progress, on_done=self._count)
 
     def points_key(self, points: PointSet, reference: torch.Tensor) -> str:
         """Cache key of a point set evaluated with this evaluator.

@@ -347,4 +347,4 @@ def evaluate_points_distributed(evaluator: Evaluator, points: PointSet, *,
         evaluator.points_evaluated += n
 
     return fill_points(len(points), evaluator.points_key(points, ref), evaluator.cache, compute,
-                       label=label, progress=evaluator.progress, on_done=count)
+                       label=label, progress=evaluator.options.progress, on_done=count)

@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from ..evaluation.evaluator import Evaluator
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..infra.host_memory import check_fits, points_bytes
 from ..results import PlaneResult
@@ -47,7 +47,7 @@ def grid_axis(lo: float, hi: float, resolution: int) -> np.ndarray:
     return np.linspace(lo, hi, int(resolution))
 
 
-def evaluate_grid(evaluator: Evaluator, origin: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
+def evaluate_grid(evaluator: PointEvaluator, origin: torch.Tensor, u: torch.Tensor, v: torch.Tensor,
                   xs: np.ndarray, ys: np.ndarray, models: Mapping[str, Sequence[float]],
                   spec: dict, sub: Subspace | None = None) -> PlaneResult:
     """Loss and accuracy at ``origin + x u + y v`` for every ``x`` in ``xs`` and ``y`` in ``ys``.

@@ -6,7 +6,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..evaluation.evaluator import Evaluator
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..results import GroupResult
 from ..results.barriers import group_accuracy_barrier, group_loss_barrier, normalise_weights, warn_nonfinite
@@ -17,7 +17,7 @@ from ..space.subsets import ParamsLike, restrict_models
 from .options import GroupOptions
 
 
-def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
+def group_barrier(models: Sequence[ModelLike], evaluator: PointEvaluator, *,
                   weights: Sequence[float] | np.ndarray | None = None, align: str | None = None,
                   params: ParamsLike = None) -> GroupResult:
     """Barrier of the fused model ``sum_i mu_i w_i`` against the members' weighted metrics.
@@ -87,7 +87,7 @@ def group_barrier(models: Sequence[ModelLike], evaluator: Evaluator, *,
                        fused_loss=float(loss[-1]), fused_accuracy=float(acc[-1]), spec=spec)
 
 
-def group_barrier_by_size(models: Sequence[ModelLike], evaluator: Evaluator, *,
+def group_barrier_by_size(models: Sequence[ModelLike], evaluator: PointEvaluator, *,
                           sizes: Sequence[int] | None = None, draws: int = 5,
                           seed: int = 0) -> GroupSizeResult:
     """Uniform group barriers of ``draws`` random subsets for each group size K (seeded).

@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..evaluation.evaluator import Evaluator
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..infra.host_memory import check_fits, points_bytes
 from ..results import BarrierMatrix, PathResult
@@ -59,7 +59,7 @@ def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:
     return grid
 
 
-def interpolate(a: ModelLike, b: ModelLike, evaluator: Evaluator, *, alphas: AlphasLike = 21,
+def interpolate(a: ModelLike, b: ModelLike, evaluator: PointEvaluator, *, alphas: AlphasLike = 21,
                 align: str | None = None, tol: float | None = None, params: ParamsLike = None) -> PathResult:
     """Loss and accuracy along the straight line from ``a`` (alpha=0) to ``b`` (alpha=1).
 
@@ -193,7 +193,7 @@ def warn_unresolvable(search: dict, targets: int) -> None:
                       UserWarning, stacklevel=3)
 
 
-def barrier_matrix(models: Sequence[ModelLike], evaluator: Evaluator, *, alphas: AlphasLike = 11,
+def barrier_matrix(models: Sequence[ModelLike], evaluator: PointEvaluator, *, alphas: AlphasLike = 11,
                    labels: Sequence[str] | None = None, tol: float | None = None,
                    params: ParamsLike = None) -> BarrierMatrix:
     """Loss and accuracy barriers (FedGuCci Eq. 3/4) of the path between every pair of models.

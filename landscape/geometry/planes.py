@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from ..evaluation.evaluator import Evaluator
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..results import PlaneResult
 from ..space.params import ModelLike, ParameterSpace
@@ -30,7 +30,7 @@ from .options import NORMALIZATIONS, check_margin
 from .span import AUTO, auto_span, check_span
 
 
-def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: Evaluator, *, resolution: int = 21,
+def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: PointEvaluator, *, resolution: int = 21,
           margin: float = 0.2, labels: Sequence[str] = ("a", "b", "c"),
           extra: Mapping[str, ModelLike] | None = None, params: ParamsLike = None) -> PlaneResult:
     """Loss and accuracy on the plane through three models.
@@ -190,7 +190,7 @@ def normalize_direction(space: ParameterSpace | Subspace, direction: torch.Tenso
     return out
 
 
-def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 21, span: float | str = 1.0,
+def random_plane(center: ModelLike, evaluator: PointEvaluator, *, resolution: int = 21, span: float | str = 1.0,
                  normalization: str = "filter", seed: int = 0, ignore_bias_and_norm: bool = True,
                  orthogonalize: bool = False, extra: Mapping[str, ModelLike] | None = None,
                  params: ParamsLike = None) -> PlaneResult:
@@ -285,7 +285,7 @@ def random_plane(center: ModelLike, evaluator: Evaluator, *, resolution: int = 2
     return result.with_models(**dict(extra or {}))
 
 
-def pca_plane(trajectory: Sequence[ModelLike], evaluator: Evaluator, *, resolution: int = 21,
+def pca_plane(trajectory: Sequence[ModelLike], evaluator: PointEvaluator, *, resolution: int = 21,
               margin: float = 0.2, params: ParamsLike = None) -> PlaneResult:
     """Plane of the top two principal directions of ``trajectory - trajectory[-1]`` (parameters only).
 

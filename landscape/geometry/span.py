@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..evaluation.evaluator import Evaluator
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..space.points import PointSet
 
@@ -132,7 +132,7 @@ def choose_span(distances: np.ndarray, rise: np.ndarray, needed: float) -> tuple
     return t_lo + (needed - r_lo) / (r_hi - r_lo) * (t_hi - t_lo), "interpolated"
 
 
-def auto_span(evaluator: Evaluator, centre: torch.Tensor, u: torch.Tensor,
+def auto_span(evaluator: PointEvaluator, centre: torch.Tensor, u: torch.Tensor,
               v: torch.Tensor, index: torch.Tensor | None = None) -> tuple[float, dict[str, Any]]:
     """The span of the module's rule for the plane ``centre + x u + y v``, and its probes.
 
