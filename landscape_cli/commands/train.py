@@ -1,4 +1,8 @@
-"""``landscape train``: train (or resume) an FL run; the same flags and code as ``fl-run``."""
+"""``landscape train``: train (or resume) an FL run; the same flags and code as ``fl-run``.
+
+Unlike ``fl-run`` (part of ``fl``, which never imports the analysis core) it loads
+``landscape.alignment`` first, so ``fedavg_aligned`` finds its aligner here.
+"""
 from __future__ import annotations
 
 import argparse
@@ -40,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     int
         0 once the run is complete (or the list is printed).
     """
+    import landscape.alignment  # noqa: F401 - registers the weight matching fedavg_aligned reaches through infra
     from fl import cli
 
     listing = [flag for flag, wanted in (("--list-algorithms", args.list_algorithms),
