@@ -18,6 +18,7 @@ flwr = pytest.importorskip("flwr", reason="Flower is not installed: pip install 
 
 import fl  # noqa: E402
 import landscape  # noqa: E402
+import landscape.alignment  # noqa: E402, F401 - the server process registers the aligner fedavg_aligned uses
 from fl.flower import AlgorithmStrategy, FlowerRecorder, RecordedStrategy, client_app, partition_metrics  # noqa: E402
 
 CLIENTS, ROUNDS = 3, 2
@@ -132,7 +133,8 @@ def test_report_and_claims_on_the_recorded_run(recorded: Path, tmp_path: Path, c
 #: Flower: the strategy runs the engine's round, so its aggregation is fl.run's)
 ALGORITHMS = {"fedavg": {}, "fedgucci": {"beta": 0.5}, "ima": {"window": 2, "start_round": 2},
               "fedprox": {"mu": 0.01}, "floco": {"tau": 1, "vertices": 3}, "lss": {"members": 2},
-              "ditto": {}, "fedavg-median": {"algorithm": "fedavg", "aggregator": "median", "clip_norm": 5.0}}
+              "ditto": {}, "fedavg-median": {"algorithm": "fedavg", "aggregator": "median", "clip_norm": 5.0},
+              "fedavg_aligned": {"passes": 2}}
 SETTINGS = dict(dataset="digits", clients=CLIENTS, rounds=ROUNDS, seed=3, local_epochs=1, save_clients="all")
 
 

@@ -6,6 +6,8 @@
   permutations.
 * :mod:`.weight_matching`, :mod:`.activation_matching`, :mod:`.align` -- alignment of a model to
   a reference and of groups (MergeMany).
+* :mod:`.state_aligner` -- weight matching of state_dicts, registered in
+  :mod:`landscape.infra.state_aligners` on import, for the layers (and the FL engine) below this one.
 
 This layer sits below :mod:`landscape.geometry` (``interpolate(..., align=...)`` and
 ``group_barrier(..., align=...)`` align their endpoints with it) and above the evaluator.
@@ -13,6 +15,7 @@ This layer sits below :mod:`landscape.geometry` (``interpolate(..., align=...)``
 from .align import Alignment, align, align_group, match
 from .graph import PermutationError, PermutationSpec, discover
 from .permute import apply_permutation, random_permutations
+from .state_aligner import WeightAligner
 
-__all__ = ["Alignment", "PermutationError", "PermutationSpec", "align", "align_group", "apply_permutation",
-           "discover", "match", "random_permutations"]
+__all__ = ["Alignment", "PermutationError", "PermutationSpec", "WeightAligner", "align", "align_group",
+           "apply_permutation", "discover", "match", "random_permutations"]

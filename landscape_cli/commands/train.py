@@ -1,4 +1,8 @@
-"""``landscape train``: train (or resume) an FL run; the same flags and code as ``fl-run``."""
+"""``landscape train``: train (or resume) an FL run; the same flags and code as ``fl-run``.
+
+Unlike ``fl-run`` (part of ``fl``, which never imports the analysis core) it loads
+``landscape.alignment`` first, so ``fedavg_aligned`` finds its aligner here.
+"""
 from __future__ import annotations
 
 import argparse
