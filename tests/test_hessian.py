@@ -15,8 +15,8 @@ from landscape.cache.store import Cache
 from landscape.curvature.along import curvature_along_path, curvature_plane
 from landscape.curvature.density import broadened_density, slq
 from landscape.curvature.functions import hessian_density, hessian_eigen, hessian_eigenvalues, hessian_trace
-from landscape.curvature.lanczos import lanczos_top
 from landscape.curvature.hessian import HessianOperator
+from landscape.curvature.lanczos import lanczos_top
 from landscape.curvature.operators import CurvatureOperator, MatrixOperator
 from landscape.curvature.power import power_iteration
 from landscape.curvature.trace import hutchinson, hutchpp

@@ -51,7 +51,13 @@ PER_SAMPLE_MODES = ("auto", "vmap", "jvp-vjp")
 
 @dataclass(frozen=True)
 class EmpiricalFisherOptions(Options):
-    """The options of ``kind="empirical_fisher"`` (``kind_options={"per_sample": ...}``)."""
+    """Options of the empirical Fisher (``kind="empirical_fisher"``), given as ``kind_options={"per_sample": ...}``.
+
+    Attributes
+    ----------
+    per_sample
+        How products are computed (:data:`PER_SAMPLE_MODES`).
+    """
 
     per_sample: str = option("auto", choices=PER_SAMPLE_MODES,
                              help="how products are computed: vmap (per-sample gradients, 256 MiB at a time), "

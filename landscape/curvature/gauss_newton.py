@@ -293,7 +293,13 @@ class GGNOperator(OuterProductOperator):
 
 @dataclass(frozen=True)
 class FisherOptions(Options):
-    """The options of ``kind="fisher"`` (the public functions' ``mc_samples=`` is short for ``kind_options``'s)."""
+    """Options of the Monte-Carlo Fisher (``kind="fisher"``); the functions' ``mc_samples=`` is short for its option.
+
+    Attributes
+    ----------
+    mc_samples
+        Labels drawn per input (``M``), at most :data:`MAX_MC_SAMPLES`.
+    """
 
     mc_samples: int = option(1, ge=1, le=MAX_MC_SAMPLES, source="curvlinops' default (one label per input)",
                              help="labels drawn per input from the model's predictive distribution (seeded by the "

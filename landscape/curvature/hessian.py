@@ -34,7 +34,13 @@ RETAINED_BUDGET = 512 << 20  # bytes of autograd graphs "auto" may keep alive
 
 @dataclass(frozen=True)
 class HessianOptions(Options):
-    """The options of ``kind="hessian"`` (the public functions' ``hvp=`` is short for ``kind_options={"hvp": ...}``)."""
+    """Options of the Hessian (``kind="hessian"``); the functions' ``hvp=`` is short for its option.
+
+    Attributes
+    ----------
+    hvp
+        How Hessian-vector products are computed (:data:`HVP_MODES`).
+    """
 
     hvp: str = option("auto", choices=HVP_MODES,
                       help="how Hessian-vector products are computed: forward-over-reverse, reverse-over-reverse, "

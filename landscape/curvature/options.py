@@ -50,7 +50,7 @@ class EigenOptions(Options):
                            help="operator products at most per model (Lanczos: restarts included; power: per "
                                 "eigenvalue)")
     seed: int = seed_option("seed of the random start vectors (and of the Fisher's labels)")
-    method: str = option("lanczos", choices=EIGEN_SOLVERS.names,
+    method: str = option("lanczos", choices=EIGEN_SOLVERS,
                          help="eigen-solver: lanczos (k largest algebraic) or power (deflated power iteration, "
                               "largest magnitude)")
 
@@ -75,7 +75,7 @@ class TraceOptions(Options):
 
     configures = ("landscape.hessian_trace",)
 
-    method: str = option("hutch++", choices=TRACE_ESTIMATORS.names,
+    method: str = option("hutch++", choices=TRACE_ESTIMATORS,
                          help="hutchinson (Rademacher probes) or hutch++ (low-rank part plus Hutchinson on the rest)")
     tol: float = option(5e-2, gt=0, help="stop at stderr <= tol |trace|")
     max_iter: int = option(100, ge=1, le=MAX_ITERATIONS,
@@ -135,14 +135,14 @@ class OperatorOptions(Options):
 
     configures = ("landscape.hessian_eigen", "landscape.hessian_trace", "landscape.hessian_density")
 
-    kind: str = option("hessian", choices=OPERATOR_KINDS.names,
+    kind: str = option("hessian", choices=OPERATOR_KINDS,
                        help="the curvature matrix: hessian, ggn (generalised Gauss-Newton), fisher (Monte-Carlo "
                             "Fisher, labels drawn from the model) or empirical_fisher (per-sample gradients at the "
                             "data's labels); ggn and fisher need the cross_entropy or mse loss")
     kind_options: dict[str, Any] | None = option(
         None, flag="--kind-option", parse=key_value, repeat=True, metavar="KEY=VALUE",
-        help="an option of the kind, repeatable, VALUE as JSON or text: hvp=retained (hessian), mc_samples=4 "
-             "(fisher), per_sample=vmap (empirical_fisher); each kind's options are listed in docs/api.md")
+        help="the kind's own options (on the command line KEY=VALUE, repeatable, VALUE as JSON or text): hvp "
+             "(hessian), mc_samples (fisher), per_sample (empirical_fisher); each kind's table in docs/api.md")
     mc_samples: int = option(1, ge=1, le=MAX_MC_SAMPLES,
                              help="short for --kind-option mc_samples=N: labels drawn per input for kind fisher "
                                   "(seeded by seed)")
