@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from landscape.infra.commandline import internal_error
 from landscape.infra.errors import LandscapeError
-from landscape.infra.flags import add_option_flags, json_value
+from landscape.infra.flags import add_option_flags, key_value
 from landscape.infra.options import Options, option
 
 from . import resolve
@@ -39,25 +39,6 @@ class OneLineParser(argparse.ArgumentParser):
             The error.
         """
         self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def parse_option(text: str) -> tuple[str, Any]:
-    """Parse ``KEY=VALUE`` (VALUE as JSON when it parses, else the string).
-
-    Parameters
-    ----------
-    text : str
-        The argument.
-
-    Returns
-    -------
-    tuple[str, Any]
-        Key and value.
-    """
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    return key, json_value(value)
 
 
 @dataclass(frozen=True)
@@ -86,7 +67,7 @@ class RunCommandOptions(Options):
     list_recipes: bool = option(False, help="print the recipes and their papers")
     # last: from here on, ``option`` in this class body is the field
     option: list[Any] | None = option(None, help="any setting or algorithm option as KEY=JSON, repeatable",
-                                      flag=("--option", "-o"), parse=parse_option, repeat=True, metavar="KEY=VALUE")
+                                      flag=("--option", "-o"), parse=key_value, repeat=True, metavar="KEY=VALUE")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

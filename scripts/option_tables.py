@@ -3,7 +3,8 @@
 Every :class:`landscape.infra.options.Options` class defined in ``landscape`` and ``fl`` (the
 command line's own groups, in ``landscape_cli`` and ``fl.cli``, are on the Command line page) gets
 a table of its fields: name, type, default, range (bounds or choices), help and source, all read
-from the field declarations, so the page says what the code accepts. When the site is built
+from the field declarations, so the page says what the code accepts. Choices drawn from a
+registry read "any registered ..." (the help names the built-in ones). When the site is built
 (``scripts/docs_hooks.py``) the tables fill the block between the two markers of the page; the
 committed page keeps the block empty, so a new option needs no committed file regenerated. To read
 the tables without building the site::
@@ -105,6 +106,7 @@ def table(cls: type) -> str:
     str
     """
     from landscape.infra.options import field_default
+    from landscape.infra.registry import Registry
     from landscape.infra.values import choice_names, describe_range
 
     doc = ROLE.sub(lambda m: f"`{m[2].rsplit('.', 1)[-1] if m[1] else m[2]}`",
@@ -117,8 +119,11 @@ def table(cls: type) -> str:
     for name, field in cls.fields().items():
         meta = field.metadata
         default = field_default(field)
-        choices = choice_names(meta)
-        bounds = describe_range(meta) or (", ".join(f"`{c}`" for c in choices) if choices else "")
+        if isinstance(meta.get("choices"), Registry):  # what is registered at run time changes no table
+            bounds = f"any registered {meta['choices'].kind}"
+        else:
+            choices = choice_names(meta)
+            bounds = describe_range(meta) or (", ".join(f"`{c}`" for c in choices) if choices else "")
         cells = [f"`{name}`", f"`{type_text(types_[name])}`", f"`{default!r}`", bounds, meta["help"],
                  meta.get("source") or ""]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")

@@ -30,7 +30,7 @@ from landscape import (
     save_state_dict,
 )
 from landscape.curvature import budget
-from landscape.curvature.operators import HessianOperator
+from landscape.curvature.hessian import HessianOperator
 from landscape.infra import host_memory
 from landscape.infra.commandline import MAX_JSON_CHARS, MAX_JSON_DEPTH, json_depth, parse_json
 from landscape_cli.main import main

@@ -141,6 +141,10 @@ def test_refusals_before_any_process_starts():
         distributed_operator(model, ev)
     with pytest.raises(ConfigError, match="kind='fisher' draws its labels"):
         distributed_curvature(_fail_on_rank_one, model, ev, kind="fisher")
+    with pytest.raises(ConfigError, match=r"^curvature kind 'empirical_fisher' has no option 'per_sampl' \(did you"):
+        distributed_curvature(_fail_on_rank_one, model, ev, kind="empirical_fisher", kind_options={"per_sampl": "vmap"})
+    with pytest.raises(ConfigError, match=r"^curvature kind 'ggn' has no option 'hvp'; it takes none$"):
+        distributed_hessian_eigenvalues(model, ev, kind="ggn", hvp="retained")
     with pytest.raises(ConfigError, match="has 5 batch\\(es\\), fewer than the 6 workers"):
         distributed_curvature(_fail_on_rank_one, model, ev, workers=6)
     with pytest.raises(ConfigError, match="max_iter"):
@@ -148,3 +152,20 @@ def test_refusals_before_any_process_starts():
     with pytest.raises(ConfigError, match="compute cannot be sent to the workers"):
         distributed_curvature(lambda op: None, model, ev)
     assert _new_children(before) == []
+
+
+def test_kind_options_pass_through_a_process_group(tmp_path):
+    """In a group of one process (no worker started): the kind's options reach the local operator, "auto" resolved."""
+    model, ev = _mlp_problem()
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        batched = distributed_operator(model, ev, kind="empirical_fisher", kind_options={"per_sample": "jvp-vjp"})
+        assert batched.mode == "jvp-vjp" and distributed_operator(model, ev, kind="empirical_fisher").mode == "vmap"
+        v = torch.randn(batched.size, generator=torch.Generator().manual_seed(4))
+        alone = curvature_operator(model, ev, kind="empirical_fisher", kind_options={"per_sample": "jvp-vjp"})
+        assert torch.equal(batched.matvec(v), alone.matvec(v))  # one rank: the same batches, the same sum
+        hessian = distributed_operator(model, ev, kind_options={"hvp": "auto"})
+        assert hessian.mode == curvature_operator(model, ev).mode  # "auto" chosen on the whole data
+        assert distributed_operator(model, ev, hvp="reverse-over-reverse").mode == "reverse-over-reverse"
+    finally:
+        dist.destroy_process_group()

@@ -18,7 +18,7 @@ from torch.func import functional_call
 import landscape
 from landscape.cache.store import Cache
 from landscape.curvature import registry
-from landscape.curvature.operators import HessianOperator
+from landscape.curvature.hessian import HessianOperator
 from landscape.results.curvature_views import BlockCurvature
 
 from fault_counts import tally

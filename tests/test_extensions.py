@@ -90,7 +90,7 @@ FIGURE = textwrap.dedent('''
 
 KIND = textwrap.dedent('''
     """Twice the Hessian (a throw-away curvature kind)."""
-    from landscape.curvature.operators import HessianOperator
+    from landscape.curvature.hessian import HessianOperator
     from landscape.curvature.registry import operator_kind
 
 

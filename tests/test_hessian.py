@@ -15,8 +15,9 @@ from landscape.cache.store import Cache
 from landscape.curvature.along import curvature_along_path, curvature_plane
 from landscape.curvature.density import broadened_density, slq
 from landscape.curvature.functions import hessian_density, hessian_eigen, hessian_eigenvalues, hessian_trace
+from landscape.curvature.hessian import HessianOperator
 from landscape.curvature.lanczos import lanczos_top
-from landscape.curvature.operators import CurvatureOperator, HessianOperator, MatrixOperator
+from landscape.curvature.operators import CurvatureOperator, MatrixOperator
 from landscape.curvature.power import power_iteration
 from landscape.curvature.trace import hutchinson, hutchpp
 from landscape.evaluation.evaluator import Evaluator
@@ -189,7 +190,7 @@ def test_hvp_matches_exact_hessian_in_every_mode(problem):
     model, _, h = problem
     _, _, _, ev = make_problem(batch_size=16)  # batches of 16 + 16 + 5: weighted by size
     for mode in ("forward-over-reverse", "reverse-over-reverse", "retained"):
-        op = HessianOperator(ev, model, mode=mode)
+        op = HessianOperator(ev, model, hvp=mode)
         dense = op.dense().numpy()
         np.testing.assert_allclose(dense, h, atol=1e-12)
         assert op.matvecs == h.shape[0]

@@ -29,7 +29,7 @@ class AlignOptions(Options):
 
     configures = ("landscape.connectivity.match",)
 
-    method: str = option("weight", choices=MATCHERS.names, source="Git Re-Basin (Ainsworth et al. 2023), Alg. 1",
+    method: str = option("weight", choices=MATCHERS, source="Git Re-Basin (Ainsworth et al. 2023), Alg. 1",
                          help="weight matching (Git Re-Basin Alg. 1) or activation matching (Sec. 3.1, on the "
                               "data)")
     seed: int = seed_option("order of the weight-matching sweeps")

@@ -3,27 +3,36 @@
 The point is a model-like or a flat vector of the evaluator's space, with the buffers the
 evaluator's BatchNorm mode gives it (:func:`with_bn_mode`; ``recompute`` re-estimates the running
 statistics at the point). The kinds are registered in :data:`~.registry.OPERATOR_KINDS`:
-``"hessian"`` (:mod:`.operators`), ``"ggn"`` and ``"fisher"`` (:mod:`.gauss_newton`),
-``"empirical_fisher"`` (:mod:`.empirical_fisher`).
+``"hessian"`` (:mod:`.hessian`), ``"ggn"`` and ``"fisher"`` (:mod:`.gauss_newton`),
+``"empirical_fisher"`` (:mod:`.empirical_fisher`), each with the options its class declares
+(``kind_options=``, checked by :func:`resolve_kind_options`).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from ..infra.errors import ConfigError
 from ..space.params import ModelLike
-from . import empirical_fisher, gauss_newton  # noqa: F401  (register the kinds)
-from .gauss_newton import check_mc_samples
-from .operators import HVP_MODES, CurvatureOperator
-from .registry import OPERATOR_KINDS
+from . import empirical_fisher, gauss_newton, hessian  # noqa: F401  (register the kinds)
+from .operators import CurvatureOperator
+from .registry import kind_options as checked_options
+from .registry import operator_class
+
+#: The public functions' keywords that set one kind's option, kept beside ``kind_options=``:
+#: ``hvp`` (the Hessian's) and ``mc_samples`` (the Monte-Carlo Fisher's), each with the value that
+#: means "not given" (that option's default), which every kind accepts. Every curvature result's
+#: spec records both (a kind without the option records this value), as it has from the start.
+ALIASES: dict[str, Any] = {"hvp": "auto", "mc_samples": 1}
+#: ``kind_options=``: the curvature kind's own options by name, or None for its defaults.
+KindOptions = Mapping[str, Any] | None
 
 
 def curvature_operator(model: ModelLike | torch.Tensor, evaluator: Any, *, kind: str = "hessian",
-                       params: Sequence[str] | str | None = None, include_frozen: bool = False,
-                       hvp: str = "auto", mc_samples: int = 1, seed: int = 0, check_determinism: bool = True,
-                       point_ready: bool = False) -> CurvatureOperator:
+                       kind_options: KindOptions = None, params: Sequence[str] | str | None = None,
+                       include_frozen: bool = False, hvp: str = "auto", mc_samples: int = 1, seed: int = 0,
+                       check_determinism: bool = True, point_ready: bool = False) -> CurvatureOperator:
     r"""A curvature matrix of the evaluator's mean loss at ``model``, as a symmetric linear operator.
 
     The loss is ``L(theta) = (1/N) sum_n l(f(x_n; theta), y_n)`` over all of the evaluator's data,
@@ -55,17 +64,23 @@ def curvature_operator(model: ModelLike | torch.Tensor, evaluator: Any, *, kind:
         The :class:`~landscape.Evaluator` whose loss gives the curvature.
     kind
         ``"hessian"``, ``"ggn"``, ``"empirical_fisher"`` or ``"fisher"`` (any registered kind).
+    kind_options
+        The kind's own options, checked against its declaration (``Options`` of its class; tables
+        in ``docs/api.md``): ``{"hvp": ...}`` for ``"hessian"``, ``{"mc_samples": ...}`` for
+        ``"fisher"``, ``{"per_sample": ...}`` for ``"empirical_fisher"``; none for ``"ggn"``.
     params
         ``fnmatch`` patterns of the parameters to differentiate (default: all trainable ones).
     include_frozen
         Also differentiate parameters with ``requires_grad=False``.
     hvp
-        How Hessian-vector products are computed (``kind="hessian"`` only): ``"auto"``,
-        ``"forward-over-reverse"``, ``"reverse-over-reverse"`` or ``"retained"``.
+        Short for ``kind_options={"hvp": hvp}`` (how Hessian-vector products are computed:
+        ``"auto"``, ``"forward-over-reverse"``, ``"reverse-over-reverse"`` or ``"retained"``); the
+        default ``"auto"`` counts as not given.
     mc_samples
-        Labels drawn per input (``kind="fisher"`` only).
+        Short for ``kind_options={"mc_samples": mc_samples}`` (labels drawn per input of the
+        Fisher); the default 1 counts as not given.
     seed
-        Seed of the drawn labels (``kind="fisher"``; unused otherwise).
+        Seed of the kind's random choices (the Fisher's labels; unused by the other built-in kinds).
     check_determinism
         Refuse a model whose outputs differ between two identical calls (dropout in eval mode).
     point_ready
@@ -79,9 +94,10 @@ def curvature_operator(model: ModelLike | torch.Tensor, evaluator: Any, *, kind:
     Raises
     ------
     ConfigError
-        An unknown ``kind`` (with the closest name), an option that does not apply to the kind,
-        a loss without a known output Hessian for ``"ggn"``/``"fisher"`` (cross-entropy, MSE and
-        the token losses have one), or as for :class:`~.operators.CurvatureOperator`.
+        An unknown ``kind`` (with the closest name), an option the kind does not declare (one line
+        naming the kind and its options) or a bad value, a loss without a known output Hessian for
+        ``"ggn"``/``"fisher"`` (cross-entropy, MSE and the token losses have one), or as for
+        :class:`~.operators.CurvatureOperator`.
 
     Examples
     --------
@@ -104,56 +120,89 @@ def curvature_operator(model: ModelLike | torch.Tensor, evaluator: Any, *, kind:
     >>> landscape.curvature.lanczos_top(ggn, 1, generator=torch.Generator().manual_seed(0)).values
     array([4.])
     """
-    cls = operator_class(kind, hvp=hvp, mc_samples=mc_samples)
+    options = resolve_kind_options(kind, kind_options, hvp=hvp, mc_samples=mc_samples)
     point = flat_point(model, evaluator)
     if not point_ready:
         point = with_bn_mode(point, point, evaluator)
-    options: dict[str, Any] = {"params": params, "include_frozen": include_frozen,
-                               "check_determinism": check_determinism}
-    if kind == "hessian":
-        options["mode"] = hvp
-    if kind == "fisher":
-        options.update(mc_samples=mc_samples, seed=seed)
-    return cls(evaluator, point, **options)
+    return operator_class(kind)(evaluator, point, params=params, include_frozen=include_frozen,
+                                check_determinism=check_determinism, seed=seed, **options)
 
 
-def operator_class(kind: str, *, hvp: str = "auto", mc_samples: int = 1) -> type[CurvatureOperator]:
-    """The registered class of ``kind``, the kind-specific options checked (before any work).
+def resolve_kind_options(kind: str, kind_options: KindOptions = None, **aliases: Any) -> dict[str, Any]:
+    """The options of ``kind``: ``kind_options`` and the given :data:`ALIASES`, checked (before any work).
 
     Parameters
     ----------
     kind : str
         A registered kind (:data:`~.registry.OPERATOR_KINDS`).
-    hvp : str
-        Must be ``"auto"`` unless ``kind="hessian"`` (then one of ``HVP_MODES``).
-    mc_samples : int
-        Must be 1 unless ``kind="fisher"`` (then an integer in ``[1, MAX_MC_SAMPLES]``).
+    kind_options : Mapping[str, Any], optional
+        The kind's options by name.
+    **aliases : Any
+        Keywords of :data:`ALIASES` (``hvp``, ``mc_samples``); one at its "not given" value (or
+        None) is left out, any other joins ``kind_options``.
 
     Returns
     -------
-    type
-        The operator class.
+    dict[str, Any]
+        Every option the kind declares (defaults filled), as its constructor takes them.
 
     Raises
     ------
     ConfigError
-        An unknown kind (one line, with the closest registered name), or an option that does not
-        apply to it.
+        An unknown kind (with the closest registered name), ``kind_options`` not a mapping, an
+        alias that disagrees with ``kind_options``, an option the kind does not declare (naming the
+        kind and its options) or a value of the wrong type or out of range.
     """
-    if not isinstance(kind, str):
-        raise ConfigError(f"kind must be a string, one of {', '.join(OPERATOR_KINDS.names())}; got {kind!r}")
-    cls = OPERATOR_KINDS.get(kind)
-    if hvp not in HVP_MODES:
-        raise ConfigError(f"hvp must be one of {HVP_MODES}, got {hvp!r}")
-    if kind != "hessian" and hvp != "auto":
-        raise ConfigError(f"hvp={hvp!r} sets how Hessian-vector products are computed; it does not apply to "
-                          f"kind={kind!r} (leave hvp='auto')")
-    if kind == "fisher":
-        check_mc_samples(mc_samples)
-    elif mc_samples != 1:
-        raise ConfigError(f"mc_samples={mc_samples!r} is the number of labels drawn per input of the Monte-Carlo "
-                          f"Fisher; it does not apply to kind={kind!r} (use kind='fisher')")
-    return cls
+    if kind_options is not None and not isinstance(kind_options, Mapping):
+        raise ConfigError(f"kind_options must be a mapping of the {kind!r} kind's options, got "
+                          f"{type(kind_options).__name__}")
+    values = dict(kind_options or {})
+    for name, value in aliases.items():
+        unset = ALIASES[name]
+        if value is None or (type(value) is type(unset) and value == unset):
+            continue
+        if name in values and values[name] != value:
+            raise ConfigError(f"{name}={value!r} disagrees with kind_options[{name!r}]={values[name]!r}; give it once")
+        values[name] = value
+    return checked_options(kind, values).to_dict()
+
+
+def operator_options(kind: str, kind_options: KindOptions, include_frozen: bool, *, hvp: str = "auto",
+                     mc_samples: int = 1) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The operator's entries of a curvature result's spec and key, and the kind's options, checked first.
+
+    The spec records the kind as ``"operator"``, ``include_frozen``, both :data:`ALIASES`
+    (``hvp``, ``mc_samples``; a kind without one records its "not given" value) and, under
+    ``"kind_options"`` and only when there are some, the kind's other options that differ from
+    their defaults: the entries of the built-in kinds at their defaults are those they have always
+    had, so existing cache entries keep their keys.
+
+    Parameters
+    ----------
+    kind : str
+        The operator kind.
+    kind_options, include_frozen, hvp, mc_samples
+        As for :func:`~landscape.curvature.functions.hessian_eigen`.
+
+    Returns
+    -------
+    tuple of dict
+        ``({"operator": kind, "hvp": ..., "include_frozen": ..., "mc_samples": ..., ["kind_options": ...]},
+        the kind's options with defaults filled)``.
+
+    Raises
+    ------
+    ConfigError
+        An unknown kind, an option it does not declare or a bad value (see :func:`resolve_kind_options`).
+    """
+    resolved = resolve_kind_options(kind, kind_options, hvp=hvp, mc_samples=mc_samples)
+    defaults = operator_class(kind).Options.defaults()
+    spec: dict[str, Any] = {"operator": kind, **ALIASES, "include_frozen": include_frozen}
+    spec.update({name: value for name, value in resolved.items() if name in ALIASES})
+    others = {name: value for name, value in resolved.items() if name not in ALIASES and value != defaults[name]}
+    if others:
+        spec["kind_options"] = others
+    return spec, resolved
 
 
 def flat_point(model: ModelLike | torch.Tensor, evaluator: Any) -> torch.Tensor:

@@ -2,9 +2,10 @@
 
 A block is a set of parameters (a module's own parameters, or those matched by name patterns).
 Its curvature is that of the Hessian *restricted to the block* -- the diagonal block
-``H_BB = d^2 L / d theta_B^2`` of the full Hessian, the other parameters held at the model --
-computed by :func:`~.functions.hessian_eigen` and :func:`~.functions.hessian_trace` with the
-block's patterns as ``params`` (so every block's numbers are cached on their own).
+``H_BB = d^2 L / d theta_B^2`` of the full Hessian, the other parameters held at the model (or
+the block of another curvature ``kind``, with its ``kind_options``) -- computed by
+:func:`~.functions.hessian_eigen` and :func:`~.functions.hessian_trace` with the block's
+patterns as ``params`` (so every block's numbers are cached on their own).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 from ..infra.errors import ConfigError
 from ..results.curvature_views import BlockCurvature
 from ..space.params import ModelLike, ParameterSpace, vector_digest
-from .at_point import flat_point
+from .at_point import KindOptions, flat_point, operator_options
 from .functions import hessian_eigen, hessian_trace, spec_of
 
 Blocks = str | Sequence[str] | Mapping[str, str | Sequence[str]]
@@ -29,7 +30,8 @@ ROOT_LABEL = "(root)"
 def curvature_by_block(model: ModelLike | torch.Tensor, evaluator: Any, *, blocks: Blocks = "modules", top_k: int = 1,
                        trace: bool = True, tol: float = 1e-3, max_iter: int = 100, seed: int = 0,
                        method: str = "lanczos", trace_method: str = "hutch++", trace_tol: float = 5e-2,
-                       trace_max_iter: int = 100, hvp: str = "auto", include_frozen: bool = False) -> BlockCurvature:
+                       trace_max_iter: int = 100, hvp: str = "auto", include_frozen: bool = False,
+                       kind: str = "hessian", kind_options: KindOptions = None) -> BlockCurvature:
     """Top eigenvalues and trace of the Hessian restricted to each block of parameters, as a table.
 
     Each row is the diagonal block ``H_BB`` of the full Hessian for the block's parameters ``B``
@@ -58,8 +60,9 @@ def curvature_by_block(model: ModelLike | torch.Tensor, evaluator: Any, *, block
     trace_method, trace_tol, trace_max_iter
         Trace estimator options (``method``, ``tol``, ``max_iter`` of
         :func:`~landscape.curvature.functions.hessian_trace`; its ``seed`` is ``seed``).
-    hvp, include_frozen
-        As for :func:`~landscape.curvature.functions.hessian_eigen`.
+    hvp, include_frozen, kind, kind_options
+        As for :func:`~landscape.curvature.functions.hessian_eigen`: the blocks are those of the
+        ``kind``'s matrix (default the Hessian), with its options.
 
     Returns
     -------
@@ -71,11 +74,12 @@ def curvature_by_block(model: ModelLike | torch.Tensor, evaluator: Any, *, block
     Raises
     ------
     ConfigError
-        ``top_k < 1``, a ``blocks`` value of another form, no block, or a block whose patterns
-        match no trainable parameter (the message names the block).
+        ``top_k < 1``, a ``blocks`` value of another form, no block, a block whose patterns
+        match no trainable parameter (the message names the block), or a bad kind or kind option.
     """
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
         raise ConfigError(f"top_k must be an integer >= 1 (eigenvalues per block), got {top_k!r}")
+    operator, resolved = operator_options(kind, kind_options, include_frozen, hvp=hvp)
     space = evaluator.space
     named = resolve_blocks(space, blocks, include_frozen=include_frozen)
     point = flat_point(model, evaluator)
@@ -85,7 +89,7 @@ def curvature_by_block(model: ModelLike | torch.Tensor, evaluator: Any, *, block
         for _, patterns, size in named:
             k = min(int(top_k), size)
             eig = hessian_eigen(point, evaluator, k=k, tol=tol, max_iter=max_iter, seed=seed, method=method,
-                                params=patterns, hvp=hvp, include_frozen=include_frozen)
+                                params=patterns, include_frozen=include_frozen, kind=kind, kind_options=resolved)
             sizes.append(size)
             values.append(np.pad(np.asarray(eig.values, dtype=np.float64), (0, top_k - k), constant_values=np.nan))
             residuals.append(np.pad(np.asarray(eig.residuals, dtype=np.float64), (0, top_k - k),
@@ -93,15 +97,15 @@ def curvature_by_block(model: ModelLike | torch.Tensor, evaluator: Any, *, block
             eig_ok.append(bool(eig.converged))
             if trace:
                 est = hessian_trace(point, evaluator, tol=trace_tol, max_iter=trace_max_iter, seed=seed,
-                                    method=trace_method, params=patterns, hvp=hvp, include_frozen=include_frozen)
+                                    method=trace_method, params=patterns, include_frozen=include_frozen, kind=kind,
+                                    kind_options=resolved)
                 traces.append(est.value)
                 stderrs.append(est.stderr)
                 trace_ok.append(bool(est.converged))
     labels = [label for label, _, _ in named]
     _warn_unconverged(labels, eig_ok, trace_ok)
     options = dict(top_k=int(top_k), trace=bool(trace), tol=tol, max_iter=max_iter, seed=seed, method=method,
-                   trace_method=trace_method, trace_tol=trace_tol, trace_max_iter=trace_max_iter, hvp=hvp,
-                   include_frozen=include_frozen)
+                   trace_method=trace_method, trace_tol=trace_tol, trace_max_iter=trace_max_iter, **operator)
     return BlockCurvature(
         labels=labels, patterns=[list(p) for _, p, _ in named], sizes=np.asarray(sizes, dtype=np.int64),
         eigenvalues=np.stack(values), residuals=np.stack(residuals), eigen_converged=np.asarray(eig_ok),

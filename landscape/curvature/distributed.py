@@ -21,8 +21,11 @@ SLQ) need no change. :func:`distributed_operator` is the entry point inside a pr
 user started (``torchrun``, or ``torch.distributed.init_process_group`` in each process);
 :mod:`.distributed_launch` starts the worker processes itself.
 
-The Monte-Carlo Fisher is refused: it draws its labels batch after batch from one seeded
-generator, so a shard would draw other labels than one process does.
+A kind whose products do not split this way says why in its ``unshardable`` attribute and is
+refused: the Monte-Carlo Fisher draws its labels batch after batch from one seeded generator, so
+a shard would draw other labels than one process does. The kind's options (``kind_options``) pass
+through unchanged, but for the choices it makes from the data (``hvp="auto"``), made once on the
+whole data (:meth:`~.operators.CurvatureOperator.whole_data_options`).
 """
 from __future__ import annotations
 
@@ -34,9 +37,10 @@ import torch.distributed as dist
 
 from ..infra.errors import ConfigError
 from ..space.params import ModelLike
-from .at_point import curvature_operator, flat_point, operator_class, with_bn_mode
+from .at_point import KindOptions, curvature_operator, flat_point, resolve_kind_options, with_bn_mode
 from .linear import scipy_view
 from .operators import CurvatureOperator
+from .registry import operator_class
 
 __all__ = ["DistributedOperator", "batch_block", "check_kind", "distributed_operator", "samples"]
 
@@ -161,8 +165,9 @@ def batch_block(n_batches: int, rank: int, world: int) -> tuple[int, int]:
 
 
 def distributed_operator(model: ModelLike | torch.Tensor, evaluator: Any, *, kind: str = "hessian",
-                         params: Sequence[str] | str | None = None, include_frozen: bool = False,
-                         hvp: str = "auto", group: Any = None, point_ready: bool = False) -> DistributedOperator:
+                         kind_options: KindOptions = None, params: Sequence[str] | str | None = None,
+                         include_frozen: bool = False, hvp: str = "auto", group: Any = None,
+                         point_ready: bool = False) -> DistributedOperator:
     r"""Build this rank's view of a curvature operator whose products are summed over a process group.
 
     Call it on every rank of an initialised group with the same model and evaluator: rank ``r``
@@ -178,9 +183,10 @@ def distributed_operator(model: ModelLike | torch.Tensor, evaluator: Any, *, kin
         A model-like or a flat vector of the evaluator's space.
     evaluator
         The :class:`~landscape.Evaluator` of the whole data (the same on every rank).
-    kind, params, include_frozen, hvp
-        As for :func:`~landscape.curvature.at_point.curvature_operator`; ``hvp="auto"`` is resolved
-        on the whole data, so every rank computes each of its batches as one process does.
+    kind, kind_options, params, include_frozen, hvp
+        As for :func:`~landscape.curvature.at_point.curvature_operator`; choices made from the data
+        (``hvp="auto"``) are made on the whole data, so every rank computes each of its batches as
+        one process does.
     group
         The process group (default: the default group).
     point_ready
@@ -193,22 +199,21 @@ def distributed_operator(model: ModelLike | torch.Tensor, evaluator: Any, *, kin
     Raises
     ------
     ConfigError
-        No process group, ``kind="fisher"``, fewer batches than ranks, ranks holding different
-        data, or as for ``curvature_operator``.
+        No process group, a kind that does not split over ranks (``kind="fisher"``), fewer batches
+        than ranks, ranks holding different data, or as for ``curvature_operator``.
     """
     _require_group()
-    check_kind(kind, hvp)
+    options = check_kind(kind, kind_options, hvp=hvp)
+    options = operator_class(kind).whole_data_options(evaluator, options)
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     point = flat_point(model, evaluator)
     if not point_ready:
         point = with_bn_mode(point, point, evaluator)
-    options = dict(kind=kind, params=params, include_frozen=include_frozen, point_ready=True)
-    if kind == "hessian":  # "auto" resolved on the whole data, as one process resolves it
-        hvp = curvature_operator(point, evaluator, hvp=hvp, check_determinism=False, **options).mode
     start, stop = batch_block(len(evaluator.batches), rank, world)
     shard = copy.copy(evaluator)  # shares everything, the loss's divisor N included, but the batches
     shard.batches = evaluator.batches[start:stop]
-    local = curvature_operator(point, shard, hvp=hvp, **options)
+    local = curvature_operator(point, shard, kind=kind, kind_options=options, params=params,
+                               include_frozen=include_frozen, point_ready=True)
     return DistributedOperator(local, samples(evaluator.batches), group=group)
 
 
@@ -227,23 +232,30 @@ def samples(batches: Sequence[tuple[Any, torch.Tensor]]) -> int:
     return sum(len(y) for _, y in batches)
 
 
-def check_kind(kind: str, hvp: str) -> None:
-    """Refuse what cannot be distributed exactly: an unknown kind or option, and the Monte-Carlo Fisher.
+def check_kind(kind: str, kind_options: KindOptions = None, *, hvp: str = "auto") -> dict[str, Any]:
+    """Refuse what cannot be distributed exactly: an unknown kind or option, and a kind whose products do not split.
 
     Parameters
     ----------
-    kind, hvp : str
+    kind, kind_options, hvp
         As for :func:`distributed_operator`.
+
+    Returns
+    -------
+    dict[str, Any]
+        The kind's options, checked (defaults filled).
 
     Raises
     ------
     ConfigError
-        An unknown kind or option, or ``kind="fisher"``.
+        An unknown kind or option, or a kind whose ``unshardable`` says why it cannot be split
+        (``kind="fisher"``).
     """
-    operator_class(kind, hvp=hvp)
-    if kind == "fisher":
-        raise ConfigError("kind='fisher' draws its labels batch after batch from one generator, so a shard would "
-                          "draw other labels than one process; use kind='ggn' (its expectation) or one process")
+    options = resolve_kind_options(kind, kind_options, hvp=hvp)
+    refusal = operator_class(kind).unshardable
+    if refusal:
+        raise ConfigError(refusal)
+    return options
 
 
 def _require_group() -> None:

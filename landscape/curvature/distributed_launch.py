@@ -33,10 +33,10 @@ from ..evaluation.sharded import EvaluatorSpec
 from ..infra.errors import ConfigError, DistributedError
 from ..results.curvature import Eigenvalues
 from ..space.params import ModelLike, vector_digest
-from .at_point import flat_point, with_bn_mode
+from .at_point import KindOptions, flat_point, operator_options, with_bn_mode
 from .budget import MAX_ITERATIONS, check_count
 from .distributed import DistributedOperator, batch_block, check_kind, distributed_operator
-from .functions import eigen_result, operator_options, spec_of
+from .functions import eigen_result, spec_of
 from .registry import EIGEN_SOLVERS
 from .second_order import ATTENTION_KERNEL
 
@@ -88,8 +88,8 @@ def _worker(rank: int, world: int, job: _Job, store: str, results: Any) -> None:
 
 def distributed_curvature(compute: Callable[[DistributedOperator], Any], model: ModelLike | torch.Tensor,
                           evaluator: Any, *, workers: int = 2, kind: str = "hessian",
-                          params: Sequence[str] | str | None = None, include_frozen: bool = False,
-                          hvp: str = "auto", backend: str = "auto", threads: int = 1,
+                          kind_options: KindOptions = None, params: Sequence[str] | str | None = None,
+                          include_frozen: bool = False, hvp: str = "auto", backend: str = "auto", threads: int = 1,
                           timeout: float = DEFAULT_TIMEOUT) -> Any:
     """Run ``compute(op)`` on ``workers`` new processes sharing one distributed operator; rank 0's result.
 
@@ -110,7 +110,7 @@ def distributed_curvature(compute: Callable[[DistributedOperator], Any], model: 
         without its cache).
     workers
         Number of processes.
-    kind, params, include_frozen, hvp
+    kind, kind_options, params, include_frozen, hvp
         As for :func:`~.distributed.distributed_operator`.
     backend
         ``"gloo"`` (CPU), ``"nccl"`` (one GPU per worker) or ``"auto"`` (NCCL when the evaluator is
@@ -141,7 +141,7 @@ def distributed_curvature(compute: Callable[[DistributedOperator], Any], model: 
         raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
     if backend not in BACKENDS:
         raise ConfigError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    check_kind(kind, hvp)
+    options = check_kind(kind, kind_options, hvp=hvp)
     batch_block(len(evaluator.batches), 0, workers)
     try:
         pickle.dumps(compute)
@@ -153,8 +153,8 @@ def distributed_curvature(compute: Callable[[DistributedOperator], Any], model: 
         backend = "nccl" if gpus >= workers and dist.is_nccl_available() else "gloo"
     point = flat_point(model, evaluator)
     point = with_bn_mode(point, point, evaluator)
-    options = dict(kind=kind, params=params, include_frozen=include_frozen, hvp=hvp)
-    job = _Job(EvaluatorSpec.describe(evaluator), point, options, compute, backend, threads, float(timeout))
+    operator = dict(kind=kind, kind_options=options, params=params, include_frozen=include_frozen)
+    job = _Job(EvaluatorSpec.describe(evaluator), point, operator, compute, backend, threads, float(timeout))
     with tempfile.TemporaryDirectory(prefix="landscape-dist-") as folder:
         return _launch(job, workers, os.path.join(folder, "store"))
 
@@ -224,7 +224,7 @@ def distributed_hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: 
                                     k: int = 1, tol: float = 1e-3, max_iter: int = 100, seed: int = 0,
                                     method: str = "lanczos", params: Sequence[str] | str | None = None,
                                     hvp: str = "auto", include_frozen: bool = False, kind: str = "hessian",
-                                    backend: str = "auto", threads: int = 1,
+                                    kind_options: KindOptions = None, backend: str = "auto", threads: int = 1,
                                     timeout: float = DEFAULT_TIMEOUT) -> Eigenvalues:
     """The ``k`` largest Hessian (GGN, empirical Fisher) eigenvalues with products split over ``workers`` processes.
 
@@ -235,7 +235,7 @@ def distributed_hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: 
 
     Parameters
     ----------
-    model, evaluator, k, tol, max_iter, seed, method, params, hvp, include_frozen, kind
+    model, evaluator, k, tol, max_iter, seed, method, params, hvp, include_frozen, kind, kind_options
         As for :func:`~landscape.curvature.functions.hessian_eigen` (``kind="fisher"`` excepted).
     workers, backend, threads, timeout
         As for :func:`distributed_curvature`.
@@ -257,10 +257,11 @@ def distributed_hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: 
     EIGEN_SOLVERS.get(method)
     compute = functools.partial(eigen_result, k=k, tol=tol, max_iter=max_iter, seed=seed, method=method,
                                 return_vectors=False)
+    operator, resolved = operator_options(kind, kind_options, include_frozen, hvp=hvp)
     options = dict(k=k, tol=tol, max_iter=max_iter, seed=seed, method=method, params=params, vectors=False,
-                   **operator_options(kind, hvp, include_frozen, 1))
-    result = distributed_curvature(compute, model, evaluator, workers=workers, kind=kind, params=params,
-                                   include_frozen=include_frozen, hvp=hvp, backend=backend, threads=threads,
+                   **operator)
+    result = distributed_curvature(compute, model, evaluator, workers=workers, kind=kind, kind_options=resolved,
+                                   params=params, include_frozen=include_frozen, backend=backend, threads=threads,
                                    timeout=timeout)
     spec = {"kind": "hessian_eigen", "point": vector_digest(flat_point(model, evaluator)),
             **spec_of(evaluator, **options), "workers": workers, "attention_kernel": ATTENTION_KERNEL}

@@ -29,6 +29,7 @@ for natural gradient descent*, NeurIPS 2019.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
 import torch
@@ -36,6 +37,7 @@ from torch.func import grad, vmap
 
 from ..evaluation.inputs import ModelInputs, leading, map_tensors
 from ..infra.errors import ConfigError
+from ..infra.options import Options, option
 from ..space.params import ModelLike
 from .gauss_newton import OuterProductOperator
 from .registry import operator_kind
@@ -47,14 +49,30 @@ PER_SAMPLE_BUDGET = 256 << 20
 PER_SAMPLE_MODES = ("auto", "vmap", "jvp-vjp")
 
 
+@dataclass(frozen=True)
+class EmpiricalFisherOptions(Options):
+    """Options of the empirical Fisher (``kind="empirical_fisher"``), given as ``kind_options={"per_sample": ...}``.
+
+    Attributes
+    ----------
+    per_sample
+        How products are computed (:data:`PER_SAMPLE_MODES`).
+    """
+
+    per_sample: str = option("auto", choices=PER_SAMPLE_MODES,
+                             help="how products are computed: vmap (per-sample gradients, 256 MiB at a time), "
+                                  "jvp-vjp (batched J^T (J v), for models vmap cannot batch) or auto (vmap unless it "
+                                  "fails on two samples); the same numbers")
+
+
 @operator_kind("empirical_fisher")
 class EmpiricalFisherOperator(OuterProductOperator):
     """The empirical Fisher ``F_emp = (1/N) sum_n g_n g_n^T`` of the per-sample gradients (any loss).
 
     Parameters
     ----------
-    evaluator, point, params, include_frozen, check_determinism
-        As for :class:`~.operators.CurvatureOperator`.
+    evaluator, point, params, include_frozen, check_determinism, seed
+        As for :class:`~.operators.CurvatureOperator` (``seed`` unused).
     per_sample
         ``"vmap"`` (per-sample gradients by ``torch.func.vmap``), ``"jvp-vjp"`` (batched
         ``J_l^T (J_l v)``) or ``"auto"`` (vmap unless it fails on the model); the choice is
@@ -67,14 +85,15 @@ class EmpiricalFisherOperator(OuterProductOperator):
     """
 
     kind: ClassVar[str] = "empirical_fisher"
+    Options: ClassVar[type[Options]] = EmpiricalFisherOptions
 
     def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
                  params: Sequence[str] | str | None = None, include_frozen: bool = False,
-                 check_determinism: bool = True, per_sample: str = "auto"):
+                 check_determinism: bool = True, seed: int = 0, per_sample: str = "auto"):
         if per_sample not in PER_SAMPLE_MODES:
             raise ConfigError(f"per_sample must be one of {PER_SAMPLE_MODES}, got {per_sample!r}")
         super().__init__(evaluator, point, params=params, include_frozen=include_frozen,
-                         check_determinism=check_determinism)
+                         check_determinism=check_determinism, seed=seed)
         self.chunk = max(1, PER_SAMPLE_BUDGET // (self.dim * self.dtype.itemsize))
         if per_sample == "auto":
             per_sample = "vmap" if self._vmap_works() else "jvp-vjp"
@@ -163,7 +182,7 @@ class EmpiricalFisherOperator(OuterProductOperator):
     def _vmap_works(self) -> bool:
         x, y = self.evaluator.batches[0]
         try:
-            with second_order("vmap", self.kind):
+            with second_order("vmap", self.kind, self.forward_mode_fix):
                 self.per_sample_gradients(leading(x, 2), y[:2])
         except (RuntimeError, NotImplementedError, ValueError):  # no batching rule, data-dependent control flow
             return False

@@ -12,13 +12,12 @@ Methods are looked up in :mod:`.registry` (PyHessian, Yao et al. 2020, computes 
 quantities): top-k by thick-restart Lanczos (``"lanczos"``, default) or deflated power
 iteration (``"power"``); trace by Hutch++ (``"hutch++"``, default) or Hutchinson
 (``"hutchinson"``); density by stochastic Lanczos quadrature with Gaussian broadening.
-``hvp`` picks how products are computed (:data:`.operators.HVP_MODES`).
-
 ``kind`` picks the curvature matrix (:func:`.at_point.curvature_operator`): the Hessian (default),
-the generalised Gauss-Newton matrix ``"ggn"``, the Monte-Carlo ``"fisher"`` (``mc_samples``
-labels per input, drawn with ``seed``) or the ``"empirical_fisher"``. The kind is recorded in the
-result's spec as ``spec["operator"]`` and enters the cache key, so a result of one kind is never
-read back as another's.
+the generalised Gauss-Newton matrix ``"ggn"``, the Monte-Carlo ``"fisher"`` (labels drawn with
+``seed``) or the ``"empirical_fisher"``; ``kind_options`` its own options, checked against the
+kind's declaration (``hvp=`` and ``mc_samples=`` are short for the Hessian's and the Fisher's).
+The kind and its options are recorded in the result's spec (:func:`.at_point.operator_options`) and enter
+the cache key, so a result of one kind is never read back as another's.
 """
 from __future__ import annotations
 
@@ -35,7 +34,7 @@ from ..results.base import Result
 from ..results.curvature import Eigenvalues, HessianEigen, SpectralDensity, TraceEstimate
 from ..space.params import ModelLike, vector_digest
 from . import lanczos, power, trace  # noqa: F401  (register the built-in methods)
-from .at_point import curvature_operator, flat_point, operator_class
+from .at_point import KindOptions, curvature_operator, flat_point, operator_options
 from .budget import MAX_ITERATIONS, MAX_RUNS, check_count
 from .density import broadened_density, slq
 from .operators import CurvatureOperator
@@ -50,7 +49,8 @@ Params = Sequence[str] | str | None
 def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1, tol: float = 1e-3,
                   max_iter: int = 100, seed: int = 0, method: str = "lanczos", params: Params = None,
                   return_eigenvectors: bool = False, hvp: str = "auto", include_frozen: bool = False,
-                  point_ready: bool = False, kind: str = "hessian", mc_samples: int = 1) -> HessianEigen:
+                  point_ready: bool = False, kind: str = "hessian", mc_samples: int = 1,
+                  kind_options: KindOptions = None) -> HessianEigen:
     """The ``k`` largest Hessian (or GGN, Fisher) eigenvalues with residuals and the number of products used.
 
     Parameters
@@ -76,8 +76,8 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1
     return_eigenvectors
         Also return eigenvectors (rows, over the selected parameters).
     hvp
-        How products are computed (``auto``, ``forward-over-reverse``, ``reverse-over-reverse``,
-        ``retained``).
+        Short for ``kind_options={"hvp": hvp}``: how Hessian-vector products are computed
+        (``auto``, ``forward-over-reverse``, ``reverse-over-reverse``, ``retained``).
     include_frozen
         Also differentiate parameters with ``requires_grad=False``.
     point_ready
@@ -85,9 +85,13 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1
         paths and planes, which apply the mode with their own reference).
     kind
         The curvature matrix: ``"hessian"``, ``"ggn"``, ``"empirical_fisher"`` or ``"fisher"``
-        (see :func:`~landscape.curvature.at_point.curvature_operator`).
+        (see :func:`~landscape.curvature.at_point.curvature_operator`), or any registered kind.
     mc_samples
-        Labels drawn per input for ``kind="fisher"``.
+        Short for ``kind_options={"mc_samples": mc_samples}``: labels drawn per input for
+        ``kind="fisher"``.
+    kind_options
+        The kind's own options (``{"per_sample": "vmap"}`` for ``"empirical_fisher"``), checked
+        against its declaration; recorded in the spec when they differ from the defaults.
 
     Returns
     -------
@@ -99,16 +103,18 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1
     ------
     ConfigError
         ``max_iter`` outside ``[1, MAX_ITERATIONS]``, a Lanczos basis (which grows with ``k``)
-        larger than the memory available on the evaluator's device, an unknown ``kind`` or an
-        option that does not apply to it.
+        larger than the memory available on the evaluator's device, an unknown ``kind``, an
+        option it does not declare (one line naming the kind and its options) or a bad value.
     """
     check_count(max_iter, "max_iter", MAX_ITERATIONS)
     EIGEN_SOLVERS.get(method)
+    operator, resolved = operator_options(kind, kind_options, include_frozen, hvp=hvp, mc_samples=mc_samples)
     options = dict(k=k, tol=tol, max_iter=max_iter, seed=seed, method=method, params=params,
-                   vectors=return_eigenvectors, **operator_options(kind, hvp, include_frozen, mc_samples))
+                   vectors=return_eigenvectors, **operator)
     compute = functools.partial(eigen_result, k=k, tol=tol, max_iter=max_iter, seed=seed, method=method,
                                 return_vectors=return_eigenvectors)
-    result = computed_at_point("hessian_eigen", model, evaluator, options, compute, point_ready=point_ready)
+    result = computed_at_point("hessian_eigen", model, evaluator, options, compute, kind_options=resolved,
+                               point_ready=point_ready)
     if not result.converged:
         warnings.warn(f"hessian_eigen: {method} did not reach tol={tol} within max_iter={max_iter} products "
                       f"(residuals {result.residuals.tolist()}); raise max_iter or tol", stacklevel=2)
@@ -143,7 +149,8 @@ def eigen_result(op: Any, *, k: int, tol: float, max_iter: int, seed: int, metho
 def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1, tol: float = 1e-3,
                         max_iter: int = 100, seed: int = 0, method: str = "lanczos", params: Params = None,
                         return_eigenvectors: bool = False, hvp: str = "auto", include_frozen: bool = False,
-                        kind: str = "hessian", mc_samples: int = 1) -> Eigenvalues | tuple[Eigenvalues, Any]:
+                        kind: str = "hessian", mc_samples: int = 1,
+                        kind_options: KindOptions = None) -> Eigenvalues | tuple[Eigenvalues, Any]:
     """The ``k`` largest Hessian eigenvalues, descending, as an array.
 
     Same computation and parameters as :func:`hessian_eigen`; the returned
@@ -154,7 +161,7 @@ def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: Any, *, k: i
     ----------
     model, evaluator, k, tol, max_iter, seed, method, params, return_eigenvectors, hvp, include_frozen
         As for :func:`hessian_eigen`.
-    kind, mc_samples
+    kind, mc_samples, kind_options
         As for :func:`hessian_eigen`.
 
     Returns
@@ -177,19 +184,19 @@ def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: Any, *, k: i
     """
     res = hessian_eigen(model, evaluator, k=k, tol=tol, max_iter=max_iter, seed=seed, method=method,
                         params=params, return_eigenvectors=return_eigenvectors, hvp=hvp,
-                        include_frozen=include_frozen, kind=kind, mc_samples=mc_samples)
+                        include_frozen=include_frozen, kind=kind, mc_samples=mc_samples, kind_options=kind_options)
     return (Eigenvalues(res), res.vectors) if return_eigenvectors else Eigenvalues(res)
 
 
 def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float = 5e-2, max_iter: int = 100,
                   seed: int = 0, method: str = "hutch++", params: Params = None, min_samples: int = 10,
                   hvp: str = "auto", include_frozen: bool = False, kind: str = "hessian",
-                  mc_samples: int = 1) -> TraceEstimate:
+                  mc_samples: int = 1, kind_options: KindOptions = None) -> TraceEstimate:
     """``tr H`` by a stochastic estimator, stopping at ``stderr <= tol |value|`` or ``max_iter`` products.
 
     Parameters
     ----------
-    model, evaluator, params, hvp, include_frozen, kind, mc_samples
+    model, evaluator, params, hvp, include_frozen, kind, mc_samples, kind_options
         As for :func:`hessian_eigen`.
     tol
         Relative standard error to reach (default 5%). Measured with the default 100 Hutch++
@@ -215,8 +222,8 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float
     Raises
     ------
     ConfigError
-        ``max_iter`` outside ``[1, MAX_ITERATIONS]``, or a Hutch++ sketch larger than the memory
-        available on the evaluator's device.
+        ``max_iter`` outside ``[1, MAX_ITERATIONS]``, a Hutch++ sketch larger than the memory
+        available on the evaluator's device, or a bad kind or kind option (as for :func:`hessian_eigen`).
 
     Examples
     --------
@@ -238,13 +245,14 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float
     """
     check_count(max_iter, "max_iter", MAX_ITERATIONS)
     estimator = TRACE_ESTIMATORS.get(method)
+    operator, resolved = operator_options(kind, kind_options, include_frozen, hvp=hvp, mc_samples=mc_samples)
     options = dict(tol=tol, max_iter=max_iter, seed=seed, method=method, params=params,
-                   min_samples=min_samples, **operator_options(kind, hvp, include_frozen, mc_samples))
+                   min_samples=min_samples, **operator)
 
     def compute(op: CurvatureOperator) -> TraceEstimate:
         return estimator(op, tol=tol, max_iter=max_iter, generator=_generator(seed), min_samples=min_samples)
 
-    result = computed_at_point("hessian_trace", model, evaluator, options, compute)
+    result = computed_at_point("hessian_trace", model, evaluator, options, compute, kind_options=resolved)
     if not result.converged:
         warnings.warn(f"hessian_trace: relative standard error {result.relative_stderr:.2g} did not reach "
                       f"tol={tol} within max_iter={max_iter} products; raise max_iter or tol", stacklevel=2)
@@ -254,12 +262,12 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float
 def hessian_density(model: ModelLike | torch.Tensor, evaluator: Any, *, iterations: int = 100, runs: int = 1,
                     seed: int = 0, sigma: float | None = None, grid_size: int = 2001,
                     params: Params = None, hvp: str = "auto", include_frozen: bool = False, kind: str = "hessian",
-                    mc_samples: int = 1) -> SpectralDensity:
+                    mc_samples: int = 1, kind_options: KindOptions = None) -> SpectralDensity:
     """Eigenvalue density of the Hessian by stochastic Lanczos quadrature (Ghorbani et al. 2019).
 
     Parameters
     ----------
-    model, evaluator, params, hvp, include_frozen, kind, mc_samples
+    model, evaluator, params, hvp, include_frozen, kind, mc_samples, kind_options
         As for :func:`hessian_eigen`.
     iterations
         Lanczos steps per probe (capped at the number of parameters), at most
@@ -282,15 +290,16 @@ def hessian_density(model: ModelLike | torch.Tensor, evaluator: Any, *, iteratio
     ------
     ConfigError
         ``iterations`` or ``runs`` outside their limits, a Lanczos basis larger than the memory
-        available on the evaluator's device (the message gives the estimate and the limit), or a
-        non-positive ``sigma``.
+        available on the evaluator's device (the message gives the estimate and the limit), a
+        non-positive ``sigma``, or a bad kind or kind option (as for :func:`hessian_eigen`).
     """
     check_count(iterations, "iterations", MAX_ITERATIONS)
     check_count(runs, "runs", MAX_RUNS)
     if sigma is not None and not sigma > 0:
         raise ConfigError(f"sigma must be positive, got {sigma}")
+    operator, resolved = operator_options(kind, kind_options, include_frozen, hvp=hvp, mc_samples=mc_samples)
     options = dict(iterations=iterations, runs=runs, seed=seed, sigma=sigma, grid_size=grid_size,
-                   params=params, **operator_options(kind, hvp, include_frozen, mc_samples))
+                   params=params, **operator)
 
     def compute(op: CurvatureOperator) -> SpectralDensity:
         nodes, weights = slq(op, iterations, runs, generator=_generator(seed))
@@ -298,37 +307,12 @@ def hessian_density(model: ModelLike | torch.Tensor, evaluator: Any, *, iteratio
         return SpectralDensity(grid=grid, density=density, nodes=nodes, weights=weights, sigma=width,
                                dim=op.dim, matvecs=op.matvecs)
 
-    return computed_at_point("hessian_density", model, evaluator, options, compute)
+    return computed_at_point("hessian_density", model, evaluator, options, compute, kind_options=resolved)
 
 
 # ------------------------------------------------------------------- plumbing
 def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(seed))
-
-
-def operator_options(kind: str, hvp: str, include_frozen: bool, mc_samples: int) -> dict[str, Any]:
-    """The operator's options as they enter a curvature result's spec and key, checked first.
-
-    Parameters
-    ----------
-    kind : str
-        The operator kind (recorded as ``"operator"``).
-    hvp, include_frozen, mc_samples
-        As for :func:`hessian_eigen`.
-
-    Returns
-    -------
-    dict[str, Any]
-        ``{"operator": kind, "hvp": ..., "include_frozen": ..., "mc_samples": ...}``.
-
-    Raises
-    ------
-    ConfigError
-        An unknown kind or an option that does not apply to it (see
-        :func:`~landscape.curvature.at_point.operator_class`).
-    """
-    operator_class(kind, hvp=hvp, mc_samples=mc_samples)
-    return {"operator": kind, "hvp": hvp, "include_frozen": include_frozen, "mc_samples": mc_samples}
 
 
 def spec_of(evaluator: Any, **options: Any) -> dict[str, Any]:
@@ -350,7 +334,8 @@ def spec_of(evaluator: Any, **options: Any) -> dict[str, Any]:
 
 
 def computed_at_point(kind: str, model: ModelLike | torch.Tensor, evaluator: Any, options: dict[str, Any],
-                      compute: Callable[[CurvatureOperator], Result], *, point_ready: bool = False) -> Any:
+                      compute: Callable[[CurvatureOperator], Result], *, kind_options: KindOptions = None,
+                      point_ready: bool = False) -> Any:
     """The result for (kind, point, options).
 
     From the evaluator's cache, or computed on the curvature operator at the point (BatchNorm mode
@@ -369,12 +354,13 @@ def computed_at_point(kind: str, model: ModelLike | torch.Tensor, evaluator: Any
     evaluator : Evaluator
         Whose loss is differentiated, and whose cache (if any) stores the result.
     options : dict[str, Any]
-        Every option of the computation (entering the key); ``params``, ``hvp``,
-        ``include_frozen`` and, when present, ``operator`` (the kind; default ``"hessian"``),
-        ``mc_samples`` and ``seed`` also configure the operator
-        (:func:`~landscape.curvature.at_point.curvature_operator`).
+        Every option of the computation (entering the key); ``params``, ``include_frozen`` and, when
+        present, ``operator`` (the kind; default ``"hessian"``) and ``seed`` also configure the
+        operator (:func:`~landscape.curvature.at_point.curvature_operator`).
     compute : callable
         ``CurvatureOperator -> Result``, called on a cache miss.
+    kind_options : Mapping[str, Any], optional
+        The kind's options (as :func:`~.at_point.operator_options` returns them), for the operator.
     point_ready : bool
         The flat vector already carries the buffers of the evaluator's BatchNorm mode.
 
@@ -391,10 +377,9 @@ def computed_at_point(kind: str, model: ModelLike | torch.Tensor, evaluator: Any
         found = cache.load_result(key)
         if found is not None:
             return found
-    op = curvature_operator(point, evaluator, kind=options.get("operator", "hessian"), params=options["params"],
-                            include_frozen=options["include_frozen"], hvp=options["hvp"],
-                            mc_samples=options.get("mc_samples", 1), seed=options.get("seed", 0),
-                            point_ready=point_ready)
+    op = curvature_operator(point, evaluator, kind=options.get("operator", "hessian"), kind_options=kind_options,
+                            params=options["params"], include_frozen=options["include_frozen"],
+                            seed=options.get("seed", 0), point_ready=point_ready)
     result = dataclasses.replace(compute(op), spec={**spec, "attention_kernel": ATTENTION_KERNEL})
     if cache is not None:
         cache.save_result(key, result)

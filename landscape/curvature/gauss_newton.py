@@ -51,13 +51,14 @@ gradient method*, JMLR 21 (2020).
 from __future__ import annotations
 
 import math
-import numbers
+from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
 import torch
 from torch.func import vjp
 
 from ..infra.errors import ConfigError
+from ..infra.options import Options, option
 from ..space.params import ModelLike
 from .operators import CurvatureOperator, jvp_quietly
 from .registry import operator_kind
@@ -253,9 +254,9 @@ class GGNOperator(OuterProductOperator):
 
     Parameters
     ----------
-    evaluator, point, params, include_frozen, check_determinism
-        As for :class:`~.operators.CurvatureOperator`; the evaluator's loss must be
-        ``"cross_entropy"`` or ``"mse"``.
+    evaluator, point, params, include_frozen, check_determinism, seed
+        As for :class:`~.operators.CurvatureOperator` (``seed`` unused); the evaluator's loss must
+        have a known output Hessian (cross-entropy, MSE, the token losses).
 
     Raises
     ------
@@ -267,10 +268,10 @@ class GGNOperator(OuterProductOperator):
 
     def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
                  params: Sequence[str] | str | None = None, include_frozen: bool = False,
-                 check_determinism: bool = True):
+                 check_determinism: bool = True, seed: int = 0):
         self.output_loss = _output_loss(evaluator, self.kind)
         super().__init__(evaluator, point, params=params, include_frozen=include_frozen,
-                         check_determinism=check_determinism)
+                         check_determinism=check_determinism, seed=seed)
 
     def output_product(self, index: int, out: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """``H_n u_n``: the loss's Hessian with respect to the outputs, in closed form.
@@ -290,18 +291,34 @@ class GGNOperator(OuterProductOperator):
         return self.output_loss.hessian_product(out, y, u)
 
 
+@dataclass(frozen=True)
+class FisherOptions(Options):
+    """Options of the Monte-Carlo Fisher (``kind="fisher"``); the functions' ``mc_samples=`` is short for its option.
+
+    Attributes
+    ----------
+    mc_samples
+        Labels drawn per input (``M``), at most :data:`MAX_MC_SAMPLES`.
+    """
+
+    mc_samples: int = option(1, ge=1, le=MAX_MC_SAMPLES, source="curvlinops' default (one label per input)",
+                             help="labels drawn per input from the model's predictive distribution (seeded by the "
+                                  "function's seed); the estimate's error shrinks as 1/sqrt(N mc_samples)")
+
+
 @operator_kind("fisher")
 class FisherOperator(OuterProductOperator):
     """The Monte-Carlo Fisher.
 
     ``mc_samples`` labels per input drawn from the model's predictive distribution (once,
-    seeded); its expectation is the GGN for cross-entropy and MSE.
+    seeded); its expectation is the GGN for cross-entropy and MSE. Not split over the ranks of a
+    process group (:attr:`unshardable`).
 
     Parameters
     ----------
     evaluator, point, params, include_frozen, check_determinism
-        As for :class:`~.operators.CurvatureOperator`; the evaluator's loss must be
-        ``"cross_entropy"`` or ``"mse"``.
+        As for :class:`~.operators.CurvatureOperator`; the evaluator's loss must have a known
+        output Hessian (cross-entropy, MSE, the token losses).
     mc_samples
         Labels drawn per input (``1 <= mc_samples <=`` :data:`MAX_MC_SAMPLES`).
     seed
@@ -320,16 +337,20 @@ class FisherOperator(OuterProductOperator):
     """
 
     kind: ClassVar[str] = "fisher"
+    Options: ClassVar[type[Options]] = FisherOptions
+    unshardable: ClassVar[str] = ("kind='fisher' draws its labels batch after batch from one generator, so a shard "
+                                  "would draw other labels than one process; use kind='ggn' (its expectation) or one "
+                                  "process")
 
     def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
                  params: Sequence[str] | str | None = None, include_frozen: bool = False,
                  check_determinism: bool = True, mc_samples: int = 1, seed: int = 0):
-        check_mc_samples(mc_samples)
+        self.mc_samples = FisherOptions.from_mapping({"mc_samples": mc_samples},
+                                                     owner=f"curvature kind {self.kind!r} option ").mc_samples
         self.output_loss = _output_loss(evaluator, self.kind)
         super().__init__(evaluator, point, params=params, include_frozen=include_frozen,
-                         check_determinism=check_determinism)
-        self.mc_samples = int(mc_samples)
-        generator = torch.Generator().manual_seed(int(seed))
+                         check_determinism=check_determinism, seed=seed)
+        generator = torch.Generator().manual_seed(self.seed)
         with torch.no_grad():
             self.draws = [self.output_loss.draw(self.outputs(self.theta, x), self.mc_samples, generator)
                           for x, _ in evaluator.batches]
@@ -352,21 +373,3 @@ class FisherOperator(OuterProductOperator):
         s = self.output_loss.sampled_gradients(out, y, self.draws[index])
         return (s * self.output_loss.dots(s, u)).mean(0)
 
-
-def check_mc_samples(mc_samples: Any) -> None:
-    """Refuse a number of Monte-Carlo labels that is not an integer in ``[1, MAX_MC_SAMPLES]``.
-
-    Parameters
-    ----------
-    mc_samples : Any
-        The value given.
-
-    Raises
-    ------
-    ConfigError
-        Naming the value and the range.
-    """
-    if isinstance(mc_samples, bool) or not isinstance(mc_samples, numbers.Integral) \
-            or not 1 <= mc_samples <= MAX_MC_SAMPLES:
-        raise ConfigError(f"mc_samples must be an integer in [1, {MAX_MC_SAMPLES:,}] (labels drawn per input "
-                          f"for the Fisher), got {mc_samples!r}")

@@ -1,4 +1,4 @@
-"""Curvature operators of an evaluator's loss: the base class every kind shares, and the Hessian.
+"""Curvature operators of an evaluator's loss: the base class every kind shares.
 
 The loss is ``L(theta) = (1/N) sum_n l(f(x_n; theta), y_n)`` over *all* of the evaluator's data
 (sums of per-sample losses divided by the sample count, so a short last batch gets its proper
@@ -8,46 +8,40 @@ parameters, BatchNorm running statistics) is held fixed and the model runs in ev
 :class:`CurvatureOperator` owns what every kind shares: the parameter selection (``params``
 patterns, ``include_frozen``), the loop over the evaluator's batches (a product is the sum of
 each batch's share), the SciPy view, :meth:`~CurvatureOperator.dense` and the determinism
-probe. A kind is a subclass giving one batch's share of ``C v`` (:meth:`~CurvatureOperator.batch_product`),
-registered by name (:func:`~.registry.operator_kind`); solvers see only the
-:class:`~.linear.SymmetricOperator` interface. The kinds: ``"hessian"`` here, ``"ggn"``,
-``"empirical_fisher"`` and ``"fisher"`` in :mod:`.gauss_newton`.
+probe. A kind is one file: a subclass giving one batch's share of ``C v``
+(:meth:`~CurvatureOperator.batch_product`), registered by name (:func:`~.registry.operator_kind`),
+declaring its options in its ``Options`` class (the ``kind_options=`` of the public functions,
+checked by :func:`~.registry.kind_options`); solvers see only the
+:class:`~.linear.SymmetricOperator` interface. The kinds: ``"hessian"`` in :mod:`.hessian`,
+``"ggn"`` and ``"fisher"`` in :mod:`.gauss_newton`, ``"empirical_fisher"`` in :mod:`.empirical_fisher`.
 
-``H v`` is computed batch by batch as forward-over-reverse, ``jvp(grad(L_b), theta, v)``
-(or reverse-over-reverse, ``grad(<grad L_b, v>)``), summed over batches. No graph survives
-a product and nothing is stored on the module, so memory stays flat over many products
-(unlike ``loss.backward(create_graph=True)``, see PyHessian issues #25/#28).
-
-``mode="retained"`` builds ``torch.func.vjp(grad(L_b), theta)`` once per batch and then
-replays only the second backward pass for each product (``H`` is symmetric, so the vjp is
-``H v``): each product is about 2x cheaper on CPU (measured on a small CNN, 140 vs 277 ms)
-and the set-up costs less than one product, but the graphs of all batches stay in memory
-(a fixed amount, proportional to the data's activations, that does not grow with the
-number of products).
-
-Gradients and products run in :func:`.second_order.second_order`: attention with the
-twice-differentiable math kernel, and a clear error for an operation without a second derivative.
+No graph survives a product and nothing is stored on the module, so memory stays flat over many
+products (unlike ``loss.backward(create_graph=True)``, see PyHessian issues #25/#28). Gradients
+and products run in :func:`.second_order.second_order`: attention with the twice-differentiable
+math kernel, and a clear error for an operation without a second derivative.
 """
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, ClassVar, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import torch
-from torch.func import grad, jvp, vjp
+from torch.func import grad, jvp
 
 from ..evaluation.inputs import leading
 from ..infra.errors import ConfigError
+from ..infra.options import Options
 from ..space.params import ModelLike
 from .linear import MatrixOperator, SymmetricOperator, scipy_view
-from .registry import operator_kind
 from .second_order import second_order
 
-__all__ = ["HVP_MODES", "RETAINED_BUDGET", "CurvatureOperator", "HessianOperator", "MatrixOperator",
-           "SymmetricOperator", "jvp_quietly", "scipy_view"]
+__all__ = ["CurvatureOperator", "MatrixOperator", "NoOptions", "SymmetricOperator", "jvp_quietly", "scipy_view"]
 
-HVP_MODES = ("auto", "forward-over-reverse", "reverse-over-reverse", "retained")
-RETAINED_BUDGET = 512 << 20  # bytes of autograd graphs "auto" may keep alive
+
+@dataclass(frozen=True)
+class NoOptions(Options):
+    """The option set of a curvature kind without options of its own (the GGN's)."""
 
 
 class CurvatureOperator:
@@ -71,13 +65,22 @@ class CurvatureOperator:
         Also differentiate parameters with ``requires_grad=False``.
     check_determinism
         Refuse a model whose outputs differ between two identical calls (dropout in eval mode).
+    seed
+        Seed of any random choice the kind makes (the Monte-Carlo Fisher's labels); kept as ``seed``.
 
     Attributes
     ----------
     kind : str
         The registered name of the operator's kind (``"hessian"``, ``"ggn"``, ...).
+    Options : type[Options]
+        The kind's options (``kind_options=``), passed to the constructor as keywords; default none.
+    unshardable : str
+        Empty when products split exactly over the ranks of a process group
+        (:mod:`.distributed`); else why not (the one-line refusal).
+    forward_mode_fix : str
+        What avoids forward-mode AD, for the error about an operation without it.
     mode : str
-        How its products are computed (for the Hessian one of :data:`HVP_MODES`).
+        How its products are computed (for the Hessian one of :data:`.hessian.HVP_MODES`).
     size, dim : int
         The number of differentiated parameters (equal).
     names : list of str
@@ -95,12 +98,16 @@ class CurvatureOperator:
     """
 
     kind: ClassVar[str] = ""
+    Options: ClassVar[type[Options]] = NoOptions
+    unshardable: ClassVar[str] = ""
+    forward_mode_fix: ClassVar[str] = "kind='hessian' with hvp='reverse-over-reverse' avoids forward-mode AD"
     mode: str = ""
 
     def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
                  params: Sequence[str] | str | None = None, include_frozen: bool = False,
-                 check_determinism: bool = True):
+                 check_determinism: bool = True, seed: int = 0):
         self.evaluator = evaluator
+        self.seed = int(seed)
         space = evaluator.space
         vec = point if isinstance(point, torch.Tensor) else evaluator.vector(point)
         if vec.shape != (space.size,):
@@ -122,6 +129,27 @@ class CurvatureOperator:
         self.matvecs = 0
         if check_determinism:
             self._check_determinism()
+
+    @classmethod
+    def whole_data_options(cls, evaluator: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The kind's options with the choices made from the data (``"auto"``) made on all of ``evaluator``'s.
+
+        The ranks of a distributed operator (:mod:`.distributed`) each hold a block of the batches
+        and must choose as one process does; by default there is nothing to choose.
+
+        Parameters
+        ----------
+        evaluator : Evaluator
+            The evaluator of the whole data.
+        options : Mapping[str, Any]
+            The kind's validated options.
+
+        Returns
+        -------
+        dict[str, Any]
+            The options, as the constructor takes them.
+        """
+        return dict(options)
 
     # ------------------------------------------------------------------ the loss
     def params_dict(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -198,7 +226,7 @@ class CurvatureOperator:
             Length ``dim``.
         """
         g = torch.zeros_like(self.theta)
-        with second_order(self.mode, self.kind):
+        with second_order(self.mode, self.kind, self.forward_mode_fix):
             for x, y in self.evaluator.batches:
                 g += grad(self.batch_loss)(self.theta, x, y)
         return g
@@ -249,7 +277,7 @@ class CurvatureOperator:
                               f"got shape {tuple(v.shape)}")
         v = v.to(self.device, self.dtype)
         out = torch.zeros_like(self.theta)
-        with second_order(self.mode, self.kind):
+        with second_order(self.mode, self.kind, self.forward_mode_fix):
             for index, (x, y) in enumerate(self.evaluator.batches):
                 out += self.batch_product(index, x, y, v).detach()
         self.matvecs += 1
@@ -324,80 +352,3 @@ def jvp_quietly(fn: Callable[[torch.Tensor], Any], primal: torch.Tensor, tangent
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
         return jvp(fn, (primal,), (tangent,))
-
-
-@operator_kind("hessian")
-class HessianOperator(CurvatureOperator):
-    """The Hessian ``H = d^2 L / d theta^2`` of an evaluator's loss at one point.
-
-    Parameters
-    ----------
-    evaluator, point, params, include_frozen, check_determinism
-        As for :class:`CurvatureOperator`.
-    mode
-        How products are computed (:data:`HVP_MODES`; ``"auto"`` keeps per-batch graphs on CPU
-        when they fit in :data:`RETAINED_BUDGET`, else forward-over-reverse).
-
-    Raises
-    ------
-    ConfigError
-        Unknown ``mode``, or as for :class:`CurvatureOperator`.
-    """
-
-    kind: ClassVar[str] = "hessian"
-
-    def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
-                 params: Sequence[str] | str | None = None, mode: str = "auto",
-                 include_frozen: bool = False, check_determinism: bool = True):
-        if mode not in HVP_MODES:
-            raise ConfigError(f"mode must be one of {HVP_MODES}, got {mode!r}")
-        self.mode = _resolve_mode(mode, evaluator)
-        self._retained: list | None = None
-        super().__init__(evaluator, point, params=params, include_frozen=include_frozen,
-                         check_determinism=check_determinism)
-
-    def batch_product(self, index: int, x: torch.Tensor, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """One batch's share of ``H v``: ``d/dt grad L_b(theta + t v)`` at ``t = 0``.
-
-        Parameters
-        ----------
-        index : int
-            The batch's position (selects its retained graph in ``"retained"`` mode).
-        x, y : torch.Tensor
-            The batch.
-        v : torch.Tensor
-            The vector.
-
-        Returns
-        -------
-        torch.Tensor
-            Length ``dim``.
-        """
-        if self.mode == "retained":
-            return self._retained_graphs()[index](v)[0]
-
-        def g(theta: torch.Tensor) -> torch.Tensor:
-            return grad(self.batch_loss)(theta, x, y)
-
-        if self.mode == "forward-over-reverse":
-            return jvp_quietly(g, self.theta, v)[1]
-        return grad(lambda theta: torch.dot(g(theta), v))(self.theta)
-
-    def _retained_graphs(self) -> list:
-        if self._retained is None:
-            self._retained = [vjp(lambda theta, x=x, y=y: grad(self.batch_loss)(theta, x, y), self.theta)[1]
-                              for x, y in self.evaluator.batches]
-        return self._retained
-
-
-def _resolve_mode(mode: str, evaluator: Any) -> str:
-    """``auto``: keep per-batch graphs (about 2x cheaper per product) on CPU when they fit in :data:`RETAINED_BUDGET`.
-
-    Otherwise forward-over-reverse, whose memory stays flat.
-    """
-    if mode != "auto":
-        return mode
-    graphs = 3 * evaluator.activation_bytes() * len(evaluator.batches)
-    if evaluator.device.type == "cpu" and graphs <= RETAINED_BUDGET:
-        return "retained"
-    return "forward-over-reverse"

@@ -4,16 +4,20 @@ Each class declares once the keyword arguments of :func:`~landscape.curvature.fu
 ``hessian_trace`` and ``hessian_density`` that the command line offers, with the functions'
 defaults, their ranges (iteration budgets bounded by :data:`~.budget.MAX_ITERATIONS`), help and
 source. The ``landscape`` curvature commands generate their flags from them and ``docs/api.md``
-lists them. Method and kind names are the registries' live names (:mod:`.registry`).
+lists them. Method and kind names are the registries' live names (:mod:`.registry`); each kind's
+own options are declared by the kind (its class's ``Options``) and reach it through
+``kind_options`` (``--kind-option KEY=VALUE``), checked against that declaration.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from ..infra.flags import key_value
 from ..infra.options import Options, option, seed_option
 from .budget import MAX_ITERATIONS, MAX_RUNS
 from .gauss_newton import MAX_MC_SAMPLES
-from .operators import HVP_MODES
+from .hessian import HVP_MODES
 from .registry import EIGEN_SOLVERS, OPERATOR_KINDS, TRACE_ESTIMATORS
 
 PYHESSIAN = "PyHessian (Yao et al. 2020)"
@@ -46,7 +50,7 @@ class EigenOptions(Options):
                            help="operator products at most per model (Lanczos: restarts included; power: per "
                                 "eigenvalue)")
     seed: int = seed_option("seed of the random start vectors (and of the Fisher's labels)")
-    method: str = option("lanczos", choices=EIGEN_SOLVERS.names,
+    method: str = option("lanczos", choices=EIGEN_SOLVERS,
                          help="eigen-solver: lanczos (k largest algebraic) or power (deflated power iteration, "
                               "largest magnitude)")
 
@@ -71,7 +75,7 @@ class TraceOptions(Options):
 
     configures = ("landscape.hessian_trace",)
 
-    method: str = option("hutch++", choices=TRACE_ESTIMATORS.names,
+    method: str = option("hutch++", choices=TRACE_ESTIMATORS,
                          help="hutchinson (Rademacher probes) or hutch++ (low-rank part plus Hutchinson on the rest)")
     tol: float = option(5e-2, gt=0, help="stop at stderr <= tol |trace|")
     max_iter: int = option(100, ge=1, le=MAX_ITERATIONS,
@@ -117,10 +121,12 @@ class OperatorOptions(Options):
     ----------
     kind
         Registered curvature operator: ``hessian``, ``ggn``, ``fisher``, ``empirical_fisher``.
+    kind_options
+        The kind's own options (declared by the kind), ``KEY=VALUE`` pairs on the command line.
     mc_samples
-        Labels drawn per input for ``kind="fisher"``.
+        Short for ``kind_options={"mc_samples": ...}`` (the Fisher's labels per input).
     hvp
-        How Hessian-vector products are computed.
+        Short for ``kind_options={"hvp": ...}`` (the Hessian's products).
     params
         ``fnmatch`` patterns of the parameters to differentiate; None: every trainable one.
     include_frozen
@@ -129,14 +135,20 @@ class OperatorOptions(Options):
 
     configures = ("landscape.hessian_eigen", "landscape.hessian_trace", "landscape.hessian_density")
 
-    kind: str = option("hessian", choices=OPERATOR_KINDS.names,
+    kind: str = option("hessian", choices=OPERATOR_KINDS,
                        help="the curvature matrix: hessian, ggn (generalised Gauss-Newton), fisher (Monte-Carlo "
                             "Fisher, labels drawn from the model) or empirical_fisher (per-sample gradients at the "
                             "data's labels); ggn and fisher need the cross_entropy or mse loss")
-    mc_samples: int = option(1, ge=1, le=MAX_MC_SAMPLES, help="labels drawn per input for kind fisher (seeded by seed)")
+    kind_options: dict[str, Any] | None = option(
+        None, flag="--kind-option", parse=key_value, repeat=True, metavar="KEY=VALUE",
+        help="the kind's own options (on the command line KEY=VALUE, repeatable, VALUE as JSON or text): hvp "
+             "(hessian), mc_samples (fisher), per_sample (empirical_fisher); each kind's table in docs/api.md")
+    mc_samples: int = option(1, ge=1, le=MAX_MC_SAMPLES,
+                             help="short for --kind-option mc_samples=N: labels drawn per input for kind fisher "
+                                  "(seeded by seed)")
     hvp: str = option("auto", choices=HVP_MODES,
-                      help="Hessian-vector products (kind hessian): forward-over-reverse, reverse-over-reverse, "
-                           "retained (one autograd graph reused; faster on CPU, more memory) or auto")
+                      help="short for --kind-option hvp=MODE: Hessian-vector products of kind hessian (retained: "
+                           "one autograd graph per batch reused; faster on CPU, more memory)")
     params: list[str] | None = option(None, metavar="PATTERN",
                                       help="restrict the curvature to parameters whose names match these patterns")
     include_frozen: bool = option(False, help="include parameters with requires_grad=False (left out by default)")

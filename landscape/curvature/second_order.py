@@ -30,7 +30,7 @@ _NO_SECOND_DERIVATIVE = re.compile(r"derivative for (\S+) is not implemented"
 
 
 @contextlib.contextmanager
-def second_order(mode: str, kind: str = "hessian") -> Iterator[None]:
+def second_order(mode: str, kind: str, forward_fix: str) -> Iterator[None]:
     """Context of a curvature product.
 
     The twice-differentiable attention kernel, and a
@@ -40,10 +40,13 @@ def second_order(mode: str, kind: str = "hessian") -> Iterator[None]:
     Parameters
     ----------
     mode : str
-        How the product is computed (for the Hessian one of ``HVP_MODES`` of :mod:`.operators`), for
+        How the product is computed (for the Hessian one of ``HVP_MODES`` of :mod:`.hessian`), for
         the message.
     kind : str
         The operator's kind (``"hessian"``, ``"ggn"``, ...), for the message.
+    forward_fix : str
+        What avoids forward-mode AD for this kind (the operator's ``forward_mode_fix``), for the
+        message about an operation without it.
 
     Yields
     ------
@@ -66,10 +69,6 @@ def second_order(mode: str, kind: str = "hessian") -> Iterator[None]:
                 problem, fix = (f"{base} has no double backward ({found.group(1)} is not differentiable)",
                                 "replace it with a twice-differentiable formulation")
             else:
-                problem, fix = (f"{found.group(2) or found.group(4)} has no forward-mode derivative",
-                                "hvp='reverse-over-reverse' avoids forward-mode AD" if kind == "hessian"
-                                else "kind='hessian' with hvp='reverse-over-reverse' avoids forward-mode AD")
-            need = "the Hessian needs second derivatives" if kind == "hessian" else \
-                f"the {kind} operator cannot be computed"
-            raise CurvatureError(f"{need}, but {problem} in PyTorch {torch.__version__} ({kind} products by "
-                                 f"{mode!r}); {fix}") from None
+                problem, fix = f"{found.group(2) or found.group(4)} has no forward-mode derivative", forward_fix
+            raise CurvatureError(f"{kind} products by {mode!r} need derivatives that PyTorch {torch.__version__} "
+                                 f"lacks: {problem}; {fix}") from None

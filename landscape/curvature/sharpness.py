@@ -62,8 +62,8 @@ from ..results.sharpness import SharpnessResult
 from ..space.params import ModelLike
 from .budget import MAX_ITERATIONS, MAX_RUNS, check_count
 from .functions import Params, computed_at_point
+from .hessian import HessianOperator
 from .linear import scipy_view
-from .operators import HessianOperator
 from .registry import EIGEN_SOLVERS
 
 #: Names accepted by ``kind``: ``"adaptive"`` is adaptive L2, as in ASAM.
@@ -118,7 +118,7 @@ def sharpness(model: ModelLike | torch.Tensor, evaluator: Any, *, rho: float, ki
     bound_max_iter, bound_tol
         Budget of Hessian-vector products and relative residual tolerance of that eigenvalue.
     hvp
-        How Hessian-vector products are computed (:data:`.operators.HVP_MODES`).
+        How Hessian-vector products are computed (the Hessian kind's option, :data:`.hessian.HVP_MODES`).
     return_perturbation
         Also return the worst perturbation ``e*`` (over the selected parameters).
 
@@ -170,7 +170,7 @@ def sharpness(model: ModelLike | torch.Tensor, evaluator: Any, *, rho: float, ki
     def compute(op: HessianOperator) -> SharpnessResult:
         return _measure(op, options)
 
-    result = computed_at_point("sharpness", model, evaluator, options, compute)
+    result = computed_at_point("sharpness", model, evaluator, options, compute, kind_options={"hvp": hvp})
     if options["bound"] and not result.lambda_converged:
         warnings.warn(f"sharpness: lambda_max did not reach tol={bound_tol} within bound_max_iter={bound_max_iter} "
                       f"products (residual {result.lambda_residual:.3g}); raise bound_max_iter or bound_tol",

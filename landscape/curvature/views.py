@@ -34,7 +34,7 @@ from ..space.params import ModelLike, vector_digest
 from ..space.points import PointSet
 from .at_point import flat_point, with_bn_mode
 from .functions import Params, hessian_eigen
-from .operators import HessianOperator
+from .hessian import HessianOperator
 
 
 def eigen_line(model: ModelLike | torch.Tensor, evaluator: Any, *, eigen: HessianEigen | None = None,
@@ -89,7 +89,7 @@ def eigen_line(model: ModelLike | torch.Tensor, evaluator: Any, *, eigen: Hessia
         raise ConfigError(f"resolution must be at least 2, got {resolution}")
     point, eig, options, mask, dirs = _directions(model, evaluator, eigen, 1, normalization, span, params, solver)
     ready = with_bn_mode(point, point, evaluator)
-    op = HessianOperator(evaluator, ready, params=options["params"], mode=options["hvp"],
+    op = HessianOperator(evaluator, ready, params=options["params"], hvp=options["hvp"],
                          include_frozen=options["include_frozen"])
     d = dirs[0][mask].to(op.device, op.dtype)
     slope = float(torch.dot(op.gradient().double(), d.double()))

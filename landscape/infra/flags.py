@@ -290,6 +290,30 @@ def number(kind: type = float, *, gt: float | None = None, ge: float | None = No
     return convert
 
 
+def key_value(text: str) -> tuple[str, Any]:
+    """Parse ``KEY=VALUE``, VALUE as JSON when it parses, else the text (``mc_samples=4``, ``per_sample=vmap``).
+
+    Parameters
+    ----------
+    text : str
+        The command-line text.
+
+    Returns
+    -------
+    tuple[str, Any]
+        Key and value.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        Without ``=`` or a key, or as for :func:`json_value`.
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key, json_value(value)
+
+
 def json_value(text: str) -> Any:
     """A JSON value, or the text itself when it is not JSON (``last`` -> ``"last"``).
 

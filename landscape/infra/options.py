@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Callable, ClassVar, Mapping, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Sequence, TypeVar
 
 from .errors import ConfigError
 from .values import RANGE_KEYS, check_value, did_you_mean
@@ -42,7 +42,7 @@ def option(default: Any, *, help: str, source: str | None = None, ge: float | No
            gt: float | None = None, le: float | None = None, lt: float | None = None,
            volatile: bool = False, parse: Any = None, cli: bool = True, flag: str | Sequence[str] | None = None,
            metavar: str | tuple[str, ...] | None = None,
-           choices: Sequence[str] | Callable[[], Sequence[str]] | None = None, required: bool = False,
+           choices: Iterable[str] | Callable[[], Sequence[str]] | None = None, required: bool = False,
            repeat: bool = False) -> Any:
     """Declare a dataclass field of an :class:`Options` class.
 
@@ -69,9 +69,10 @@ def option(default: Any, *, help: str, source: str | None = None, ge: float | No
         ``("--option", "-o")``); the parsed value is then stored under the first flag's name.
     metavar : str or tuple of str, optional
         The value's name in the command line's usage (default by type: ``N``, ``X``, ...).
-    choices : sequence of str or callable, optional
-        The names a string option accepts; a callable (e.g. a registry's ``names``) is asked
-        each time, so names registered later count.
+    choices : sequence of str, registry or callable, optional
+        The names a string option accepts; a :class:`~landscape.infra.registry.Registry` (iterated
+        for its live names) or a callable is asked each time, so names registered later count (the
+        option tables of ``docs/api.md`` then say "any registered ..." rather than list them).
     required : bool
         The command line refuses to run without this flag.
     repeat : bool

@@ -43,7 +43,7 @@ def did_you_mean(key: str, valid: Sequence[str] | Mapping[str, Any]) -> str:
 
 
 def choice_names(meta: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The names a field's ``choices`` allow now (a callable, e.g. a registry's ``names``, is called).
+    """The names a field's ``choices`` allow now (a registry's live names; a callable is called).
 
     Parameters
     ----------

@@ -118,11 +118,14 @@ def operator_options(args: argparse.Namespace) -> dict[str, Any]:
     Returns
     -------
     dict[str, Any]
-        ``kind``, ``mc_samples``, ``hvp``, ``params`` and ``include_frozen``.
+        ``kind``, ``kind_options`` (the ``--kind-option KEY=VALUE`` pairs as a dict; a key given
+        twice keeps its last value), ``mc_samples``, ``hvp``, ``params`` and ``include_frozen``.
     """
     from landscape.curvature.options import OperatorOptions
 
-    return option_values(OperatorOptions, args)
+    values = option_values(OperatorOptions, args)
+    values["kind_options"] = dict(values["kind_options"] or ())
+    return values
 
 
 def density_figures(densities: dict[str, Any]) -> dict[str, Any]:
