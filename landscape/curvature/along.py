@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..results import PlaneResult
 from ..results.curvature import CurvaturePlane, CurvatureProfile
@@ -19,7 +20,7 @@ from .at_point import with_bn_mode
 from .functions import Params, hessian_eigen, spec_of
 
 
-def curvature_along_path(a: ModelLike, b: ModelLike, evaluator: Any, *, alphas: int | np.ndarray = 21,
+def curvature_along_path(a: ModelLike, b: ModelLike, evaluator: PointEvaluator, *, alphas: int | np.ndarray = 21,
                          k: int = 1, tol: float = 1e-3, max_iter: int = 100, seed: int = 0,
                          method: str = "lanczos", params: Params = None,
                          hvp: str = "auto") -> CurvatureProfile:
@@ -49,7 +50,7 @@ def curvature_along_path(a: ModelLike, b: ModelLike, evaluator: Any, *, alphas: 
                             spec=spec_of(evaluator, **options))
 
 
-def curvature_plane(plane: PlaneResult, evaluator: Any, *, stride: int = 1, k: int = 1, tol: float = 1e-3,
+def curvature_plane(plane: PlaneResult, evaluator: PointEvaluator, *, stride: int = 1, k: int = 1, tol: float = 1e-3,
                     max_iter: int = 100, seed: int = 0, method: str = "lanczos",
                     params: Params = None, hvp: str = "auto", reference: ModelLike | None = None) -> CurvaturePlane:
     """Top-``k`` Hessian eigenvalues on the grid of a plane, every ``stride``-th point per axis.
@@ -105,7 +106,7 @@ def curvature_plane(plane: PlaneResult, evaluator: Any, *, stride: int = 1, k: i
                           models=dict(plane.models), spec=spec_of(evaluator, stride=stride, **options))
 
 
-def _eigen_at(points: list[torch.Tensor], reference: torch.Tensor, evaluator: Any, **options: Any
+def _eigen_at(points: list[torch.Tensor], reference: torch.Tensor, evaluator: PointEvaluator, **options: Any
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     values, residuals, matvecs = [], [], []
     for vec in points:

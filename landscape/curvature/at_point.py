@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..space.params import ModelLike
 from . import empirical_fisher, gauss_newton, hessian  # noqa: F401  (register the kinds)
@@ -29,7 +30,7 @@ ALIASES: dict[str, Any] = {"hvp": "auto", "mc_samples": 1}
 KindOptions = Mapping[str, Any] | None
 
 
-def curvature_operator(model: ModelLike | torch.Tensor, evaluator: Any, *, kind: str = "hessian",
+def curvature_operator(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *, kind: str = "hessian",
                        kind_options: KindOptions = None, params: Sequence[str] | str | None = None,
                        include_frozen: bool = False, hvp: str = "auto", mc_samples: int = 1, seed: int = 0,
                        check_determinism: bool = True, point_ready: bool = False) -> CurvatureOperator:
@@ -205,7 +206,7 @@ def operator_options(kind: str, kind_options: KindOptions, include_frozen: bool,
     return spec, resolved
 
 
-def flat_point(model: ModelLike | torch.Tensor, evaluator: Any) -> torch.Tensor:
+def flat_point(model: ModelLike | torch.Tensor, evaluator: PointEvaluator) -> torch.Tensor:
     """Flat float64 CPU vector of a model-like (a flat tensor is checked and used as is).
 
     Parameters
@@ -226,7 +227,7 @@ def flat_point(model: ModelLike | torch.Tensor, evaluator: Any) -> torch.Tensor:
     return evaluator.vector(model)
 
 
-def with_bn_mode(point: torch.Tensor, reference: torch.Tensor, evaluator: Any) -> torch.Tensor:
+def with_bn_mode(point: torch.Tensor, reference: torch.Tensor, evaluator: PointEvaluator) -> torch.Tensor:
     """``point`` with the buffers the evaluator's BatchNorm mode gives it (``reference`` for ``keep``).
 
     Parameters

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import glob
 import warnings
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..results.curvature_views import BlockCurvature
 from ..space.params import ModelLike, ParameterSpace, vector_digest
@@ -27,7 +28,8 @@ Blocks = str | Sequence[str] | Mapping[str, str | Sequence[str]]
 ROOT_LABEL = "(root)"
 
 
-def curvature_by_block(model: ModelLike | torch.Tensor, evaluator: Any, *, blocks: Blocks = "modules", top_k: int = 1,
+def curvature_by_block(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *, blocks: Blocks = "modules",
+                       top_k: int = 1,
                        trace: bool = True, tol: float = 1e-3, max_iter: int = 100, seed: int = 0,
                        method: str = "lanczos", trace_method: str = "hutch++", trace_tol: float = 5e-2,
                        trace_max_iter: int = 100, hvp: str = "auto", include_frozen: bool = False,

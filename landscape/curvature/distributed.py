@@ -35,6 +35,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..space.params import ModelLike
 from .at_point import KindOptions, curvature_operator, flat_point, resolve_kind_options, with_bn_mode
@@ -164,7 +165,7 @@ def batch_block(n_batches: int, rank: int, world: int) -> tuple[int, int]:
     return rank * n_batches // world, (rank + 1) * n_batches // world
 
 
-def distributed_operator(model: ModelLike | torch.Tensor, evaluator: Any, *, kind: str = "hessian",
+def distributed_operator(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *, kind: str = "hessian",
                          kind_options: KindOptions = None, params: Sequence[str] | str | None = None,
                          include_frozen: bool = False, hvp: str = "auto", group: Any = None,
                          point_ready: bool = False) -> DistributedOperator:

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from ..evaluation.protocol import PointEvaluator
 from ..evaluation.sharded import EvaluatorSpec
 from ..infra.errors import ConfigError, DistributedError
 from ..results.curvature import Eigenvalues
@@ -87,7 +88,7 @@ def _worker(rank: int, world: int, job: _Job, store: str, results: Any) -> None:
 
 
 def distributed_curvature(compute: Callable[[DistributedOperator], Any], model: ModelLike | torch.Tensor,
-                          evaluator: Any, *, workers: int = 2, kind: str = "hessian",
+                          evaluator: PointEvaluator, *, workers: int = 2, kind: str = "hessian",
                           kind_options: KindOptions = None, params: Sequence[str] | str | None = None,
                           include_frozen: bool = False, hvp: str = "auto", backend: str = "auto", threads: int = 1,
                           timeout: float = DEFAULT_TIMEOUT) -> Any:
@@ -220,7 +221,7 @@ def _first_failure(procs: Sequence[Any], rank: int, payload: str) -> str:
     return f"worker {rank} of {len(procs)} failed: {payload}"
 
 
-def distributed_hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: Any, *, workers: int = 2,
+def distributed_hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *, workers: int = 2,
                                     k: int = 1, tol: float = 1e-3, max_iter: int = 100, seed: int = 0,
                                     method: str = "lanczos", params: Sequence[str] | str | None = None,
                                     hvp: str = "auto", include_frozen: bool = False, kind: str = "hessian",

@@ -30,12 +30,13 @@ for natural gradient descent*, NeurIPS 2019.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import ClassVar, Sequence
 
 import torch
 from torch.func import grad, vmap
 
 from ..evaluation.inputs import ModelInputs, leading, map_tensors
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..infra.options import Options, option
 from ..space.params import ModelLike
@@ -87,7 +88,7 @@ class EmpiricalFisherOperator(OuterProductOperator):
     kind: ClassVar[str] = "empirical_fisher"
     Options: ClassVar[type[Options]] = EmpiricalFisherOptions
 
-    def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
+    def __init__(self, evaluator: PointEvaluator, point: ModelLike | torch.Tensor, *,
                  params: Sequence[str] | str | None = None, include_frozen: bool = False,
                  check_determinism: bool = True, seed: int = 0, per_sample: str = "auto"):
         if per_sample not in PER_SAMPLE_MODES:
@@ -114,7 +115,7 @@ class EmpiricalFisherOperator(OuterProductOperator):
         torch.Tensor
             ``(batch,)``.
         """
-        return self.evaluator.per_sample_loss(self.outputs(theta, x), y)
+        return self.evaluator.loss.per_sample(self.outputs(theta, x), y)
 
     def output_product(self, index: int, out: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """``u`` itself: ``Lambda = I`` on the per-sample losses.

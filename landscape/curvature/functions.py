@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..cache.store import make_key
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..results.base import Result
 from ..results.curvature import Eigenvalues, HessianEigen, SpectralDensity, TraceEstimate
@@ -46,7 +47,7 @@ ALGORITHM_VERSION = "curvature-2"
 Params = Sequence[str] | str | None
 
 
-def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1, tol: float = 1e-3,
+def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *, k: int = 1, tol: float = 1e-3,
                   max_iter: int = 100, seed: int = 0, method: str = "lanczos", params: Params = None,
                   return_eigenvectors: bool = False, hvp: str = "auto", include_frozen: bool = False,
                   point_ready: bool = False, kind: str = "hessian", mc_samples: int = 1,
@@ -146,7 +147,7 @@ def eigen_result(op: Any, *, k: int, tol: float, max_iter: int, seed: int, metho
                         method=method, dim=op.dim, vectors=vectors, restarts=res.restarts)
 
 
-def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: Any, *, k: int = 1, tol: float = 1e-3,
+def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *, k: int = 1, tol: float = 1e-3,
                         max_iter: int = 100, seed: int = 0, method: str = "lanczos", params: Params = None,
                         return_eigenvectors: bool = False, hvp: str = "auto", include_frozen: bool = False,
                         kind: str = "hessian", mc_samples: int = 1,
@@ -188,7 +189,7 @@ def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: Any, *, k: i
     return (Eigenvalues(res), res.vectors) if return_eigenvectors else Eigenvalues(res)
 
 
-def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float = 5e-2, max_iter: int = 100,
+def hessian_trace(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *, tol: float = 5e-2, max_iter: int = 100,
                   seed: int = 0, method: str = "hutch++", params: Params = None, min_samples: int = 10,
                   hvp: str = "auto", include_frozen: bool = False, kind: str = "hessian",
                   mc_samples: int = 1, kind_options: KindOptions = None) -> TraceEstimate:
@@ -259,7 +260,7 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: Any, *, tol: float
     return result
 
 
-def hessian_density(model: ModelLike | torch.Tensor, evaluator: Any, *, iterations: int = 100, runs: int = 1,
+def hessian_density(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *, iterations: int = 100, runs: int = 1,
                     seed: int = 0, sigma: float | None = None, grid_size: int = 2001,
                     params: Params = None, hvp: str = "auto", include_frozen: bool = False, kind: str = "hessian",
                     mc_samples: int = 1, kind_options: KindOptions = None) -> SpectralDensity:
@@ -315,12 +316,12 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(seed))
 
 
-def spec_of(evaluator: Any, **options: Any) -> dict[str, Any]:
+def spec_of(evaluator: PointEvaluator, **options: Any) -> dict[str, Any]:
     """The spec recorded with a curvature result: evaluator fingerprint, version and options.
 
     Parameters
     ----------
-    evaluator : Evaluator
+    evaluator : PointEvaluator
         Its ``fingerprint()`` (model, data, loss, BatchNorm mode) enters the spec.
     **options : Any
         Every option of the computation (``k``, ``tol``, ``method``, ...).
@@ -333,7 +334,7 @@ def spec_of(evaluator: Any, **options: Any) -> dict[str, Any]:
     return {"evaluator": evaluator.fingerprint(), "version": ALGORITHM_VERSION, **options}
 
 
-def computed_at_point(kind: str, model: ModelLike | torch.Tensor, evaluator: Any, options: dict[str, Any],
+def computed_at_point(kind: str, model: ModelLike | torch.Tensor, evaluator: PointEvaluator, options: dict[str, Any],
                       compute: Callable[[CurvatureOperator], Result], *, kind_options: KindOptions = None,
                       point_ready: bool = False) -> Any:
     """The result for (kind, point, options).
@@ -351,7 +352,7 @@ def computed_at_point(kind: str, model: ModelLike | torch.Tensor, evaluator: Any
         The function's name (``"hessian_eigen"``, ``"sharpness"``, ...), recorded as ``spec["kind"]``.
     model : model-like or torch.Tensor
         The point: a model-like or a flat vector of the evaluator's space.
-    evaluator : Evaluator
+    evaluator : PointEvaluator
         Whose loss is differentiated, and whose cache (if any) stores the result.
     options : dict[str, Any]
         Every option of the computation (entering the key); ``params``, ``include_frozen`` and, when

@@ -57,6 +57,7 @@ from typing import Any, ClassVar, Sequence
 import torch
 from torch.func import vjp
 
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..infra.options import Options, option
 from ..space.params import ModelLike
@@ -162,7 +163,7 @@ _OUTPUT_LOSSES = {"cross_entropy": _CrossEntropy, "mse": _SquaredError, "causal_
                   "masked_lm": _TokenCrossEntropy(0), "token": _TokenCrossEntropy(0)}
 
 
-def _output_loss(evaluator: Any, kind: str) -> Any:
+def _output_loss(evaluator: PointEvaluator, kind: str) -> Any:
     loss = evaluator.loss_name
     if loss not in _OUTPUT_LOSSES:
         known = ", ".join(map(repr, _OUTPUT_LOSSES))
@@ -266,7 +267,7 @@ class GGNOperator(OuterProductOperator):
 
     kind: ClassVar[str] = "ggn"
 
-    def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
+    def __init__(self, evaluator: PointEvaluator, point: ModelLike | torch.Tensor, *,
                  params: Sequence[str] | str | None = None, include_frozen: bool = False,
                  check_determinism: bool = True, seed: int = 0):
         self.output_loss = _output_loss(evaluator, self.kind)
@@ -342,7 +343,7 @@ class FisherOperator(OuterProductOperator):
                                   "would draw other labels than one process; use kind='ggn' (its expectation) or one "
                                   "process")
 
-    def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
+    def __init__(self, evaluator: PointEvaluator, point: ModelLike | torch.Tensor, *,
                  params: Sequence[str] | str | None = None, include_frozen: bool = False,
                  check_determinism: bool = True, mc_samples: int = 1, seed: int = 0):
         self.mc_samples = FisherOptions.from_mapping({"mc_samples": mc_samples},

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 import torch
 from torch.func import grad, vjp
 
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..infra.options import Options, option
 from ..space.params import ModelLike
@@ -70,7 +71,7 @@ class HessianOperator(CurvatureOperator):
     Options: ClassVar[type[Options]] = HessianOptions
     forward_mode_fix: ClassVar[str] = "hvp='reverse-over-reverse' avoids forward-mode AD"
 
-    def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
+    def __init__(self, evaluator: PointEvaluator, point: ModelLike | torch.Tensor, *,
                  params: Sequence[str] | str | None = None, hvp: str = "auto",
                  include_frozen: bool = False, check_determinism: bool = True, seed: int = 0):
         if hvp not in HVP_MODES:
@@ -81,12 +82,12 @@ class HessianOperator(CurvatureOperator):
                          check_determinism=check_determinism, seed=seed)
 
     @classmethod
-    def whole_data_options(cls, evaluator: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+    def whole_data_options(cls, evaluator: PointEvaluator, options: Mapping[str, Any]) -> dict[str, Any]:
         """``hvp="auto"`` resolved on all of ``evaluator``'s batches (the graphs' memory grows with them).
 
         Parameters
         ----------
-        evaluator : Evaluator
+        evaluator : PointEvaluator
             The evaluator of the whole data.
         options : Mapping[str, Any]
             ``{"hvp": ...}``.
@@ -132,7 +133,7 @@ class HessianOperator(CurvatureOperator):
         return self._retained
 
 
-def _resolve_mode(mode: str, evaluator: Any) -> str:
+def _resolve_mode(mode: str, evaluator: PointEvaluator) -> str:
     """``auto``: keep per-batch graphs (about 2x cheaper per product) on CPU when they fit in :data:`RETAINED_BUDGET`.
 
     Otherwise forward-over-reverse, whose memory stays flat.

@@ -30,6 +30,7 @@ import torch
 from torch.func import grad, jvp
 
 from ..evaluation.inputs import leading
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..infra.options import Options
 from ..space.params import ModelLike
@@ -103,7 +104,7 @@ class CurvatureOperator:
     forward_mode_fix: ClassVar[str] = "kind='hessian' with hvp='reverse-over-reverse' avoids forward-mode AD"
     mode: str = ""
 
-    def __init__(self, evaluator: Any, point: ModelLike | torch.Tensor, *,
+    def __init__(self, evaluator: PointEvaluator, point: ModelLike | torch.Tensor, *,
                  params: Sequence[str] | str | None = None, include_frozen: bool = False,
                  check_determinism: bool = True, seed: int = 0):
         self.evaluator = evaluator
@@ -131,7 +132,7 @@ class CurvatureOperator:
             self._check_determinism()
 
     @classmethod
-    def whole_data_options(cls, evaluator: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+    def whole_data_options(cls, evaluator: PointEvaluator, options: Mapping[str, Any]) -> dict[str, Any]:
         """The kind's options with the choices made from the data (``"auto"``) made on all of ``evaluator``'s.
 
         The ranks of a distributed operator (:mod:`.distributed`) each hold a block of the batches
@@ -139,7 +140,7 @@ class CurvatureOperator:
 
         Parameters
         ----------
-        evaluator : Evaluator
+        evaluator : PointEvaluator
             The evaluator of the whole data.
         options : Mapping[str, Any]
             The kind's validated options.
@@ -204,7 +205,7 @@ class CurvatureOperator:
             A scalar; its sum over the evaluator's batches is ``L(theta)``.
         """
         ev = self.evaluator
-        return ev.per_sample_loss(self.outputs(theta, x), y).sum() / ev.num_targets
+        return ev.loss.per_sample(self.outputs(theta, x), y).sum() / ev.num_targets
 
     def loss(self) -> float:
         """``L(theta)`` at the operator's point.

@@ -57,6 +57,7 @@ import numpy as np
 import torch
 from torch.func import grad_and_value
 
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError, LandscapeError, WeightOverflowError
 from ..results.sharpness import SharpnessResult
 from ..space.params import ModelLike
@@ -72,7 +73,7 @@ ALGORITHM_VERSION = "sharpness-1"
 Objective = Callable[[torch.Tensor], tuple[float, torch.Tensor]]
 
 
-def sharpness(model: ModelLike | torch.Tensor, evaluator: Any, *, rho: float, kind: str = "l2",
+def sharpness(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *, rho: float, kind: str = "l2",
               adaptive: bool | None = None, eta: float = 0.0, steps: int = 20, restarts: int = 3,
               step_size: float = 1.0, seed: int = 0, params: Params = None, include_frozen: bool = False,
               bound: bool = True, bound_max_iter: int = 100, bound_tol: float = 1e-3, hvp: str = "auto",

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..cache.store import make_key
+from ..evaluation.protocol import PointEvaluator
 from ..geometry.planes import NORMALIZATIONS, evaluate_grid, grid_axis, normalize_direction
 from ..infra.errors import ConfigError
 from ..results import PlaneResult
@@ -37,7 +38,7 @@ from .functions import Params, hessian_eigen
 from .hessian import HessianOperator
 
 
-def eigen_line(model: ModelLike | torch.Tensor, evaluator: Any, *, eigen: HessianEigen | None = None,
+def eigen_line(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *, eigen: HessianEigen | None = None,
                normalization: str = "none", span: float = 1.0, resolution: int = 41, params: Params = None,
                **solver: Any) -> EigenLine:
     """Loss and accuracy along the top Hessian eigenvector, with the quadratic model's prediction.
@@ -107,7 +108,7 @@ def eigen_line(model: ModelLike | torch.Tensor, evaluator: Any, *, eigen: Hessia
                                 resolution=resolution))
 
 
-def eigen_plane(model: ModelLike | torch.Tensor, evaluator: Any, *, eigen: HessianEigen | None = None,
+def eigen_plane(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *, eigen: HessianEigen | None = None,
                 normalization: str = "none", span: float = 1.0, resolution: int = 21, params: Params = None,
                 **solver: Any) -> PlaneResult:
     """Loss and accuracy on the plane of the top two Hessian eigenvectors.
@@ -143,7 +144,7 @@ def eigen_plane(model: ModelLike | torch.Tensor, evaluator: Any, *, eigen: Hessi
                                resolution=resolution))
 
 
-def _directions(model: ModelLike | torch.Tensor, evaluator: Any, eigen: HessianEigen | None, count: int,
+def _directions(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, eigen: HessianEigen | None, count: int,
                 normalization: str, span: float, params: Params, solver: dict[str, Any]
                 ) -> tuple[torch.Tensor, HessianEigen, dict[str, Any], torch.Tensor, torch.Tensor]:
     """The point, its eigenpairs, their options, the differentiated mask and ``count`` directions.
@@ -177,7 +178,7 @@ def _directions(model: ModelLike | torch.Tensor, evaluator: Any, eigen: HessianE
     return point, eigen, options, mask, dirs
 
 
-def _check_eigen(eigen: HessianEigen, point: torch.Tensor, evaluator: Any, count: int, params: Params,
+def _check_eigen(eigen: HessianEigen, point: torch.Tensor, evaluator: PointEvaluator, count: int, params: Params,
                  options: dict[str, Any]) -> None:
     if eigen.vectors is None:
         raise ConfigError("eigen has no eigenvectors: compute it with return_eigenvectors=True")
@@ -198,7 +199,8 @@ def _check_eigen(eigen: HessianEigen, point: torch.Tensor, evaluator: Any, count
                           "to use eigen's")
 
 
-def _spec(kind: str, evaluator: Any, eigen: HessianEigen, options: dict[str, Any], **view: Any) -> dict[str, Any]:
+def _spec(kind: str, evaluator: PointEvaluator, eigen: HessianEigen, options: dict[str, Any], **view: Any
+          ) -> dict[str, Any]:
     solved = {k: v for k, v in eigen.spec.items() if k != "evaluator"}
     return {"kind": kind, "directions": "hessian", **view, **options,
             "eigenvalues": [float(v) for v in eigen.values], "eigen": solved, "evaluator": evaluator.fingerprint()}
