@@ -10,7 +10,8 @@ MODULES = ("landscape.claims.statistics", "fl.convergence", "fl.algorithms.proxi
            "landscape.curvature.at_point", "landscape.curvature.functions", "landscape.geometry.paths",
            "landscape.geometry.planes", "landscape.results.barriers", "landscape.alignment.align",
            "landscape.space.tensor_spec", "fl.algorithms.fedgucci", "fl.algorithms.robust", "fl.update_checks",
-           "landscape.curvature.trace", "landscape.evaluation.evaluator")
+           "landscape.curvature.trace", "landscape.evaluation.evaluator",
+           "landscape.curvature.gauss_newton", "landscape.curvature.operators")
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -47,6 +47,27 @@ Products are exact, batch by batch and memory-flat (``mode="jvp-vjp"``): a forwa
 References: N. N. Schraudolph, *Fast curvature matrix-vector products for second-order gradient
 descent*, Neural Computation 14 (2002); J. Martens, *New insights and perspectives on the natural
 gradient method*, JMLR 21 (2020).
+
+Examples
+--------
+The identity ``H = G + (1/N) sum_n sum_k (d l_n / d f_nk) d^2 f_nk / d theta^2``: for a model
+linear in ``theta`` with MSE the second term vanishes and the GGN is the Hessian; through a tanh
+layer it does not, and the GGN stays positive semi-definite where the Hessian is indefinite.
+
+>>> import torch, landscape
+>>> _ = torch.manual_seed(0)
+>>> x, y = torch.randn(20, 3, dtype=torch.float64), torch.randn(20, 2, dtype=torch.float64)
+>>> def dense(model: torch.nn.Module, kind: str) -> torch.Tensor:
+...     ev = landscape.Evaluator(model, (x, y), loss="mse", dtype=torch.float64, progress=False)
+...     op = landscape.curvature_operator(model, ev, kind=kind)
+...     return torch.stack([op.matvec(e) for e in torch.eye(op.size, dtype=torch.float64)])
+>>> linear = torch.nn.Linear(3, 2).double()
+>>> torch.allclose(dense(linear, "ggn"), dense(linear, "hessian"))
+True
+>>> mlp = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).double()
+>>> g, h = dense(mlp, "ggn"), dense(mlp, "hessian")
+>>> torch.allclose(g, h), bool(torch.linalg.eigvalsh(g).min() > -1e-12), bool(torch.linalg.eigvalsh(h).min() < 0)
+(False, True, True)
 """
 from __future__ import annotations
 

@@ -19,6 +19,25 @@ No graph survives a product and nothing is stored on the module, so memory stays
 products (unlike ``loss.backward(create_graph=True)``, see PyHessian issues #25/#28). Gradients
 and products run in :func:`.second_order.second_order`: attention with the twice-differentiable
 math kernel, and a clear error for an operation without a second derivative.
+
+Examples
+--------
+Least squares ``L(w) = (1/N) sum_n (w . x_n - y_n)^2`` has the Hessian ``2 X^T X / N``; the
+operator's products and the SciPy view that solvers (or ``scipy.sparse.linalg``) use agree with it.
+
+>>> import numpy as np, scipy.sparse.linalg, torch, landscape
+>>> _ = torch.manual_seed(0)
+>>> x, y = torch.randn(20, 3, dtype=torch.float64), torch.randn(20, 1, dtype=torch.float64)
+>>> model = torch.nn.Linear(3, 1, bias=False).double()
+>>> ev = landscape.Evaluator(model, (x, y), loss="mse", dtype=torch.float64, progress=False)
+>>> op = landscape.curvature_operator(model, ev)
+>>> exact = 2 * x.T @ x / 20
+>>> v = torch.randn(3, dtype=torch.float64)
+>>> torch.allclose(op.matvec(v), exact @ v), torch.allclose(op.dense(), exact)
+(True, True)
+>>> top = scipy.sparse.linalg.eigsh(op.to_scipy(), k=1, which="LA")[0]
+>>> bool(np.isclose(top[0], np.linalg.eigvalsh(exact.numpy())[-1]))
+True
 """
 from __future__ import annotations
 
