@@ -311,3 +311,45 @@ def test_a_cached_merge_keeps_its_numbers_not_its_weights(tmp_path, task):
     with pytest.raises(ConfigError, match="holds no weights"):
         back.state_dict()
     assert torch.equal(result.model[0].weight, result.state_dict()["0.weight"])
+
+
+# ---------------------------------------------------------------- figures and the command line
+def test_the_merge_figures_mark_the_merges(task):
+    import figures
+
+    base, models, ev = task
+    ties = landscape.merge(models[:2], "ties", base=base, evaluator=ev, alphas=3)
+    assert figures.kind_of(ties) == "merge" and set(figures.merging.merge_paths({"ties": ties})) == {
+        "ties: merge → model 0", "ties: merge → model 1"}
+    plane = landscape.plane(base, models[0], models[1], ev, labels=("base", "a", "b"), resolution=3,
+                            extra={"ties": ties.state_dict()})
+    assert figures.merging.merge_roles(plane, ["ties"], base="base") == {"base": "anchor", "a": "model",
+                                                                        "b": "model", "ties": "merge"}
+    with pytest.raises(ConfigError, match="'dare' is not a model of the plane"):
+        figures.merge_plane_figure(plane, ["dare"])
+
+
+def test_the_command_prints_and_saves_what_the_python_api_computes(tmp_path, capsys):
+    import json
+
+    from fl.datasets import load_dataset
+    from fl.models import build_model
+    from landscape_cli.main import main
+
+    states = [build_model("mlp", num_classes=10, input_shape=(1, 8, 8), seed=s).state_dict() for s in range(3)]
+    paths = [landscape.save_state_dict(m, tmp_path / f"m{i}.safetensors") for i, m in enumerate(states)]
+    code = main(["merge", "--module", "mlp", "--checkpoints", str(paths[1]), str(paths[2]), "--data", "digits",
+                 "--method", "ties", "--base", str(paths[0]), "--density", "0.5", "--alphas", "5",
+                 "--save", str(tmp_path / "merged.safetensors"), "--out", str(tmp_path / "out"), "--json",
+                 "--no-figures", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    numbers = json.loads(out)["numbers"]
+    bundle = load_dataset("digits")
+    ev = landscape.Evaluator(build_model("mlp", num_classes=10, input_shape=(1, 8, 8), seed=0),
+                             (bundle.test_x, bundle.test_y), progress=False)
+    api = landscape.merge(paths[1:], "ties", base=paths[0], evaluator=ev, alphas=5, density=0.5, labels=["m1", "m2"])
+    assert numbers["loss"] == pytest.approx(api.loss, rel=1e-12)
+    assert numbers["loss_barrier"] == pytest.approx(dict(zip(api.labels, api.loss_barrier)), rel=1e-12, abs=1e-15)
+    saved = landscape.load_state_dict(tmp_path / "merged.safetensors")
+    assert all(torch.equal(saved[k], v) for k, v in api.state_dict().items())
