@@ -1,7 +1,7 @@
 """Uniform and weighted model soups: the (weighted) mean of the models' weights.
 
-``theta = sum_i mu_i theta_i`` with ``mu_i = 1 / n`` (the uniform soup of Wortsman et al. 2022,
-Sec. 2.1), or ``mu_i = w_i / sum_j w_j`` for ``weights=w`` (non-negative, not all zero).
+``theta = sum_i mu_i theta_i`` with ``mu_i = 1 / n`` (the uniform soup of Wortsman et al. 2022),
+or ``mu_i = w_i / sum_j w_j`` for ``weights=w`` (non-negative, not all zero).
 """
 from __future__ import annotations
 
@@ -43,5 +43,5 @@ def mean_rule(thetas: torch.Tensor, base: torch.Tensor | None, weights: torch.Te
     return torch.tensordot(mu, thetas, dims=1)
 
 
-METHODS.add("mean", MergeMethod(MeanOptions, mean_rule, source="Wortsman et al. 2022, uniform soup (Sec. 2.1)",
+METHODS.add("mean", MergeMethod(MeanOptions, mean_rule, source="Wortsman et al. 2022, uniform soup",
                                 weights="non-negative weights of a weighted mean (normalised to sum to one)"))
