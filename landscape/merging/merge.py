@@ -170,9 +170,9 @@ def _check_inputs(found: MergeMethod, method: str, models: list, base: Any, weig
     bad = next((labels[i] for i, x in enumerate(w) if not math.isfinite(x)), None)
     if bad is not None:
         raise ConfigError(f"the weight of {bad} is not a finite number")
-    if method == "mean" and (min(w) < 0 or sum(w) <= 0):
-        raise ConfigError("the weights of a weighted mean must be non-negative and not all zero "
-                          f"(they are normalised to sum to one), got {w}")
+    if found.nonnegative_weights and (min(w) < 0 or sum(w) <= 0):
+        raise ConfigError(f"the weights of {method} must be non-negative and not all zero (they are normalised to "
+                          f"sum to one), got {w}")
 
 
 def _merged(models: list, base: Any, weights: Sequence[float] | None, labels: list[str], found: MergeMethod,

@@ -46,6 +46,8 @@ class MergeMethod:
         Least and most number of models (None: no upper bound).
     weights : str
         What ``weights=`` means for it (empty: it takes none).
+    nonnegative_weights : bool
+        Its weights are normalised to sum to one: they must be non-negative and not all zero.
     select : Select or None
         A step that picks the models merged before the rule runs (greedy soup).
     """
@@ -56,6 +58,7 @@ class MergeMethod:
     needs_base: bool = False
     models: tuple[int, int | None] = (1, None)
     weights: str = ""
+    nonnegative_weights: bool = False
     select: Select | None = None
 
 

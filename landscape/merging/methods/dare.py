@@ -8,8 +8,8 @@ task vectors are then merged by task arithmetic (``combine="task_arithmetic"``:
 (``combine="ties"``, in place of its magnitude trim, as peft's ``dare_ties`` and mergekit do).
 
 The masks are drawn on the CPU from one ``torch.Generator`` seeded with ``seed``, tensor by
-tensor in the order of their names and model by model, so a seed gives the same merge on any
-device.
+tensor in the order of their names and model by model, so the masks of a seed do not depend on
+the device the models are on.
 """
 from __future__ import annotations
 

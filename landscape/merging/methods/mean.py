@@ -44,4 +44,5 @@ def mean_rule(thetas: torch.Tensor, base: torch.Tensor | None, weights: torch.Te
 
 
 METHODS.add("mean", MergeMethod(MeanOptions, mean_rule, source="Wortsman et al. 2022, uniform soup",
-                                weights="non-negative weights of a weighted mean (normalised to sum to one)"))
+                                weights="non-negative weights of a weighted mean (normalised to sum to one)",
+                                nonnegative_weights=True))
