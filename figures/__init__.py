@@ -18,6 +18,7 @@ from .decomposition import averaging_figure, averaging_plotly, decomposition_fig
 from .fl_curves import fl_curves_figure, fl_curves_plotly
 from .groups import barrier_matrix_figure, barrier_matrix_plotly, group_size_figure, group_size_plotly
 from .html import plotly_bundle, plotly_div, save, to_standalone_html
+from .merging import merge_figure, merge_plane_figure, merge_plane_plotly, merge_plotly
 from .paths import path_figure, path_plotly
 from .planes import plane_figure, plane_plotly
 from .registry import FIGURES, FigureKind, draw, kind_of
@@ -31,7 +32,8 @@ __all__ = [
     "barrier_matrix_figure",
     "barrier_matrix_plotly", "curvature_path_figure", "curvature_path_plotly", "decomposition_figure",
     "decomposition_plotly", "eigen_line_figure", "eigen_line_plotly", "fl_curves_figure", "fl_curves_plotly",
-    "group_size_figure", "group_size_plotly", "path_figure", "path_plotly", "plane_figure", "plane_plotly",
+    "group_size_figure", "group_size_plotly", "merge_figure", "merge_plane_figure", "merge_plane_plotly",
+    "merge_plotly", "path_figure", "path_plotly", "plane_figure", "plane_plotly",
     "plotly_bundle", "plotly_div", "role_of", "save", "simplex_figure", "simplex_plotly", "simplex_projection",
     "spectral_density_figure", "spectral_density_plotly", "style_context", "to_standalone_html",
     "sharpness_figure", "sharpness_plotly",

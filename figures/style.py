@@ -97,13 +97,14 @@ ROLES: dict[str, Role] = {
     "ima": Role("ima", "s", "square", "square", "#009E73", 45),
     "average": Role("average", "X", "x", "x", "#FFFFFF", 40),
     "model": Role("model", "o", "circle", "circle-open", "#0072B2", 40),
+    "merge": Role("merge", "P", "cross", "cross", "#E69F00", 90),
 }
 
 # Label prefixes (lower case) that imply a role when no explicit mapping is given.
 _PREFIXES: tuple[tuple[str, str], ...] = (
     ("client", "client"), ("global", "global"), ("server", "global"), ("fma", "global"),
     ("anchor", "anchor"), ("ima", "ima"), ("window", "ima"), ("average", "average"),
-    ("avg", "average"), ("mean", "average"), ("centroid", "average"),
+    ("avg", "average"), ("mean", "average"), ("centroid", "average"), ("merge", "merge"),
 )
 
 

@@ -19,6 +19,7 @@ Layout (one subpackage per concept):
   densities, sharpness.
 * ``decomposition`` -- the IMA bias-variance-covariance decomposition and representation similarity.
 * ``connectivity`` -- REPAIR, learned curves and simplexes.
+* ``merging`` -- model merging (soups, task arithmetic, TIES, DARE, SLERP) checked on the landscape.
 * ``claims`` -- verdicts on the papers' claims.
 
 The list is the order of the layers: a subpackage imports only itself and those above it in the
@@ -81,6 +82,8 @@ _EXPORTS: dict[str, str] = {
     "PermutationError": "alignment.graph",
     "connected_modulo_permutation": "claims.connectivity", "connected_by_curve": "claims.connectivity",
     "group_connected_modulo_permutation": "claims.connectivity",
+    # merging (docs/merging.md)
+    "merge": "merging.merge", "MergeResult": "results.merging",
 }
 
 if TYPE_CHECKING:  # the lazy exports spelled out for type checkers (tests/test_public_names.py)
@@ -126,6 +129,7 @@ if TYPE_CHECKING:  # the lazy exports spelled out for type checkers (tests/test_
         TrainingDivergedError,
         WeightOverflowError,
     )
+    from .merging.merge import merge
     from .results.basin import BasinResult
     from .results.connectivity import CurveResult, SimplexResult
     from .results.curvature import (
@@ -140,6 +144,7 @@ if TYPE_CHECKING:  # the lazy exports spelled out for type checkers (tests/test_
     from .results.decomposition import AveragingCurve, CKAMatrix, Decomposition
     from .results.geometry import BarrierMatrix, GroupResult, Metrics, PathResult, PlaneResult
     from .results.group_size import GroupSizeResult
+    from .results.merging import MergeResult
     from .results.plane_diagnostics import PlaneDiagnostics
     from .results.sharpness import SharpnessResult
     from .space.checkpoints import load_state_dict, save_state_dict
@@ -147,7 +152,7 @@ if TYPE_CHECKING:  # the lazy exports spelled out for type checkers (tests/test_
 
 #: subpackages reachable as attributes (``landscape.claims.transitivity``)
 _SUBPACKAGES = ("infra", "space", "evaluation", "alignment", "geometry", "curvature", "decomposition", "claims",
-                "results", "cache", "connectivity")
+                "results", "cache", "connectivity", "merging")
 
 __all__ = sorted(_EXPORTS) + ["claims"]
 

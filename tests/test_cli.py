@@ -16,7 +16,7 @@ from landscape.claims import transitivity
 from landscape_cli.main import build_parser, main
 
 SUBCOMMANDS = [["train"], ["path"], ["plane"], ["group"], ["hessian"], ["trace"], ["density"], ["decompose"],
-               ["check"], ["report"], ["align"], ["curve"],
+               ["check"], ["report"], ["align"], ["curve"], ["merge"],
                ["check", "transitivity"], ["check", "group"], ["check", "shared-basin"], ["check", "flatter"]]
 
 
@@ -54,7 +54,7 @@ def test_every_subcommand_is_listed(capsys):
     code, out, _ = run_cli(["--help"], capsys)
     assert code == 0
     for name in ("train", "path", "plane", "group", "hessian", "trace", "density", "decompose", "check", "report",
-                 "align", "curve"):
+                 "align", "curve", "merge"):
         assert name in out
     assert parser.prog == "landscape"
 

@@ -63,14 +63,23 @@ EXPECTED: dict[str, tuple[dict[str, tuple[str, ...]], tuple[str, ...]]] = {
         "Soups": ("client", "soup loss", "group loss barrier", "max pairwise loss barrier"),
         "Uploaded client models": ("algorithm", "group acc barrier"),
     }, ("hessian_density", "pool_barriers", "fl_curves")),
+    "merging": ({
+        "Models: the pretrained MLP": ("model", "test loss", "test acc (%)", "acc 0-4 (%)", "acc 5-9 (%)"),
+        "Merges of the two MNIST-1D fine-tunes": ("merge", "test loss", "test acc (%)", "loss barrier A",
+                                                  "acc barrier B", "sharpness", "lambda_max"),
+        "Greedy soup": ("model", "held-out acc (%)", "added"),
+        "Models in the plane": ("model", "x", "y", "off-plane distance"),
+        "Align first": ("merge", "test loss", "max loss barrier", "max acc barrier"),
+        "Merges of the two LoRA adapters": ("merge", "test loss", "test acc (%)", "loss barrier A"),
+    }, ("merging_plane", "merging_lora_paths")),
     "compare_algorithms": ({
         "Training:": CONVERGENCE,
         "All algorithms": ("algorithm", "final acc (%)", "client group acc barrier", "lambda_max (test)"),
     }, ("fl_curves", "client_group_barrier_vs_k")),
 }
 
-TEXT_COLUMNS = {"training", "algorithm", "model", "path", "arm", "alpha_k", "common basin", "in basin", "converged",
-                "global < every client", "global off bottom", "beta* at grid edge"}
+TEXT_COLUMNS = {"training", "algorithm", "model", "merge", "added", "path", "arm", "alpha_k", "common basin",
+                "in basin", "converged", "global < every client", "global off bottom", "beta* at grid edge"}
 
 
 def parse_tables(stdout: str) -> dict[str, list[dict[str, str]]]:

@@ -86,7 +86,7 @@ EXPORTS: dict[str, str] = ast.literal_eval(
     _FACADE.split("_EXPORTS: dict[str, str] = ", 1)[1].split("\n}\n", 1)[0] + "\n}")
 #: The core's subpackages from the bottom layer up.
 LAYERS = ("infra", "space", "results", "cache", "evaluation", "alignment", "geometry", "curvature",
-          "decomposition", "connectivity", "claims")
+          "decomposition", "connectivity", "merging", "claims")
 
 
 def _project_targets(target: str, names: list[str]) -> list[str]:

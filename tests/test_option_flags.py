@@ -27,7 +27,7 @@ from landscape_cli.main import build_parser, main
 ROOT = Path(__file__).resolve().parents[1]
 OPTION_MODULES = ("landscape.evaluation.options", "landscape.geometry.options", "landscape.curvature.options",
                   "landscape.claims.options", "landscape.connectivity.options", "landscape.alignment.options",
-                  "landscape.decomposition.options")
+                  "landscape.decomposition.options", "landscape.merging.options")
 
 
 def add_argument_calls(folder: Path) -> list[str]:

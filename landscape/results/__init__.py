@@ -8,7 +8,8 @@
 * ``curvature`` -- Hessian eigenvalues, traces, densities, curvature along paths and planes;
 * ``curvature_views`` -- the loss along a Hessian eigenvector, curvature per parameter block;
 * ``decomposition`` -- the IMA decomposition, averaging curves, CKA matrices;
-* ``sharpness`` -- worst-case sharpness in a ball around the weights.
+* ``sharpness`` -- worst-case sharpness in a ball around the weights;
+* ``merging`` -- a merged model and its measurements on the landscape.
 """
 from .base import RESULT_TYPES, Result, register
 from .basin import BasinResult
@@ -18,9 +19,10 @@ from .curvature_views import BlockCurvature, EigenLine
 from .decomposition import AveragingCurve, CKAMatrix, Decomposition
 from .geometry import BarrierMatrix, GroupResult, Metrics, PathResult, PlaneResult
 from .group_size import GroupSizeResult
+from .merging import MergeResult
 from .sharpness import SharpnessResult
 
 __all__ = ["RESULT_TYPES", "AveragingCurve", "BarrierMatrix", "BasinResult", "BlockCurvature", "CKAMatrix",
            "CurvaturePlane", "CurvatureProfile", "CurveResult", "Decomposition", "EigenLine", "Eigenvalues",
-           "GroupResult", "GroupSizeResult", "HessianEigen", "Metrics", "PathResult", "PlaneResult", "Result",
-           "SharpnessResult", "SimplexResult", "SpectralDensity", "TraceEstimate", "register"]
+           "GroupResult", "GroupSizeResult", "HessianEigen", "MergeResult", "Metrics", "PathResult", "PlaneResult",
+           "Result", "SharpnessResult", "SimplexResult", "SpectralDensity", "TraceEstimate", "register"]

@@ -13,24 +13,22 @@ load (files from elsewhere have none: safetensors itself stores no checksum).
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import pickle
 import zipfile
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
 from ..infra.errors import CheckpointError, ConfigError
 from ..infra.files import write_atomic
 from ..infra.reading import check_file, open_file
+from .safetensors_reader import DIGEST_KEY, SafetensorsReader, state_digest
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "weights", "net")
 PREFIXES = ("module.", "_orig_mod.")
-#: safetensors metadata entry holding :func:`state_digest` of the file's tensors.
-DIGEST_KEY = "landscape.sha256"
 #: Suffixes :func:`save_state_dict` writes: safetensors, or a torch archive of plain tensors.
 SAVE_SUFFIXES = (".safetensors", ".pt", ".pth")
 
@@ -87,27 +85,6 @@ def load_state_dict(path: str | os.PathLike, *, template_keys: Sequence[str] | N
     return state
 
 
-def state_digest(state: Mapping[str, torch.Tensor]) -> str:
-    """SHA-256 over the names, dtypes, shapes and bytes of ``state``'s tensors, in name order.
-
-    Parameters
-    ----------
-    state
-        A state_dict (any device).
-
-    Returns
-    -------
-    str
-        Hexadecimal digest (stored under :data:`DIGEST_KEY` in ``.safetensors`` files).
-    """
-    h = hashlib.sha256()
-    for name in sorted(state):
-        t = state[name].detach().cpu().contiguous().reshape(-1)
-        h.update(f"{name}:{t.dtype}:{tuple(state[name].shape)};".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
-
-
 def stored_digest(path: str | os.PathLike) -> str | None:
     """The SHA-256 a ``.safetensors`` file carries in its metadata (:data:`DIGEST_KEY`).
 
@@ -133,34 +110,14 @@ def stored_digest(path: str | os.PathLike) -> str | None:
         check_file(path, "checkpoint", CheckpointError)  # a link, FIFO or device: refused, never read
     except FileNotFoundError:
         raise CheckpointError(path, "file not found") from None
-    return _safetensors(path, tensors=False)[0].get(DIGEST_KEY)
-
-
-def _safetensors(path: Path, *, tensors: bool) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
-    """The metadata and (when ``tensors``) the tensors of a safetensors file."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
-            metadata = f.metadata() or {}
-            state = {name: f.get_tensor(name) for name in f.keys()} if tensors else {}
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(path, f"not a readable safetensors file (corrupt or truncated?): {exc}") from None
-    return metadata, state
+    with SafetensorsReader(path) as reader:
+        return reader.metadata.get(DIGEST_KEY)
 
 
 def _load_safetensors(path: Path, required: str | None) -> dict[str, torch.Tensor]:
-    metadata, state = _safetensors(path, tensors=True)
-    expected = metadata.get(DIGEST_KEY)
-    if required is not None and expected is None:
-        raise CheckpointError(path, f"carries no SHA-256 of its tensors ({DIGEST_KEY}): it was re-saved by "
-                                    "another tool or put in place of the file written here; restore the original")
-    if required is not None and expected != required:
-        raise CheckpointError(path, "is not the checkpoint recorded here: its SHA-256 differs from the one "
-                                    "recorded when it was written (another model put in its place?); restore it")
-    if expected is not None and state_digest(state) != expected:
-        raise CheckpointError(path, "is corrupt: its tensors do not match the SHA-256 stored when it was "
-                                    "written (damaged on disk or in transfer); restore it from a good copy")
+    with SafetensorsReader(path) as reader:
+        state = {name: reader.read(name) for name in reader.names}
+        reader.verify(required)
     return state
 
 
@@ -251,11 +208,32 @@ def strip_prefix(state: dict[str, torch.Tensor], template_keys: Sequence[str]) -
     dict of str to torch.Tensor
         The state with such prefixes (:data:`PREFIXES`) removed; the same tensors.
     """
-    keys = set(template_keys)
+    prefix = removable_prefix(state, template_keys)
+    return {k[len(prefix):]: v for k, v in state.items()} if prefix else state
+
+
+def removable_prefix(keys: Iterable[str], template_keys: Sequence[str]) -> str:
+    """The prefix :func:`strip_prefix` removes from ``keys``: ``""``, or one or more of :data:`PREFIXES`.
+
+    Parameters
+    ----------
+    keys
+        Names of a state_dict.
+    template_keys
+        Parameter names of the model the state is for.
+
+    Returns
+    -------
+    str
+        Every prefix of :data:`PREFIXES`, in order, that every key has (after the ones before)
+        and no template key has.
+    """
+    names, template = list(keys), set(template_keys)
+    removed = ""
     for prefix in PREFIXES:
-        if all(k.startswith(prefix) for k in state) and not any(k.startswith(prefix) for k in keys):
-            state = {k[len(prefix):]: v for k, v in state.items()}
-    return state
+        if all(k.startswith(removed + prefix) for k in names) and not any(k.startswith(prefix) for k in template):
+            removed += prefix
+    return removed
 
 
 def check_save_path(path: str | os.PathLike) -> Path:
