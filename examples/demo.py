@@ -6,8 +6,9 @@ connectivity of the client models (pairwise and group barriers on three choices 
 evaluation data, FedGuCci against FedAvg decided by ``landscape.claims.statistics.decide``),
 the transitivity claim of FedGuCci Sec. 3 (central training), the plane through three
 client models with the global model placed in it and the shared-basin claim (IMA Sec. 4),
-Hessian spectra of the global models, and the bias-variance-covariance decomposition of
-FedAvg's global model (IMA Theorem 1) from several realisations per client. Everything is
+Hessian spectra and worst-case sharpness (``landscape.sharpness``) of the global models, and the
+bias-variance-covariance decomposition (IMA Theorem 1) of FedAvg's and IMA's last-round client
+models from several realisations per client. Everything is
 cached under ``<out>``: FL runs in ``runs/``, central models in ``central/``, the
 decomposition's retrained client models in ``realisations/``, landscape points in
 ``cache/``; a second invocation re-reads instead of recomputing.
@@ -51,7 +52,15 @@ import torch
 
 import fl
 import landscape
-from figures import barrier_matrix_plotly, fl_curves_plotly, path_plotly, plane_plotly, spectral_density_plotly
+from figures import (
+    barrier_matrix_plotly,
+    decomposition_bars_plotly,
+    fl_curves_plotly,
+    path_plotly,
+    plane_plotly,
+    sharpness_plotly,
+    spectral_density_plotly,
+)
 from figures.report import Report
 from fl.datasets import load_dataset
 from fl.realisations import realisations
@@ -70,6 +79,9 @@ ROUNDS = 70
 MODELS = {"mnist1d": "mnist1d_mlp", "digits": "mlp"}
 #: Realisations per client in the decomposition: the stored client model and retrainings.
 REALISATIONS = 5
+#: Radii of the sharpness balls: L2 in weight units (about 0.7% of the global models' norm, 15), adaptive L2 a
+#: fraction of each weight (docs/sharpness.md); 3 restarts of 20 ascent steps each, as the library's defaults.
+SHARPNESS_RHO = {"l2": 0.1, "adaptive": 0.05}
 #: Tolerance of the FedGuCci-FedAvg barrier comparison: one accuracy point (docs/claims.md, claim 1).
 TOL = 0.01
 NOT_CONVERGED = "no verdict: not converged"
@@ -280,11 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_html(basin_verdict._repr_html_())
 
     # ------------------------------------------------------------ curvature
-    log("Hessian spectra of the global models")
+    log("Hessian spectra and sharpness of the global models")
     rep.section("Sharpness of the global models",
-                "Top Hessian eigenvalues (Lanczos, exact Hessian-vector products over the test set) "
-                "and the spectral density (stochastic Lanczos quadrature).")
-    curv_rows, densities = [], {}
+                "Top Hessian eigenvalues (Lanczos, exact Hessian-vector products over the test set), the "
+                "spectral density (stochastic Lanczos quadrature) and the worst-case sharpness "
+                "max_{||e|| <= rho} L(w + e) - L(w) of the test loss (landscape.sharpness: projected gradient "
+                f"ascent, 3 restarts of 20 steps; L2 ball rho = {SHARPNESS_RHO['l2']} in weight units, adaptive L2 "
+                f"ball rho = {SHARPNESS_RHO['adaptive']} of each weight). The ascent finds a lower bound on the "
+                "maximum; rho^2 lambda_max / 2 is the second-order estimate at a critical point.")
+    curv_rows, sharp_rows, densities, l2 = [], [], {}, {}
     for name, run in runs.items():
         glob = run.global_state(-1)
         eig = landscape.hessian_eigenvalues(glob, ev, k=3, seed=args.seed)
@@ -292,23 +308,46 @@ def main(argv: list[str] | None = None) -> int:
         curv_rows.append({"algorithm": name, "lambda_1": float(eig[0]), "lambda_2": float(eig[1]),
                           "lambda_3": float(eig[2]), "trace": trace.value, "trace stderr": trace.stderr})
         densities[name] = landscape.hessian_density(glob, ev, iterations=60, seed=args.seed)
+        sharp = {kind: landscape.sharpness(glob, ev, rho=rho, kind=kind, seed=args.seed, bound=kind == "l2")
+                 for kind, rho in SHARPNESS_RHO.items()}  # the second-order estimate shown for L2 only
+        l2[name] = sharp["l2"]
+        sharp_rows.append({"algorithm": name, "test loss L(w)": sharp["l2"].base_loss,
+                           f"L2 sharpness (rho {SHARPNESS_RHO['l2']})": sharp["l2"].value,
+                           "first order rho ||g||": sharp["l2"].first_order,
+                           "rho^2 lambda_max / 2": sharp["l2"].second_order,
+                           f"adaptive L2 sharpness (rho {SHARPNESS_RHO['adaptive']})": sharp["adaptive"].value,
+                           "adaptive, relative to 1 + L(w) (%)": sharp["adaptive"].relative})
     rep.add_table(curv_rows)
     rep.add_plotly(spectral_density_plotly(densities), caption="Hessian eigenvalue density.")
+    rep.add_table(sharp_rows)
+    rep.add_plotly(sharpness_plotly(l2, title="L2 sharpness of the global models: projected gradient ascent"),
+                   caption=f"L2 sharpness (rho {SHARPNESS_RHO['l2']}): loss increase after each ascent step of each "
+                           "restart, the best so far (thick), the sharpness (dashed) and rho^2 lambda_max / 2 "
+                           "(dotted).")
 
     # -------------------------------------------------------- decomposition
-    log(f"loss decomposition of FedAvg's global model (IMA Theorem 1, {REALISATIONS} realisations per client)")
+    decomposed = ("fedavg", "ima")
+    log(f"loss decomposition of {' and '.join(decomposed)} (IMA Theorem 1, {REALISATIONS} realisations per client)")
     rep.section("Bias-variance-covariance decomposition (IMA Theorem 1)",
                 "Squared error of softmax outputs against one-hot labels on the union of the client "
                 f"training sets. {REALISATIONS} realisations per client: its stored model of the last round "
                 f"and {REALISATIONS - 1} more local trainings from the same global model (round R - 1) with "
-                "FedAvg's client update and other mini-batch orders, realisation s of every client paired. "
+                "the run's client update and other mini-batch orders, realisation s of every client paired. "
                 "Variance and covariance are therefore the spread that the order of the data alone gives "
-                "the last round's local training.")
-    models, datasets = realisations(runs["fedavg"], REALISATIONS, out / "realisations")
-    dec = landscape.decompose(models, datasets, ev)
-    rep.add_table([{"term": t, "value": float(getattr(dec, t))} for t in
+                "the last round's local training. FMA is the weighted average of the last round's client "
+                "models: FedAvg's global model; for IMA the round's plain aggregate, which enters the window "
+                "IMA averages (its clients trained from the window average).")
+    decs = {}
+    for name in decomposed:
+        models, datasets = realisations(runs[name], REALISATIONS, out / "realisations")
+        decs[name] = landscape.decompose(models, datasets, ev)
+    rep.add_table([{"term": t, **{name: float(getattr(d, t)) for name, d in decs.items()}} for t in
                    ("wens_loss", "bias", "train_bias", "heter_bias", "cross", "variance", "covariance",
                     "fma_loss", "gap")])
+    rep.add_plotly(decomposition_bars_plotly(decs),
+                   caption="Decomposition terms of the last round: WENS loss = bias + variance + covariance, "
+                           "bias = train bias + heterogeneity bias + cross; locality is the distance of the "
+                           "client models from their average.")
 
     rep.section("About this run")
     rep.add_text(f"Total time {time.time() - started:.0f} s; evaluation strategy "

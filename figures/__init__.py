@@ -14,7 +14,14 @@ from .curvature import (
                         spectral_density_figure,
                         spectral_density_plotly,
 )
-from .decomposition import averaging_figure, averaging_plotly, decomposition_figure, decomposition_plotly
+from .decomposition import (
+                            averaging_figure,
+                            averaging_plotly,
+                            decomposition_bars_figure,
+                            decomposition_bars_plotly,
+                            decomposition_figure,
+                            decomposition_plotly,
+)
 from .fl_curves import fl_curves_figure, fl_curves_plotly
 from .groups import barrier_matrix_figure, barrier_matrix_plotly, group_size_figure, group_size_plotly
 from .html import plotly_bundle, plotly_div, save, to_standalone_html
@@ -30,7 +37,8 @@ from .style import OKABE_ITO, ROLES, role_of, style_context
 __all__ = [
     "FIGURES", "FigureKind", "draw", "kind_of", "OKABE_ITO", "ROLES", "Report", "averaging_figure", "averaging_plotly",
     "barrier_matrix_figure",
-    "barrier_matrix_plotly", "curvature_path_figure", "curvature_path_plotly", "decomposition_figure",
+    "barrier_matrix_plotly", "curvature_path_figure", "curvature_path_plotly", "decomposition_bars_figure",
+    "decomposition_bars_plotly", "decomposition_figure",
     "decomposition_plotly", "eigen_line_figure", "eigen_line_plotly", "fl_curves_figure", "fl_curves_plotly",
     "group_size_figure", "group_size_plotly", "merge_figure", "merge_plane_figure", "merge_plane_plotly",
     "merge_plotly", "path_figure", "path_plotly", "plane_figure", "plane_plotly",

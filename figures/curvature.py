@@ -21,7 +21,7 @@ from landscape.infra.errors import ConfigError
 
 from .style import color, finite, fmt, masked_note, new_figure, style_context, style_plotly
 
-LOG_FLOOR = 1e-7  # log-y density plots show down to this fraction of the peak
+LOG_FLOOR = 1e-7  # log-y density plots show down to this fraction of the highest peak
 
 
 def _named(items: Any, attrs: tuple[str, ...]) -> list[tuple[str, Any]]:
@@ -34,10 +34,28 @@ def _named(items: Any, attrs: tuple[str, ...]) -> list[tuple[str, Any]]:
     return named
 
 
-def density_floor(density: np.ndarray) -> float:
-    """Lower y-limit of a log-scaled density: LOG_FLOOR times the peak."""
-    peak = np.nanmax(density) if np.isfinite(density).any() else 1.0
-    return float(peak * LOG_FLOOR) if peak > 0 else LOG_FLOOR
+def density_limits(densities: list[np.ndarray]) -> tuple[float, float]:
+    """``(bottom, top)`` of a log-y axis showing every density, both ends from the data.
+
+    Parameters
+    ----------
+    densities
+        The densities drawn on one axis (non-finite entries ignored).
+
+    Returns
+    -------
+    tuple of float
+        ``bottom``: the smallest positive value drawn, but at least :data:`LOG_FLOOR` times the
+        highest peak (the Gaussian tails of stochastic Lanczos quadrature fall to 1e-300 and
+        below); ``top``: twice the highest peak, and at least ten times ``bottom``.
+    """
+    values = np.concatenate([np.ravel(d) for d in densities]) if densities else np.empty(0)
+    positive = values[np.isfinite(values) & (values > 0)]
+    if not positive.size:
+        return LOG_FLOOR, 10 * LOG_FLOOR
+    peak = float(positive.max())
+    bottom = max(float(positive.min()), peak * LOG_FLOOR)
+    return bottom, max(2.0 * peak, 10.0 * bottom)
 
 
 def spectral_density_figure(densities: Any, *, log_y: bool = True, title: str | None = None,
@@ -47,15 +65,12 @@ def spectral_density_figure(densities: Any, *, log_y: bool = True, title: str | 
     with style_context():
         fig = new_figure(width, height)
         ax = fig.add_subplot()
-        floor, peak = np.inf, 0.0
-        for i, (name, d) in enumerate(named):
-            dens = finite(d.density)
-            floor = min(floor, density_floor(dens))
-            peak = max(peak, float(np.nanmax(dens)) if np.isfinite(dens).any() else 0.0)
+        drawn = [finite(d.density) for _, d in named]
+        for i, ((name, d), dens) in enumerate(zip(named, drawn)):
             ax.plot(d.grid, dens, color=color(i), label=name or None)
         if log_y:
             ax.set_yscale("log")
-            ax.set_ylim(floor, max(peak * 3.0, floor * 10.0))
+            ax.set_ylim(*density_limits(drawn))
         ax.set_xlabel("eigenvalue")
         ax.set_ylabel("density")
         if any(n for n, _ in named):
@@ -68,16 +83,14 @@ def spectral_density_plotly(densities: Any, *, log_y: bool = True, title: str | 
     """Plotly: the same; hover shows eigenvalue and density."""
     named = _named(densities, ("grid", "density"))
     fig = go.Figure()
-    floor = np.inf
-    for i, (name, d) in enumerate(named):
-        dens = finite(d.density)
-        floor = min(floor, density_floor(dens))
+    drawn = [finite(d.density) for _, d in named]
+    for i, ((name, d), dens) in enumerate(zip(named, drawn)):
         text = [f"{name + '<br>' if name else ''}λ={fmt(g, 6)}<br>density={fmt(v, 4)}" for g, v in zip(d.grid, dens)]
         fig.add_trace(go.Scatter(x=d.grid, y=dens, mode="lines", name=name or "density", line={"color": color(i)},
                                  text=text, hovertemplate="%{text}<extra></extra>"))
     yaxis: dict[str, Any] = {"title": {"text": "density"}}
     if log_y:
-        yaxis.update(type="log", range=[np.log10(floor), None])
+        yaxis.update(type="log", range=[float(np.log10(v)) for v in density_limits(drawn)])
     return style_plotly(fig, title or "Hessian eigenvalue density (SLQ)", xaxis_title="eigenvalue", yaxis=yaxis)
 
 

@@ -6,7 +6,8 @@ variance, covariance, wens_loss, fma_loss, gap, locality). Three panels, as in I
 2-3: the global model's losses (FMA, weighted ensemble, their gap), the bias / variance /
 covariance terms (bias = train_bias + heter_bias + cross), and locality
 ||w_k - w_FMA|| (max and mean over clients). Also IMA Fig. 4: error of the average of m
-random client models against m.
+random client models against m. One round's terms per model (e.g. per algorithm) as bars:
+:func:`decomposition_bars_figure`.
 """
 from __future__ import annotations
 
@@ -80,6 +81,95 @@ def decomposition_plotly(terms: Sequence[tuple[int, Any]], *, title: str | None 
                           row=1, col=c)
         fig.update_xaxes(title_text="round", row=1, col=c)
     return style_plotly(fig, title or "Loss decomposition of the global model (IMA Theorem 1)")
+
+
+def _by_model(decompositions: Any) -> tuple[list[str], dict[str, np.ndarray]]:
+    """Model names and, per plotted term, its value for each model (the order of the names)."""
+    named = list(decompositions.items()) if isinstance(decompositions, Mapping) else [("", decompositions)]
+    if not named:
+        raise ConfigError("no decompositions to plot: pass a Decomposition or a mapping name -> Decomposition")
+    table = decomposition_table([(i, d) for i, (_, d) in enumerate(named)])
+    return [str(name) for name, _ in named], table
+
+
+def _bar_ranges(table: dict[str, np.ndarray]) -> list[list[float]]:
+    """Per panel of :data:`PANELS`, an axis range from 0 to the values with room for the value labels.
+
+    The panels of losses share one range (same units, zero at the same place); locality has its own.
+    """
+    def span(keys: Sequence[str]) -> list[float]:
+        values = np.array([table[k] for k in keys])
+        lo, hi = min(0.0, float(np.nanmin(values))), max(0.0, float(np.nanmax(values)))
+        room = 0.3 * ((hi - lo) or 1.0)
+        return [lo - room if lo < 0 else 0.0, hi + room if hi > 0 else 0.0]
+
+    losses = span([k for _, keys in PANELS if not keys[0].startswith("locality") for k in keys])
+    return [span(keys) if keys[0].startswith("locality") else losses for _, keys in PANELS]
+
+
+def decomposition_bars_figure(decompositions: Any, *, title: str | None = None, width: float = 6.4,
+                              height: float | None = None) -> Figure:
+    """Matplotlib: the terms of one round's decomposition as bars, one colour per model.
+
+    The panels of :func:`decomposition_figure` (the losses, the IMA Theorem 1 terms, locality),
+    each term a row of horizontal bars with its value written beside it, so that terms far
+    smaller than the loss (variance, covariance) are still read.
+
+    Parameters
+    ----------
+    decompositions
+        A :class:`~landscape.results.decomposition.Decomposition` or a mapping name -> one
+        (e.g. per algorithm).
+    title
+        Figure title (default names Theorem 1).
+    width, height
+        Inches (the default height grows with the number of models).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    names, table = _by_model(decompositions)
+    rows = [len(keys) for _, keys in PANELS]
+    with style_context({"axes.grid": False}):
+        fig = new_figure(width, height or 1.2 + 0.22 * len(names) * sum(rows))
+        axes = fig.subplots(len(PANELS), 1, height_ratios=rows)
+        bar = 0.8 / len(names)
+        for ax, (panel_title, keys), x_range in zip(axes, PANELS, _bar_ranges(table)):
+            y = np.arange(len(keys))
+            for i, name in enumerate(names):
+                values = np.array([table[k][i] for k in keys])
+                bars = ax.barh(y - 0.4 + (i + 0.5) * bar, values, height=bar, color=color(i), label=name or None)
+                ax.bar_label(bars, [fmt(v, 3) for v in values], padding=2, fontsize=7)
+            ax.set_yticks(y, [LABELS[k] for k in keys])
+            ax.invert_yaxis()
+            ax.axvline(0.0, color="0.4", linewidth=0.6)
+            ax.set_xlim(x_range)
+            ax.set_title(panel_title, loc="left")
+        if any(names):
+            fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=min(len(names), 4))
+        fig.suptitle(title or "Loss decomposition (IMA Theorem 1)")
+    return fig
+
+
+def decomposition_bars_plotly(decompositions: Any, *, title: str | None = None) -> go.Figure:
+    """Plotly: the same bars; hover gives the model, the term and its value."""
+    names, table = _by_model(decompositions)
+    rows = [len(keys) for _, keys in PANELS]
+    fig = make_subplots(rows=len(PANELS), cols=1, subplot_titles=[p[0] for p in PANELS], row_heights=rows,
+                        vertical_spacing=0.3 / len(PANELS))
+    for r, ((_, keys), x_range) in enumerate(zip(PANELS, _bar_ranges(table)), start=1):
+        for i, name in enumerate(names):
+            values = [table[k][i] for k in keys]
+            fig.add_trace(go.Bar(x=values, y=[LABELS[k] for k in keys], orientation="h", name=name or "value",
+                                 legendgroup=name, showlegend=r == 1, marker={"color": color(i)},
+                                 text=[fmt(v, 3) for v in values], textposition="outside", cliponaxis=False,
+                                 hovertemplate=f"{name + ': ' if name else ''}%{{y}} = %{{x:.6g}}<extra></extra>"),
+                          row=r, col=1)
+        fig.update_xaxes(range=x_range, zeroline=True, row=r, col=1)
+        fig.update_yaxes(autorange="reversed", row=r, col=1)
+    return style_plotly(fig, title or "Loss decomposition (IMA Theorem 1)", barmode="group",
+                        height=160 + 16 * (len(names) + 1) * sum(rows), legend={"orientation": "h", "y": -0.08})
 
 
 def _averaging(curves: Any, metric: str) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]:

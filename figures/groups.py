@@ -190,18 +190,49 @@ def barrier_matrix_figure(matrix: BarrierMatrix, *, metric: str = "loss", annota
     return fig
 
 
+def matrix_size(n: int, cell: int = 56) -> dict[str, object]:
+    """Plotly ``width``, ``height`` and ``margin`` of an n x n heatmap: square cells, no empty bands.
+
+    Parameters
+    ----------
+    n
+        Models (rows and columns).
+    cell
+        Side of one cell in pixels (the matrix side stays within 200-720 pixels).
+
+    Returns
+    -------
+    dict
+        Layout entries: the square plotting area plus room for the title, the tick labels and
+        the colour bar.
+    """
+    side = int(np.clip(n * cell, 200, 720))
+    margin = {"l": 90, "r": 140, "t": 60, "b": 100}
+    return {"width": side + margin["l"] + margin["r"], "height": side + margin["t"] + margin["b"],
+            "margin": margin, "autosize": False}
+
+
 def barrier_matrix_plotly(matrix: BarrierMatrix, *, metric: str = "loss", threshold: float = DEFAULT_THRESHOLD,
-                          title: str | None = None) -> go.Figure:
-    """Plotly heatmap on the fixed :func:`barrier_scale`; hover gives the pair and both its barriers."""
+                          annotate: bool | None = None, title: str | None = None) -> go.Figure:
+    """Plotly heatmap on the fixed :func:`barrier_scale`, sized to the matrix by :func:`matrix_size`.
+
+    Cells hold the values (when n <= 12 by default: accuracy barriers in percent, Eq. 4); hover
+    gives the pair and both its barriers.
+    """
     values, labels = _matrix(matrix, metric)
     n = len(labels)
     loss, acc = np.asarray(matrix.loss_barrier, float), np.asarray(matrix.accuracy_barrier, float)
     text = [[f"{labels[i]} – {labels[j]}<br>loss barrier={fmt(loss[i, j], 6)}<br>accuracy barrier={fmt(acc[i, j], 6)}"
              for j in range(n)] for i in range(n)]
     vmin, vmax = barrier_scale(values, threshold)
+    cells = {"texttemplate": "%{z:.2%}" if metric == "accuracy" else "%{z:.2g}", "textfont": {"size": 11}} \
+        if (annotate if annotate is not None else n <= 12) else {}
     fig = go.Figure(go.Heatmap(z=values, x=labels, y=labels, colorscale=PLOTLY_MATRIX, text=text, zmin=vmin, zmax=vmax,
-                               hovertemplate="%{text}<extra></extra>",
-                               colorbar={"title": {"text": f"{metric} barrier"}}))
+                               hovertemplate="%{text}<extra></extra>", **cells,
+                               colorbar={"title": {"text": f"{metric} barrier", "side": "right"},
+                                         "tickformat": ".1%" if metric == "accuracy" else None}))
     masked = int(np.isnan(values).sum())
     return style_plotly(fig, (title or f"Pairwise {metric} barriers") + masked_note(masked, "entries"),
-                        yaxis={"autorange": "reversed", "scaleanchor": "x"}, plot_bgcolor=MASKED_COLOR)
+                        xaxis={"constrain": "domain", "automargin": True, "tickangle": -45},
+                        yaxis={"autorange": "reversed", "scaleanchor": "x", "constrain": "domain", "automargin": True},
+                        plot_bgcolor=MASKED_COLOR, **matrix_size(n))

@@ -7,6 +7,7 @@ Several paths share the axes (e.g. vanilla vs connectivity-loss training).
 """
 from __future__ import annotations
 
+import itertools
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -22,6 +23,9 @@ from .style import bn_note, color, finite, fmt, masked_note, new_figure, style_c
 PathsLike = PathResult | Mapping[str, PathResult] | Sequence[PathResult]
 METRICS = ("loss", "accuracy")
 LEGEND_ROW = 0.17  # inches of figure height per legend entry
+LABEL_ROW = 0.12  # height of one barrier label's row above a plotly panel's data, a fraction of the data's span
+LABEL_CHAR = 0.02  # estimated width of one character of a plotly barrier label, a fraction of the panel's x range
+LABEL_ORDERS_UP_TO = 5  # label_rows tries every order of the rows up to this many labels (120 orders)
 
 
 def named_paths(paths: PathsLike) -> list[tuple[str, PathResult]]:
@@ -143,13 +147,116 @@ def _draw_path(ax, name: str, path: PathResult, metric: str, col: str, annotate:
                     va="center", ha="left" if left else "right")
 
 
+def label_band(values: Sequence[np.ndarray], count: int) -> tuple[list[float], list[float]]:
+    """A y range with a band above the data holding ``count`` labels, and the labels' heights.
+
+    Parameters
+    ----------
+    values
+        Everything drawn on the panel (non-finite entries ignored).
+    count
+        Labels to place; each gets its own row of the band, :data:`LABEL_ROW` of the data's
+        span high, so no two labels overlap whatever their alphas.
+
+    Returns
+    -------
+    tuple of list of float
+        ``[bottom, top]`` of the axis and the height of each label, the lowest first.
+    """
+    drawn = np.concatenate([np.ravel(finite(v)) for v in values])
+    drawn = drawn[np.isfinite(drawn)]
+    lo, hi = (float(drawn.min()), float(drawn.max())) if drawn.size else (0.0, 1.0)
+    span = hi - lo or max(abs(hi), 1.0)
+    pad = 0.05 * span
+    rows = [hi + pad + (i + 0.5) * LABEL_ROW * span for i in range(count)]
+    return [lo - pad, hi + 2 * pad + count * LABEL_ROW * span], rows
+
+
+def _stack(labels: Sequence[tuple[float, str]], order: Sequence[int], x_range: tuple[float, float]
+           ) -> tuple[int, list[tuple[int, str]]]:
+    """Rows from the top in ``order``, each text on the first side its alpha allows; and how many found none."""
+    mid, span = 0.5 * (x_range[0] + x_range[1]), x_range[1] - x_range[0]
+    arrows: list[float] = []
+    out: list[tuple[int, str]] = [(0, "left")] * len(labels)
+    crossed = 0
+    for rank, i in enumerate(order):
+        a, text = labels[i]
+        width = LABEL_CHAR * len(text) * span
+        sides = ("left", "right") if a <= mid else ("right", "left")
+        free = [side for side in sides
+                if x_range[0] <= (a if side == "left" else a - width)
+                and (a + width if side == "left" else a) <= x_range[1]
+                and not any((a < x < a + width) if side == "left" else (a - width < x < a) for x in arrows)]
+        crossed += not free
+        out[i] = (len(labels) - 1 - rank, (free or sides)[0])
+        arrows.append(a)
+    return crossed, out
+
+
+def label_rows(labels: Sequence[tuple[float, str]], x_range: tuple[float, float]) -> list[tuple[int, str]]:
+    """Row (0 lowest) and ``xanchor`` of each barrier label, so that no arrow from a higher row crosses a text.
+
+    An arrow runs from its label straight down to its alpha, through every row below. Each
+    text runs from its alpha towards the middle of the panel, or the other way when an arrow
+    from above would cross it there or it would leave ``x_range``; the rows are ordered so
+    that as few texts as possible are crossed (every order is tried for up to
+    :data:`LABEL_ORDERS_UP_TO` labels; beyond, the alphas farthest from the middle go highest).
+    Text widths are estimated (:data:`LABEL_CHAR` of the x range per character).
+
+    Parameters
+    ----------
+    labels
+        ``(alpha*, text)`` per label.
+    x_range
+        The panel's alpha range.
+
+    Returns
+    -------
+    list of (int, str)
+        ``(row, "left" | "right")`` per label, in the order of ``labels``.
+    """
+    mid = 0.5 * (x_range[0] + x_range[1])
+    edges_first = sorted(range(len(labels)), key=lambda i: -abs(labels[i][0] - mid))
+    orders = itertools.permutations(edges_first) if len(labels) <= LABEL_ORDERS_UP_TO else [edges_first]
+    best = None
+    for order in orders:
+        crossed, layout = _stack(labels, order, x_range)
+        if best is None or crossed < best[0]:
+            best = (crossed, layout)
+        if not crossed:
+            break
+    return best[1] if best else []
+
+
+def _barrier_labels(fig: go.Figure, labels: list[tuple[float, float, str, str]], values: list[np.ndarray],
+                    alphas: np.ndarray, panel: int) -> None:
+    """Write each ``(alpha*, y, text, colour)`` label in a row above the data, its arrow down to (alpha*, y)."""
+    if not labels:
+        return
+    y_range, heights = label_band(values, len(labels))
+    layout = label_rows([(a, text) for a, _, text, _ in labels], (float(np.min(alphas)), float(np.max(alphas))))
+    suffix = str(panel) if panel > 1 else ""
+    for (a_star, y, text, col), (row, anchor) in zip(labels, layout):
+        fig.add_annotation(x=a_star, y=y, ax=a_star, ay=heights[row], axref=f"x{suffix}", ayref=f"y{suffix}",
+                           text=text, showarrow=True, arrowhead=2, arrowcolor=col, xanchor=anchor,
+                           font={"color": col, "size": 11}, row=1, col=panel)
+    fig.update_yaxes(range=y_range, row=1, col=panel)
+
+
 def path_plotly(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
                 endpoint_labels: tuple[str, str] | None = ("A", "B"), title: str | None = None) -> go.Figure:
-    """Plotly: the same panels; hover on any point shows alpha, loss and accuracy there."""
+    """Plotly: the same panels; hover on any point shows alpha, loss and accuracy there.
+
+    Each positive barrier is labelled in its own row of a band above the panel's data
+    (:func:`label_band`), with an arrow down to the top of its gap, so the labels of several
+    paths never overlap one another or the curves; :func:`label_rows` keeps the arrows off the
+    labels below them. The endpoint names stand on the top edge of each panel at alpha = 0 and 1.
+    """
     _check_metrics(metrics)
     named = named_paths(paths)
     fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=list(metrics))
     for col_idx, metric in enumerate(metrics, start=1):
+        labels: list[tuple[float, float, str, str]] = []
         for i, (name, path) in enumerate(named):
             col = color(i)
             text = [f"{name}<br>α={fmt(a)}<br>loss={fmt(lo, 6)}<br>accuracy={fmt(acc, 6)}"
@@ -161,12 +268,9 @@ def path_plotly(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
             ends = endpoint_values(path, metric)
             if ends is None:
                 continue
-            labelled = i == 0 and endpoint_labels is not None  # the endpoint names once per panel
-            fig.add_trace(go.Scatter(x=[0.0, 1.0], y=list(ends),
-                                     mode="lines+markers+text" if labelled else "lines+markers",
+            fig.add_trace(go.Scatter(x=[0.0, 1.0], y=list(ends), mode="lines+markers",
                                      line={"color": col, "dash": "dash", "width": 1},
                                      marker={"size": 10, "color": col, "line": {"color": "black", "width": 1}},
-                                     text=list(endpoint_labels) if labelled else None, textposition="top center",
                                      name=f"{name} endpoints", legendgroup=name, showlegend=False,
                                      hovertemplate=f"{name} endpoint<br>α=%{{x}}<br>{metric}=%{{y:.6g}}"
                                                    "<extra></extra>"),
@@ -182,10 +286,13 @@ def path_plotly(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
                                          hovertemplate=f"{name}: {metric} barrier {fmt(barrier, 6)} "
                                                        f"at α={fmt(a_star)}<extra></extra>"),
                               row=1, col=col_idx)
-                fig.add_annotation(x=a_star, y=line_value,
-                                   text=f"barrier {barrier_text(barrier, metric)} at α={a_star:.2f}",
-                                   showarrow=True, arrowhead=2, ax=30, ay=-25, font={"color": col, "size": 11},
-                                   row=1, col=col_idx)
+                top = line_value if not np.isfinite(curve_value) else max(line_value, curve_value)
+                labels.append((a_star, top, f"barrier {barrier_text(barrier, metric)} at α={a_star:.2f}", col))
+        _barrier_labels(fig, labels, [getattr(p, metric) for _, p in named],
+                        np.concatenate([p.alphas for _, p in named]), col_idx)
+        for alpha, label in zip((0.0, 1.0), endpoint_labels or ()):  # on the panel's top edge, off the markers
+            fig.add_annotation(x=alpha, y=1.0, yref=f"y{col_idx if col_idx > 1 else ''} domain", yanchor="bottom",
+                               text=f"<b>{label}</b>", showarrow=False, row=1, col=col_idx)
         fig.update_xaxes(title_text="α", row=1, col=col_idx)
         fig.update_yaxes(title_text=metric, row=1, col=col_idx)
     masked = sum(int((~np.isfinite(getattr(p, m))).sum()) for _, p in named for m in metrics)

@@ -28,7 +28,7 @@ from matplotlib.ticker import NullFormatter
 from landscape.infra.errors import ConfigError
 from landscape.results import PlaneResult
 
-from .plane_models import by_size, merged_labels, model_points, value_at
+from .plane_models import LabelSpot, by_size, merged_labels, model_points, placed_labels, value_at
 from .style import (
     MASKED_COLOR,
     PLOTLY_SEQUENTIAL,
@@ -44,6 +44,7 @@ from .style import (
 
 PLANE_METRICS = ("loss", "accuracy", "error")
 KINDS = ("contour", "surface")
+COLORBAR_PX = 110  # width of a plotly contour's colour bar and its labels
 #: Colour of a trajectory's line and markers (the global model's colour: FL trajectories are of it).
 TRAJECTORY_COLOR = ROLES["global"].color
 #: A trajectory: ``(x, y)`` or ``(x, y, z)`` points in order, or label -> point.
@@ -280,8 +281,19 @@ def contour_size(plane: PlaneResult, plot_width: int = 480) -> dict[str, object]
     plot_height = float(np.clip(plot_width * aspect, 200, 720))
     width, plot_height = int(min(plot_height / aspect, 1000)), int(plot_height)
     margin = {"l": 70, "r": 20, "t": 60, "b": 110}
-    return {"width": width + margin["l"] + margin["r"] + 110, "height": plot_height + margin["t"] + margin["b"],
+    return {"width": width + margin["l"] + margin["r"] + COLORBAR_PX, "height": plot_height + margin["t"] + margin["b"],
             "margin": margin, "autosize": False}
+
+
+def _plotly_labels(plane: PlaneResult, spots: list[tuple[str, float, float]]) -> list[LabelSpot]:
+    """:func:`placed_labels` in the plotting area that :func:`contour_size` gives the plane."""
+    layout = contour_size(plane)
+    margin = layout["margin"]
+    width = layout["width"] - margin["l"] - margin["r"] - COLORBAR_PX
+    height = layout["height"] - margin["t"] - margin["b"]
+    extent = (plane.x[-1] - plane.x[0], plane.y[-1] - plane.y[0])
+    scale = min(width / extent[0], height / extent[1])
+    return placed_labels(spots, scale, (extent[0] * scale, extent[1] * scale), (plane.x[0], plane.y[0]))
 
 
 def _hover_grid(plane: PlaneResult) -> np.ndarray:
@@ -336,10 +348,11 @@ def plane_plotly(plane: PlaneResult, *, metric: str = "loss", kind: str = "conto
             zs = [v if np.isfinite(v) else float(np.nanmin(z)) for v in zs]
             common.update(mode="markers+text", text=[p[0] for p in pts], textposition="top right")
             fig.add_trace(go.Scatter3d(x=[p[1] for p in pts], y=[p[2] for p in pts], z=zs, **common))
-    if kind == "contour" and plane.models:  # one label per spot (coincident models share it)
-        spots = merged_labels(plane, model_points(plane, roles))
-        fig.add_trace(go.Scatter(x=[p[1] for p in spots], y=[p[2] for p in spots], text=[p[0] for p in spots],
-                                 mode="text", textposition="top right", showlegend=False, hoverinfo="skip"))
+    if kind == "contour" and plane.models:  # one label per spot (coincident models share it), beside its marker
+        for spot in _plotly_labels(plane, merged_labels(plane, model_points(plane, roles))):
+            fig.add_annotation(x=spot.x, y=spot.y, text=spot.text, showarrow=False, xanchor=spot.xanchor,
+                               yanchor="middle", xshift=spot.xshift, yshift=spot.yshift, font={"size": 12},
+                               bgcolor="rgba(255, 255, 255, 0.7)", borderpad=1)
     if np.isnan(values).any():
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", marker={"color": MASKED_COLOR, "size": 10},
                                  name=f"non-finite ({int(np.isnan(values).sum())} masked)")

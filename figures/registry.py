@@ -21,6 +21,7 @@ from landscape.results import (
     BarrierMatrix,
     CurvatureProfile,
     CurveResult,
+    Decomposition,
     EigenLine,
     PathResult,
     PlaneResult,
@@ -37,7 +38,7 @@ from .curvature import (
     spectral_density_figure,
     spectral_density_plotly,
 )
-from .decomposition import averaging_figure, averaging_plotly
+from .decomposition import averaging_figure, averaging_plotly, decomposition_bars_figure, decomposition_bars_plotly
 from .groups import barrier_matrix_figure, barrier_matrix_plotly
 from .paths import path_figure, path_plotly
 from .planes import plane_figure, plane_plotly
@@ -74,6 +75,7 @@ for _name, _kind in {
     "eigen_line": FigureKind((EigenLine,), eigen_line_figure, eigen_line_plotly),
     "spectral_density": FigureKind((SpectralDensity,), spectral_density_figure, spectral_density_plotly),
     "averaging": FigureKind((AveragingCurve,), averaging_figure, averaging_plotly),
+    "decomposition": FigureKind((Decomposition,), decomposition_bars_figure, decomposition_bars_plotly),
     "sharpness": FigureKind((SharpnessResult,), sharpness_figure, sharpness_plotly),
     "curve": FigureKind((CurveResult,), curve_figure, curve_plotly),
 }.items():

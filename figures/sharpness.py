@@ -3,8 +3,9 @@
 Drawn from :class:`landscape.results.SharpnessResult`: the loss increase ``L(w + e_t) - L(w)``
 after each ascent step of every restart (thin lines), the best so far of the restart that found
 the sharpness (thick), the sharpness itself (dashed) and, for the L2 kinds, the second-order
-estimate ``rho^2 lambda_max / 2`` (dotted), both also in the panel's title. Each kind has its
-own panel, as their radii differ.
+estimate ``rho^2 lambda_max / 2`` (dotted), both also in the panel's title. Each result has its
+own panel, as the radii of different kinds differ; results of one ball (e.g. several models at the
+same kind and radius) share the y axis, so their sharpness compares by eye.
 """
 from __future__ import annotations
 
@@ -71,6 +72,11 @@ def _best_restart(result: SharpnessResult) -> int:
     return int(np.argmax(result.restart_values))
 
 
+def _one_ball(named: list[tuple[str, SharpnessResult]]) -> bool:
+    """Whether every result measures the same ball (kind and radius): then the panels share the y axis."""
+    return len({(r.name, r.rho) for _, r in named}) == 1
+
+
 def sharpness_figure(results: SharpnessLike, *, title: str | None = None, width: float | None = None,
                      height: float = 3.0) -> Figure:
     """Matplotlib: the ascent trajectories, one panel per result.
@@ -93,7 +99,7 @@ def sharpness_figure(results: SharpnessLike, *, title: str | None = None, width:
     named = named_results(results)
     with style_context():
         fig = new_figure(width or 3.2 * len(named), height)
-        axes = fig.subplots(1, len(named), squeeze=False)[0]
+        axes = fig.subplots(1, len(named), squeeze=False, sharey=_one_ball(named))[0]
         for ax, (name, res) in zip(axes, named):
             steps = np.arange(res.steps + 1)
             for r, traj in enumerate(res.trajectory):
@@ -130,7 +136,7 @@ def sharpness_plotly(results: SharpnessLike, *, title: str | None = None) -> go.
     plotly.graph_objects.Figure
     """
     named = named_results(results)
-    fig = make_subplots(rows=1, cols=len(named),
+    fig = make_subplots(rows=1, cols=len(named), shared_yaxes=_one_ball(named),
                         subplot_titles=[_panel_title(n, r, "<br>") for n, r in named])
     for col, (name, res) in enumerate(named, start=1):
         steps = np.arange(res.steps + 1)

@@ -4,8 +4,9 @@ Every result here is computed the way a user computes it (``landscape.interpolat
 ``barrier_matrix``, ``group_barrier_by_size``, the claims, ``fl.run``). The checks read the drawn
 figure back: every text inside the figure, no two labels overlapping, legends off the curves
 and off the model markers, zero barriers not annotated, endpoint names drawn once, coincident
-models sharing one label, plotly planes sized to their aspect, one legend entry per curve, and
-a barrier heatmap whose colour scale starts at 0.
+models sharing one label, plotly planes sized to their aspect, one legend entry per curve, a
+barrier heatmap whose colour scale starts at 0 and whose plotly figure is sized to the matrix,
+plotly barrier labels in rows of their own, and a log density axis spanning the density's values.
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from matplotlib.text import Text
 import figures as F
 import fl
 import landscape
+from figures.paths import LABEL_ROW
+from figures.plane_models import MARKER_PX
 from figures.verdicts import verdict_figure
 
 from conftest import make_bn_cnn, make_mlp, train
@@ -145,8 +148,30 @@ def test_transitivity_endpoint_names_once(models, evaluator):
     for label in ("A", "B"):
         assert names.count(label) == 2  # once per panel (loss, accuracy), however many paths
     pf = F.path_plotly(dict(verdict.results["paths"]))
-    texts = [list(tr.text) for tr in pf.data if tr.mode and "text" in tr.mode]
-    assert texts == [["A", "B"], ["A", "B"]]
+    ends = [(a.text, a.x, a.yref) for a in pf.layout.annotations if a.text in ("<b>A</b>", "<b>B</b>")]
+    assert sorted(ends) == [("<b>A</b>", 0.0, "y domain"), ("<b>A</b>", 0.0, "y2 domain"),
+                            ("<b>B</b>", 1.0, "y domain"), ("<b>B</b>", 1.0, "y2 domain")]  # on each panel's top edge
+    assert not [tr for tr in pf.data if tr.mode and "text" in tr.mode]  # never on the markers
+
+
+def test_plotly_barrier_labels_in_rows_above_the_data(models, evaluator):
+    # two paths with barriers near the same alpha: the labels used to be drawn on top of each other
+    paths = {"a-b": landscape.interpolate(models[0], models[1], evaluator, alphas=11),
+             "a-c": landscape.interpolate(models[0], models[2], evaluator, alphas=11)}
+    assert all(p.loss_barrier > 0 for p in paths.values())
+    fig = F.path_plotly(paths)
+    for axis, metric in (("y", "loss"), ("y2", "accuracy")):
+        labels = [a for a in fig.layout.annotations if a.text.startswith("barrier") and a.ayref == axis]
+        values = np.concatenate([getattr(p, metric) for p in paths.values()])
+        lo, hi = fig.layout["yaxis" if axis == "y" else "yaxis2"].range
+        span = values.max() - values.min()
+        barriers = [p.loss_barrier if metric == "loss" else p.accuracy_barrier for p in paths.values()]
+        assert len(labels) == sum(b > 0 for b in barriers)
+        heights = sorted(a.ay for a in labels)
+        assert all(values.max() < h < hi for h in heights) and lo < values.min()  # above the data, inside the axis
+        assert np.all(np.diff(heights) >= 0.99 * LABEL_ROW * span)  # one row each: never overlapping
+        for a in labels:  # each arrow ends where its barrier's gap begins: on the curve or the endpoint line
+            assert a.x == a.ax and values.min() <= a.y <= values.max()
 
 
 def test_bn_note_only_for_batchnorm_models(models, evaluator, digits_images):
@@ -211,8 +236,10 @@ def test_plotly_plane_has_no_empty_bands(models, evaluator):
     aspect = (grid.y[-1] - grid.y[0]) / (grid.x[-1] - grid.x[0])
     assert plot_h / plot_w == pytest.approx(aspect, rel=0.03) or plot_h in (200, 720)
     assert fig.layout.xaxis.constrain == "domain" and fig.layout.yaxis.scaleanchor == "x"
-    labels = [tr for tr in fig.data if getattr(tr, "mode", None) == "text"]
-    assert len(labels) == 1 and sorted(labels[0].text) == ["a", "b", "c"]
+    labels = fig.layout.annotations
+    assert sorted(a.text for a in labels) == ["a", "b", "c"]
+    for a in labels:  # beside its own marker, never on it
+        assert (a.x, a.y) == pytest.approx(tuple(grid.models[a.text][:2])) and abs(a.xshift) > MARKER_PX
 
 
 # ---------------------------------------------------------------- groups, matrices, training
@@ -231,6 +258,16 @@ def test_barrier_matrix_scale_starts_at_zero(models, evaluator):
     assert (im.norm.vmin, im.norm.vmax) == (0.0, landscape.claims.DEFAULT_THRESHOLD)
     heat = F.barrier_matrix_plotly(tiny).data[0]
     assert (heat.zmin, heat.zmax) == (0.0, landscape.claims.DEFAULT_THRESHOLD)
+
+
+def test_plotly_barrier_matrix_sized_to_the_matrix(models, evaluator):
+    matrix = landscape.barrier_matrix(models, evaluator, alphas=5)
+    fig = F.barrier_matrix_plotly(matrix, metric="accuracy")
+    m = fig.layout.margin
+    side = fig.layout.height - m.t - m.b
+    assert side == fig.layout.width - m.l - m.r == max(3 * 56, 200)  # square cells, the matrix and its labels only
+    assert fig.layout.xaxis.constrain == fig.layout.yaxis.constrain == "domain" and fig.layout.autosize is False
+    assert fig.data[0].texttemplate == "%{z:.2%}"  # the values in the cells, in percent as Eq. 4 reads
 
 
 def test_group_size_figure_layout(models, evaluator):
@@ -253,6 +290,10 @@ def test_fl_curves_layout_and_single_legend(fl_run):
 def test_curvature_figures_layout(models, evaluator):
     density = landscape.hessian_density(models[0], evaluator, iterations=12, grid_size=201, seed=0)
     check_layout(F.spectral_density_figure({"model 1": density}))
+    # the log axis spans the density: from its peak (within a factor 2 above) down to LOG_FLOOR of it
+    bottom, top = F.spectral_density_plotly({"model 1": density}).layout.yaxis.range
+    peak = float(np.max(density.density))
+    assert top == pytest.approx(np.log10(2 * peak)) and bottom == pytest.approx(np.log10(peak * 1e-7))
     profile = landscape.curvature_along_path(models[0], models[1], evaluator, alphas=3, k=1, max_iter=15, seed=0)
     check_layout(F.curvature_path_figure({"model 1 - model 2": profile}))
 
@@ -261,6 +302,7 @@ def test_decomposition_figures_layout(fl_run):
     ev = landscape.Evaluator(fl_run.module(), fl_run.test_dataset())
     terms = [(r, landscape.decompose_run(fl_run, r, ev)) for r in (1, 2)]
     check_layout(F.decomposition_figure(terms))
+    check_layout(F.decomposition_bars_figure(dict(terms)))
     states = fl_run.client_states()
     curve = landscape.averaging_curve([states[k] for k in sorted(states)], ev, subsets=2, seed=0)
     check_layout(F.averaging_figure({"fedavg": curve}))

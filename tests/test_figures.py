@@ -20,8 +20,11 @@ from matplotlib.collections import PathCollection
 from matplotlib.contour import ContourSet
 
 import figures as F
-from figures.groups import summarize_sizes
-from figures.paths import barrier_location
+from figures.curvature import LOG_FLOOR
+from figures.decomposition import LABELS, PANELS
+from figures.groups import matrix_size, summarize_sizes
+from figures.paths import LABEL_CHAR, barrier_location, label_rows
+from figures.plane_models import MARKER_PX, placed_labels
 from figures.planes import plane_values
 from figures.simplex import TRIANGLE
 from landscape.infra.errors import ConfigError
@@ -29,6 +32,7 @@ from landscape.results import (
     AveragingCurve,
     BarrierMatrix,
     CurvatureProfile,
+    Decomposition,
     GroupResult,
     PathResult,
     PlaneResult,
@@ -149,6 +153,39 @@ def test_path_plotly_hover_contains_values():
     assert any("barrier 0.5 at α=0.50" in a.text for a in fig.layout.annotations)
 
 
+def test_barrier_label_rows_keep_arrows_off_the_labels_below():
+    # labels at nearly the same alpha (the transitivity paths): one row each, and no arrow from a
+    # higher row runs through the text of a lower one (the middle one of three goes on top here)
+    for alphas in ([0.5, 0.55], [0.55, 0.5], [0.45, 0.5, 0.55], [0.0, 1.0], [0.2, 0.25, 0.3, 0.95]):
+        labels = [(a, f"barrier {i}% at α={a:.2f}") for i, a in enumerate(alphas)]
+        layout = label_rows(labels, (-0.05, 1.05))
+        assert sorted(row for row, _ in layout) == list(range(len(labels)))
+        for (a, text), (row, anchor) in zip(labels, layout):
+            width = LABEL_CHAR * len(text) * 1.1
+            lo, hi = (a, a + width) if anchor == "left" else (a - width, a)
+            assert -0.05 <= lo and hi <= 1.05, (alphas, a, anchor)  # inside the panel
+            above = [b for (b, _), (r, _) in zip(labels, layout) if r > row]
+            assert not [b for b in above if lo < b < hi], (alphas, a, anchor)
+    # spread over the panel, three labels of this width cannot all be free: one text is crossed, not two
+    layout = label_rows([(a, f"barrier {a:.0%} at α={a:.2f}") for a in (0.1, 0.5, 0.9)], (-0.05, 1.05))
+    assert sorted(row for row, _ in layout) == [0, 1, 2]
+
+
+def test_plotly_barrier_labels_sit_in_rows_above_the_data():
+    paths = {"vanilla": make_path(0.5), "connectivity": make_path(0.1)}  # both barriers at alpha = 0.5
+    fig = F.path_plotly(paths)
+    loss = np.concatenate([p.loss for p in paths.values()])
+    labels = sorted((a for a in fig.layout.annotations if a.text.startswith("barrier") and a.ayref == "y"),
+                    key=lambda a: a.ay)
+    assert sorted(a.text for a in labels) == ["barrier 0.1 at α=0.50", "barrier 0.5 at α=0.50"]
+    span = loss.max() - loss.min()
+    assert labels[0].ay - loss.max() > 0.05 * span and labels[1].ay - labels[0].ay == pytest.approx(0.12 * span)
+    assert fig.layout.yaxis.range[1] > labels[1].ay and fig.layout.yaxis.range[0] < loss.min()
+    # each arrow points at the top of its gap: the curve for a loss bump (Eq. 3), at alpha* = 0.5
+    heads = {a.text: (a.x, a.y) for a in labels}
+    assert heads == {f"barrier {b} at α=0.50": (0.5, pytest.approx(make_path(b).loss[15])) for b in (0.5, 0.1)}
+
+
 # ---------------------------------------------------------------- planes
 
 def test_plane_contour_data_and_model_markers():
@@ -230,6 +267,24 @@ def fig_legend_texts(fig) -> list[str]:
     return [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
 
 
+def test_plotly_model_labels_beside_their_markers_and_apart():
+    # a global model just above the average (IMA's plane): both labels beside their markers, apart
+    spots = [("client 0", 0.0, 0.0), ("client 1", 0.85, 0.0), ("global", 0.53, 0.33), ("average", 0.52, 0.31),
+             ("client 2", 0.7, 0.85), ("client 3", 0.99, 0.99)]
+    scale, size = 400.0, (480.0, 480.0)
+    placed = placed_labels(spots, scale, size, (-0.1, -0.1))
+    markers = [((x + 0.1) * scale, (y + 0.1) * scale) for _, x, y in spots]
+    boxes = [p.box(*m) for p, m in zip(placed, markers)]
+    for i, (a, spot) in enumerate(zip(boxes, placed)):
+        assert 0 <= a[0] and a[2] <= size[0] and 0 <= a[1] and a[3] <= size[1], spot  # inside the plot
+        for b in boxes[i + 1:]:
+            assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (spot, b)
+        for mx, my in markers:  # no label on any marker, its own included
+            assert not (a[0] < mx + MARKER_PX and mx - MARKER_PX < a[2] and a[1] < my + MARKER_PX
+                        and my - MARKER_PX < a[3]), (spot, mx, my)
+    assert placed[5].xanchor == "right"  # the corner model's label turns inwards
+
+
 def test_role_inference():
     assert F.role_of("client_3").name == "client"
     assert F.role_of("Global round 4").name == "global"
@@ -272,6 +327,12 @@ def test_barrier_matrix_heatmaps():
     pf = F.barrier_matrix_plotly(bm, metric="accuracy")
     np.testing.assert_allclose(np.asarray(pf.data[0].z)[0, 1], 0.15)
     assert "a – b" in pf.data[0].text[0][1] and "loss barrier=0.3" in pf.data[0].text[0][1]
+    m = pf.layout.margin  # sized to the 3 x 3 matrix (at least 200 px), no empty bands beside it
+    assert pf.layout.width - m.l - m.r == pf.layout.height - m.t - m.b == 200
+    for n, side in ((5, 280), (12, 672), (40, 720)):
+        size = matrix_size(n)
+        assert size["height"] - size["margin"]["t"] - size["margin"]["b"] == side
+        assert size["width"] - size["margin"]["l"] - size["margin"]["r"] == side
 
 
 # ---------------------------------------------------------------- FL curves, curvature, decomposition
@@ -308,6 +369,16 @@ def test_curvature_figures():
     assert fig.axes[0].get_ylim()[0] == pytest.approx(dens.max() * 1e-7)
     pf = F.spectral_density_plotly({"global": sd}, log_y=False)
     np.testing.assert_allclose(pf.data[0].y, dens)
+    # log axis: from LOG_FLOOR of the peak (the tails fall to 1e-36 here) to twice the peak
+    log_range = F.spectral_density_plotly({"global": sd}).layout.yaxis.range
+    assert log_range == pytest.approx([np.log10(dens.max() * LOG_FLOOR), np.log10(2 * dens.max())])
+    lifted = dataclasses.replace(sd, density=dens + 1e-3 * dens.max())  # no tail below the floor
+    bottom, top = F.spectral_density_plotly({"global": sd, "lifted": lifted}).layout.yaxis.range
+    peak = lifted.density.max()  # the highest peak sets the floor of both
+    assert (bottom, top) == pytest.approx((np.log10(peak * LOG_FLOOR), np.log10(2 * peak)))
+    assert F.spectral_density_plotly(lifted).layout.yaxis.range[0] == pytest.approx(np.log10(lifted.density.min()))
+    assert F.spectral_density_figure(lifted).axes[0].get_ylim() == pytest.approx(
+        (lifted.density.min(), 2 * lifted.density.max()))
     assert f"density={dens[50]:.4g}" in pf.data[0].text[50]
     alphas = np.linspace(0, 1, 5)
     ev = np.stack([5 + alphas, 2 + alphas], axis=1)
@@ -339,6 +410,36 @@ def test_decomposition_figures():
     np.testing.assert_allclose(by_label["mean over clients"].get_ydata(), [3, 6, 9])
     pf = F.decomposition_plotly(terms)
     assert "round=2" in pf.data[0].text[1] and "heterogeneity bias=0.12" in pf.data[0].text[1]
+
+
+def test_decomposition_bars():
+    models = {"fedavg": decomp(1), "ima": decomp(2)}
+    fig = F.decomposition_bars_figure(models)
+    for ax, (_, keys) in zip(fig.axes, PANELS):  # one bar per model and term, its value written beside it
+        widths = [p.get_width() for p in ax.patches]
+        expected = [getattr(d, k) if not k.startswith("locality") else
+                    (d.locality.max() if k == "locality_max" else d.locality.mean()) for d in models.values()
+                    for k in keys]
+        np.testing.assert_allclose(widths, expected)
+        assert [t.get_text() for t in ax.get_yticklabels()] == [LABELS[k] for k in keys]
+    assert fig.axes[0].get_xlim() == fig.axes[1].get_xlim() != fig.axes[2].get_xlim()  # losses share a scale
+    low, high = fig.axes[1].get_xlim()
+    assert low < -0.005 < 0.0 < max(d.wens_loss for d in models.values()) < high  # cross < 0 and wens inside
+    pf = F.decomposition_bars_plotly(models)
+    bars = {(tr.name, tr.yaxis): dict(zip(tr.y, tr.x)) for tr in pf.data}
+    ima = bars[("ima", "y2")]
+    assert ima["bias"] == pytest.approx(ima["train bias"] + ima["heterogeneity bias"] + ima["cross"])
+    assert bars[("ima", "y")]["WENS loss"] == pytest.approx(ima["bias"] + ima["variance"] + ima["covariance"])
+    assert [tr.text for tr in pf.data if tr.name == "fedavg" and tr.yaxis == "y2"][0][4] == "0.02"  # variance
+    d = decomp(1)
+    k = len(d.locality)
+    result = Decomposition(**{f: getattr(d, f) for f in ("bias", "train_bias", "heter_bias", "cross", "variance",
+                                                         "covariance", "wens_loss", "fma_loss", "gap", "locality")},
+                           output_gap=0.0, weights=np.full(k, 1 / k), client_sizes=np.ones(k),
+                           client_train_bias=np.zeros(k), client_heter_bias=np.zeros(k), num_samples=k,
+                           realizations=2)
+    drawn = F.draw(result, backend="plotly")  # the figure registered for a Decomposition
+    assert drawn.data[0].orientation == "h" and list(drawn.data[0].x) == pytest.approx([d.fma_loss, d.wens_loss, d.gap])
 
 
 def test_averaging_curve_figures():

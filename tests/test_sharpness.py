@@ -380,6 +380,13 @@ def test_figure_draws_each_results_trajectories_in_its_own_panel(two_unit_net):
     assert ("ρ²λ_max/2" in fig.axes[0].get_title()) and ("ρ²λ_max/2" not in fig.axes[1].get_title())
     interactive = sharpness_plotly(results)
     assert [t.name for t in interactive.data].count("restart 2") == 2
+    assert interactive.layout.yaxis2.matches is None  # two balls, two scales
+    # one ball for several models (the demo's global models): one y scale, so the values compare
+    models = {f"seed {s}": sharpness(model, ev, rho=0.2, params="1.bias", steps=4, restarts=2, seed=s) for s in (0, 1)}
+    assert sharpness_plotly(models).layout.yaxis2.matches == "y"
+    shared = sharpness_figure(models).axes
+    assert shared[0].get_ylim() == shared[1].get_ylim()
+    assert shared[0].get_ylim()[1] >= max(r.value for r in models.values())
     with pytest.raises(ConfigError, match="SharpnessResult"):
         sharpness_figure({"a path": object()})
     tally("bad inputs rejected")
