@@ -16,8 +16,11 @@ import numpy as np
 import plotly.graph_objects as go
 from matplotlib.figure import Figure
 
+from landscape.results import CurveResult
+
 from .paths import METRICS, path_figure, path_plotly
 from .planes import plane_figure, plane_plotly
+from .registry import FIGURES, FigureKind
 from .style import color
 
 if TYPE_CHECKING:  # result classes, duck-typed at run time
@@ -100,3 +103,6 @@ def curve_plane_plotly(plane: "PlaneResult", result: Any, *, metric: str = "loss
 
 __all__ = ["alignment_figure", "alignment_plotly", "curve_figure", "curve_plane_figure", "curve_plane_plotly",
            "curve_plotly", "curve_trace"]
+
+
+FIGURES.add("curve", FigureKind((CurveResult,), curve_figure, curve_plotly))

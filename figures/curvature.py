@@ -18,7 +18,9 @@ import plotly.graph_objects as go
 from matplotlib.figure import Figure
 
 from landscape.infra.errors import ConfigError
+from landscape.results import CurvatureProfile, EigenLine, SpectralDensity
 
+from .registry import FIGURES, FigureKind
 from .style import color, finite, fmt, masked_note, new_figure, style_context, style_plotly
 
 LOG_FLOOR = 1e-7  # log-y density plots show down to this fraction of the highest peak
@@ -192,3 +194,8 @@ def eigen_line_plotly(lines: Any, *, title: str | None = None) -> go.Figure:
                                  hovertemplate="%{text}<extra></extra>"))
     return style_plotly(fig, (title or "Loss along the top Hessian eigenvector") + masked_note(masked, "losses"),
                         xaxis_title="t (along the top Hessian eigenvector)", yaxis_title="loss")
+
+
+FIGURES.add("curvature_path", FigureKind((CurvatureProfile,), curvature_path_figure, curvature_path_plotly))
+FIGURES.add("eigen_line", FigureKind((EigenLine,), eigen_line_figure, eigen_line_plotly))
+FIGURES.add("spectral_density", FigureKind((SpectralDensity,), spectral_density_figure, spectral_density_plotly))

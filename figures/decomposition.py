@@ -19,7 +19,9 @@ from matplotlib.figure import Figure
 from plotly.subplots import make_subplots
 
 from landscape.infra.errors import ConfigError
+from landscape.results import AveragingCurve, Decomposition
 
+from .registry import FIGURES, FigureKind
 from .style import color, fmt, new_figure, style_context, style_plotly
 
 PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -214,3 +216,7 @@ def averaging_plotly(curves: Any, *, metric: str = "error", title: str | None = 
                                  hovertemplate="%{text}<extra></extra>"))
     return style_plotly(fig, title or f"Test {metric} vs number of averaged models",
                         xaxis_title="number of averaged client models m", yaxis_title=f"test {metric}")
+
+
+FIGURES.add("averaging", FigureKind((AveragingCurve,), averaging_figure, averaging_plotly))
+FIGURES.add("decomposition", FigureKind((Decomposition,), decomposition_bars_figure, decomposition_bars_plotly))

@@ -18,6 +18,7 @@ from landscape.infra.errors import ConfigError
 from landscape.results import BarrierMatrix, GroupResult
 from landscape.results.barriers import DEFAULT_THRESHOLD
 
+from .registry import FIGURES, FigureKind
 from .style import (
     MASKED_COLOR,
     MATRIX_CMAP,
@@ -236,3 +237,6 @@ def barrier_matrix_plotly(matrix: BarrierMatrix, *, metric: str = "loss", thresh
                         xaxis={"constrain": "domain", "automargin": True, "tickangle": -45},
                         yaxis={"autorange": "reversed", "scaleanchor": "x", "constrain": "domain", "automargin": True},
                         plot_bgcolor=MASKED_COLOR, **matrix_size(n))
+
+
+FIGURES.add("barrier_matrix", FigureKind((BarrierMatrix,), barrier_matrix_figure, barrier_matrix_plotly))

@@ -18,6 +18,7 @@ from plotly.subplots import make_subplots
 from landscape.infra.errors import ConfigError
 from landscape.results import PathResult
 
+from .registry import FIGURES, FigureKind
 from .style import bn_note, color, finite, fmt, masked_note, new_figure, style_context, style_plotly
 
 PathsLike = PathResult | Mapping[str, PathResult] | Sequence[PathResult]
@@ -298,3 +299,6 @@ def path_plotly(paths: PathsLike, *, metrics: Sequence[str] = METRICS,
     masked = sum(int((~np.isfinite(getattr(p, m))).sum()) for _, p in named for m in metrics)
     return style_plotly(fig, (title or "Linear interpolation") + bn_note([p for _, p in named])
                         + masked_note(masked))
+
+
+FIGURES.add("path", FigureKind((PathResult,), path_figure, path_plotly))

@@ -29,6 +29,7 @@ from landscape.infra.errors import ConfigError
 from landscape.results import PlaneResult
 
 from .plane_models import LabelSpot, by_size, merged_labels, model_points, placed_labels, value_at
+from .registry import FIGURES, FigureKind
 from .style import (
     MASKED_COLOR,
     PLOTLY_SEQUENTIAL,
@@ -387,3 +388,6 @@ def plane_plotly(plane: PlaneResult, *, metric: str = "loss", kind: str = "conto
                            "zaxis_title": _zlabel(metric, log_scale)}
     text = _title(plane, metric, title, values) + (f"<br><sup>{html.escape(note)}</sup>" if note else "")
     return style_plotly(fig, text, **layout)
+
+
+FIGURES.add("plane", FigureKind((PlaneResult,), plane_figure, plane_plotly))

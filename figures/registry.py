@@ -2,9 +2,10 @@
 
 A figure is a pair of functions, matplotlib and plotly, drawn from the same result object
 (:class:`FigureKind`). :data:`FIGURES` is a :class:`~landscape.infra.registry.Registry` that
-imports every module of this package before it answers, so a new figure is one file in
-``figures/`` that ends with ``FIGURES.add("name", FigureKind((MyResult,), my_figure, my_plotly))``;
-:func:`draw` then finds it for a ``MyResult``.
+imports every module of this package before it answers, so a figure registers itself in the
+module that draws it, and a new figure is one file in ``figures/`` that ends with
+``FIGURES.add("name", FigureKind((MyResult,), my_figure, my_plotly))``; :func:`draw` then finds it
+for a ``MyResult``.
 
 >>> FIGURES.get("plane").result_types
 (<class 'landscape.results.geometry.PlaneResult'>,)
@@ -16,33 +17,6 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from landscape.infra.errors import ConfigError
 from landscape.infra.registry import Registry
-from landscape.results import (
-    AveragingCurve,
-    BarrierMatrix,
-    CurvatureProfile,
-    CurveResult,
-    Decomposition,
-    EigenLine,
-    PathResult,
-    PlaneResult,
-    SharpnessResult,
-    SpectralDensity,
-)
-
-from .connectivity import curve_figure, curve_plotly
-from .curvature import (
-    curvature_path_figure,
-    curvature_path_plotly,
-    eigen_line_figure,
-    eigen_line_plotly,
-    spectral_density_figure,
-    spectral_density_plotly,
-)
-from .decomposition import averaging_figure, averaging_plotly, decomposition_bars_figure, decomposition_bars_plotly
-from .groups import barrier_matrix_figure, barrier_matrix_plotly
-from .paths import path_figure, path_plotly
-from .planes import plane_figure, plane_plotly
-from .sharpness import sharpness_figure, sharpness_plotly
 
 
 @dataclass(frozen=True)
@@ -66,20 +40,6 @@ class FigureKind:
 
 
 FIGURES: Registry[FigureKind] = Registry("figure", package=__package__)
-
-for _name, _kind in {
-    "path": FigureKind((PathResult,), path_figure, path_plotly),
-    "plane": FigureKind((PlaneResult,), plane_figure, plane_plotly),
-    "barrier_matrix": FigureKind((BarrierMatrix,), barrier_matrix_figure, barrier_matrix_plotly),
-    "curvature_path": FigureKind((CurvatureProfile,), curvature_path_figure, curvature_path_plotly),
-    "eigen_line": FigureKind((EigenLine,), eigen_line_figure, eigen_line_plotly),
-    "spectral_density": FigureKind((SpectralDensity,), spectral_density_figure, spectral_density_plotly),
-    "averaging": FigureKind((AveragingCurve,), averaging_figure, averaging_plotly),
-    "decomposition": FigureKind((Decomposition,), decomposition_bars_figure, decomposition_bars_plotly),
-    "sharpness": FigureKind((SharpnessResult,), sharpness_figure, sharpness_plotly),
-    "curve": FigureKind((CurveResult,), curve_figure, curve_plotly),
-}.items():
-    FIGURES.add(_name, _kind)
 
 
 def kind_of(result: Any) -> str:

@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 from landscape.infra.errors import ConfigError
 from landscape.results import SharpnessResult
 
+from .registry import FIGURES, FigureKind
 from .style import bn_note, color, fmt, new_figure, style_context, style_plotly
 
 SharpnessLike = SharpnessResult | Mapping[str, SharpnessResult] | Sequence[SharpnessResult]
@@ -158,3 +159,6 @@ def sharpness_plotly(results: SharpnessLike, *, title: str | None = None) -> go.
     fig.update_yaxes(title_text="loss increase L(w+e) − L(w)", row=1, col=1)
     return style_plotly(fig, (title or "Worst-case sharpness: projected gradient ascent")
                         + bn_note([r for _, r in named]))
+
+
+FIGURES.add("sharpness", FigureKind((SharpnessResult,), sharpness_figure, sharpness_plotly))
