@@ -32,8 +32,8 @@ from fl.datasets import load_dataset
 from fl.models import build_model
 from fl.pretrain import pretrain, pretraining_data
 
-from _common import Example, accuracy_tracker, build_parser, format_cell, report_epochs
-from _docs import conditions, differences, publish
+from _common import Example, accuracy_tracker, build_parser, report_epochs
+from _docs import add_doc_option, conditions, doc_refusal, markdown_table, publish
 
 #: the columns of the table on docs/sharpness.md: page header -> key of the example's rows
 PAGE_COLUMNS = {"kind": "kind", "ρ": "rho", "sharpness": "sharpness", "L(w)": "L(w)", "first order": "first order",
@@ -54,13 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rho-adaptive", type=float, default=0.05,
                         help="radius of the adaptive L2 ball (a fraction of |w|)")
     parser.add_argument("--rho-linf", type=float, default=0.005, help="half-width of the L-infinity box")
-    parser.add_argument("--doc", action="store_true",
-                        help="then store tables.json as docs/data/sharpness.json and rewrite the table of "
-                             "docs/sharpness.md and docs/figures/sharpness.png from it (the defaults only)")
+    add_doc_option(parser, "sharpness.md")
 
 
-def page_table(payload: dict) -> str:
-    """The part of docs/sharpness.md that ``--doc`` writes: how it was made, and the table.
+def page_parts(payload: dict) -> dict[str, str]:
+    """The part of docs/sharpness.md that ``--doc`` writes: how the table was made, and the table.
 
     Parameters
     ----------
@@ -69,28 +67,25 @@ def page_table(payload: dict) -> str:
 
     Returns
     -------
-    str
-        Markdown.
+    dict[str, str]
+        ``{"table": Markdown}``.
     """
-    rows = payload["tables"][TITLE]
     a = payload["args"]
-    lines = [f"Made with `.venv/bin/python examples/sharpness.py --doc` (its defaults: `{a['model']}`, "
-             f"{a['epochs']} epochs, the loss on {a['samples']} samples, {a['steps']} steps from each of "
-             f"{a['restarts']} restarts, seed {payload['seed']}): {conditions(payload)}. `seconds` is the time of "
-             "each `landscape.sharpness` call (for the L2 kinds with the Lanczos run of `ρ²λ_max/2`, whose "
-             "products `Hessian products` counts).", "",
-             "| " + " | ".join(PAGE_COLUMNS) + " |", "|" + "---|" * len(PAGE_COLUMNS)]
-    lines += ["| " + " | ".join(format_cell(row[key]) for key in PAGE_COLUMNS.values()) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    made = (f"Made with `.venv/bin/python examples/sharpness.py --doc` (its defaults: `{a['model']}`, "
+            f"{a['epochs']} epochs, the loss on {a['samples']} samples, {a['steps']} steps from each of "
+            f"{a['restarts']} restarts, seed {payload['seed']}): {conditions(payload)}. `seconds` is the time of "
+            "each `landscape.sharpness` call (for the L2 kinds with the Lanczos run of `ρ²λ_max/2`, whose "
+            "products `Hessian products` counts).")
+    return {"table": made + "\n\n" + markdown_table(payload["tables"][TITLE], PAGE_COLUMNS)}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the example; the exit status."""
     ex = Example("sharpness", __doc__.splitlines()[0], argv, add_arguments)
     a = ex.args
-    changed = differences(a, build_parser("sharpness", "", add_arguments))
-    if a.doc and changed:
-        ex.log(f"--doc writes the page's table from a run with the defaults; given {', '.join(changed)}")
+    refusal = doc_refusal(a, build_parser("sharpness", "", add_arguments))
+    if refusal:
+        ex.log(refusal)
         return 2
     epochs, samples, steps, restarts, max_iter = ((2, 200, 5, 2, 20) if ex.quick else
                                                   (a.epochs, a.samples, a.steps, a.restarts, 100))
@@ -126,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     ex.save("sharpness", sharpness_figure(results), sharpness_plotly(results))
     status = ex.finish()
     if a.doc:
-        for path in publish("sharpness", ex.out, page_table, figures=["sharpness.png"]):
+        for path in publish("sharpness", ex.out, page_parts, "sharpness.md", figures=["sharpness.png"]):
             ex.log(f"wrote {path}")
     return status
 

@@ -68,27 +68,42 @@ def load_example(name: str):
     return module
 
 
-def test_sharpness_page_shows_what_the_example_stored_with_its_current_defaults():
+@pytest.mark.parametrize("name, page, table, key", [
+    ("sharpness", "sharpness.md", "Worst-case sharpness (best over restarts)", "sharpness"),
+    ("curvature_views", "curvature-views.md", "Hessian curvature by block (mnist1d_mlp)", "trace")])
+def test_page_shows_what_the_example_stored_with_its_current_defaults(name, page, table, key):
+    from _common import build_parser
+
+    example = load_example(name)
+    stored = json.loads((ROOT / "docs" / "data" / f"{name}.json").read_text(encoding="utf-8"))
+    stale = differences(stored["args"], build_parser(name, "", example.add_arguments))
+    assert not stale and not stored["quick"], f"rerun examples/{name}.py --doc: stored with {stale}"
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    assert splice(text, name, example.page_parts(stored)) == text, f"rerun examples/{name}.py --doc"
+    assert f" {stored['tables'][table][0][key]:.4g} |" in text  # the stored numbers are the page's
+
+
+def test_a_stored_run_with_other_settings_than_the_defaults_is_stale():
     from _common import build_parser
 
     example = load_example("sharpness")
-    stored = json.loads((ROOT / "docs" / "data" / "sharpness.json").read_text(encoding="utf-8"))
-    stale = differences(stored["args"], build_parser("sharpness", "", example.add_arguments))
-    assert not stale and not stored["quick"], f"rerun examples/sharpness.py --doc: stored with {stale}"
-    page = (ROOT / "docs" / "sharpness.md").read_text(encoding="utf-8")
-    assert splice(page, "sharpness", example.page_table(stored)) == page, "rerun examples/sharpness.py --doc"
-    l2 = stored["tables"][example.TITLE][0]
-    assert l2["kind"] == "l2" and f"| l2 | {l2['rho']:.4g} | {l2['sharpness']:.4g} |" in page
+    parser = build_parser("sharpness", "", example.add_arguments)
+    stored = dict(vars(parser.parse_args([])), out="elsewhere", doc=True)
+    assert differences(stored, parser) == []  # the output folder and --doc do not change the numbers
+    assert differences(dict(stored, epochs=30), parser) == ["epochs=30 (default 20)"]
+    assert differences({k: v for k, v in stored.items() if k != "rho_l2"}, parser) == \
+        ["rho_l2='<missing>' (default 0.5)"]  # an option added since the run was stored
 
 
 def test_the_page_splice_replaces_only_the_marked_part():
     from _docs import doc_markers
 
-    begin, end = doc_markers("x")
-    page = f"intro\n{begin}\nold table\n{end}\noutro\n"
-    assert splice(page, "x", "new table\n") == f"intro\n{begin}\n\nnew table\n\n{end}\noutro\n"
-    with pytest.raises(ValueError, match="once each"):
-        splice("no markers", "x", "t")
+    (b1, e1), (b2, e2) = doc_markers("x", "table"), doc_markers("x", "text")
+    page = f"intro\n{b1}\nold table\n{e1}\nmiddle\n{b2}\nold text\n{e2}\noutro\n"
+    assert splice(page, "x", {"table": "new table\n", "text": "new"}) == \
+        f"intro\n{b1}\n\nnew table\n\n{e1}\nmiddle\n{b2}\n\nnew\n\n{e2}\noutro\n"
+    with pytest.raises(ValueError, match="once each around x's table"):
+        splice(page.replace(e1, ""), "x", {"table": "t"})
 
 
 # ---------------------------------------------------------------------------- the checks catch mistakes
