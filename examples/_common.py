@@ -63,7 +63,8 @@ class Example:
 
     def __init__(self, name: str, description: str, argv: Sequence[str] | None = None,
                  add_arguments: Callable[[argparse.ArgumentParser], None] | None = None):
-        self.args = build_parser(name, description, add_arguments).parse_args(argv)
+        self.parser = build_parser(name, description, add_arguments)
+        self.args = self.parser.parse_args(argv)
         self.name = name
         self.out = Path(self.args.out)
         self.out.mkdir(parents=True, exist_ok=True)

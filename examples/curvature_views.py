@@ -36,7 +36,7 @@ from figures import eigen_line_figure, eigen_line_plotly, plane_figure, plane_pl
 from fl.datasets import load_dataset
 from fl.models import build_model
 
-from _common import Example, accuracy_tracker, build_parser, report_epochs
+from _common import Example, accuracy_tracker, report_epochs
 from _docs import add_doc_option, conditions, doc_refusal, markdown_table, publish
 
 DIRECTIONS, BLOCKS = "Top eigen-directions", "Hessian curvature by block (mnist1d_mlp)"
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the example; the exit status."""
     ex = Example("curvature_views", __doc__.splitlines()[0], argv, add_arguments)
     a = ex.args
-    refusal = doc_refusal(a, build_parser("curvature_views", "", add_arguments))
+    refusal = doc_refusal(a, ex.parser)
     if refusal:
         ex.log(refusal)
         return 2

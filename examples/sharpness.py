@@ -32,7 +32,7 @@ from fl.datasets import load_dataset
 from fl.models import build_model
 from fl.pretrain import pretrain, pretraining_data
 
-from _common import Example, accuracy_tracker, build_parser, report_epochs
+from _common import Example, accuracy_tracker, report_epochs
 from _docs import add_doc_option, conditions, doc_refusal, markdown_table, publish
 
 #: the columns of the table on docs/sharpness.md: page header -> key of the example's rows
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the example; the exit status."""
     ex = Example("sharpness", __doc__.splitlines()[0], argv, add_arguments)
     a = ex.args
-    refusal = doc_refusal(a, build_parser("sharpness", "", add_arguments))
+    refusal = doc_refusal(a, ex.parser)
     if refusal:
         ex.log(refusal)
         return 2

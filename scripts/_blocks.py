@@ -39,7 +39,7 @@ class Block:
     code : str
         The block's text.
     kind : str
-        ``"run"``, or the marker above it: ``"fragment"``, ``"slow"``, ``"signatures"``.
+        ``"run"``, or the marker above it: ``"fragment"``, ``"slow"``, ``"signatures"``, ``"output"``.
     note : str
         The marker's text (what a fragment needs, why a block is slow).
     """
