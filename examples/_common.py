@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,29 +27,51 @@ Row = Mapping[str, Any]
 MISSING = "-"
 
 
+def build_parser(name: str, description: str,
+                 add_arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.ArgumentParser:
+    """The parser of an example: the common options (``--out``, ``--seed``, ``--quick``, ``--threads``) and its own.
+
+    Parameters
+    ----------
+    name : str
+        The example's name (its default output folder is ``examples_out/<name>``).
+    description : str
+        One line for ``--help``.
+    add_arguments : callable, optional
+        Adds the example's own options to the parser.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+    """
+    parser = argparse.ArgumentParser(prog=f"{name}.py", description=description,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--out", default=str(Path("examples_out") / name), help="output folder")
+    parser.add_argument("--seed", type=int, default=0, help="seed of every random choice")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny settings (seconds): a smoke test, not a reproduction")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads; 1 is fastest for these tiny models (more threads "
+                             "mostly add synchronisation overhead, badly so on a busy machine)")
+    if add_arguments is not None:
+        add_arguments(parser)
+    return parser
+
+
 class Example:
     """One example invocation: parsed arguments, output folder, tables and files written."""
 
     def __init__(self, name: str, description: str, argv: Sequence[str] | None = None,
                  add_arguments: Callable[[argparse.ArgumentParser], None] | None = None):
-        parser = argparse.ArgumentParser(prog=f"{name}.py", description=description,
-                                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-        parser.add_argument("--out", default=str(Path("examples_out") / name), help="output folder")
-        parser.add_argument("--seed", type=int, default=0, help="seed of every random choice")
-        parser.add_argument("--quick", action="store_true",
-                            help="tiny settings (seconds): a smoke test, not a reproduction")
-        parser.add_argument("--threads", type=int, default=1,
-                            help="torch CPU threads; 1 is fastest for these tiny models (more threads "
-                                 "mostly add synchronisation overhead, badly so on a busy machine)")
-        if add_arguments is not None:
-            add_arguments(parser)
-        self.args = parser.parse_args(argv)
+        self.parser = build_parser(name, description, add_arguments)
+        self.args = self.parser.parse_args(argv)
         self.name = name
         self.out = Path(self.args.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.tables: dict[str, list[dict[str, Any]]] = {}
         self.files: list[Path] = []
         self.started = time.time()
+        self.load_average = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         torch.set_num_threads(max(1, int(self.args.threads)))
 
     @property
@@ -78,7 +101,9 @@ class Example:
         """Write tables.json, print the file list and the run time; returns the exit status 0."""
         seconds = time.time() - self.started
         payload = {"example": self.name, "seconds": seconds, "quick": self.quick, "seed": self.seed,
-                   "tables": self.tables, "files": [p.name for p in self.files]}
+                   "args": vars(self.args), "tables": self.tables, "files": [p.name for p in self.files],
+                   "environment": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(),
+                                   "load_average": self.load_average, "torch": torch.__version__}}
         path = self.out / "tables.json"
         path.write_text(json.dumps(payload, indent=1, default=_jsonable) + "\n", encoding="utf-8")
         print(f"\nWrote {len(self.files)} figure files and tables.json to {self.out} in {seconds:.1f} s")

@@ -16,8 +16,9 @@ Converged: the first table records :func:`fl.convergence.assess` of the per-epoc
 (``fl.pretrain(on_epoch=...)``). Measured once (seed 0): after the default 20 epochs the slope is
 below 0.1 points per epoch and the plateau (0.581) is within 0.01 of a 120-epoch run's (0.591).
 
-    python examples/sharpness.py                 # about half a minute on one CPU core
+    python examples/sharpness.py                 # the table and timing on docs/sharpness.md
     python examples/sharpness.py --quick         # a smoke test, seconds
+    python examples/sharpness.py --doc           # rewrite docs/sharpness.md's table from this run
 """
 from __future__ import annotations
 
@@ -32,6 +33,13 @@ from fl.models import build_model
 from fl.pretrain import pretrain, pretraining_data
 
 from _common import Example, accuracy_tracker, report_epochs
+from _docs import add_doc_option, conditions, doc_refusal, markdown_table, publish
+
+#: the columns of the table on docs/sharpness.md: page header -> key of the example's rows
+PAGE_COLUMNS = {"kind": "kind", "ρ": "rho", "sharpness": "sharpness", "L(w)": "L(w)", "first order": "first order",
+                "ρ²λ_max/2": "rho^2 lambda_max / 2", "‖e*‖₂": "perturbation L2 norm",
+                "Hessian products": "Hessian products", "passes": "passes", "seconds": "seconds"}
+TITLE = "Worst-case sharpness (best over restarts)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,12 +54,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rho-adaptive", type=float, default=0.05,
                         help="radius of the adaptive L2 ball (a fraction of |w|)")
     parser.add_argument("--rho-linf", type=float, default=0.005, help="half-width of the L-infinity box")
+    add_doc_option(parser, "sharpness.md")
+
+
+def page_parts(payload: dict) -> dict[str, str]:
+    """The part of docs/sharpness.md that ``--doc`` writes: how the table was made, and the table.
+
+    Parameters
+    ----------
+    payload : dict
+        The example's ``tables.json`` (as stored in ``docs/data/sharpness.json``).
+
+    Returns
+    -------
+    dict[str, str]
+        ``{"table": Markdown}``.
+    """
+    a = payload["args"]
+    made = (f"Made with `.venv/bin/python examples/sharpness.py --doc` (its defaults: `{a['model']}`, "
+            f"{a['epochs']} epochs, the loss on {a['samples']} samples, {a['steps']} steps from each of "
+            f"{a['restarts']} restarts, seed {payload['seed']}): {conditions(payload)}. `seconds` is the time of "
+            "each `landscape.sharpness` call (for the L2 kinds with the Lanczos run of `ρ²λ_max/2`, whose "
+            "products `Hessian products` counts).")
+    return {"table": made + "\n\n" + markdown_table(payload["tables"][TITLE], PAGE_COLUMNS)}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the example; the exit status."""
     ex = Example("sharpness", __doc__.splitlines()[0], argv, add_arguments)
     a = ex.args
+    refusal = doc_refusal(a, ex.parser)
+    if refusal:
+        ex.log(refusal)
+        return 2
     epochs, samples, steps, restarts, max_iter = ((2, 200, 5, 2, 20) if ex.quick else
                                                   (a.epochs, a.samples, a.steps, a.restarts, 100))
     ex.log(f"training {a.model} for {epochs} epochs")
@@ -77,13 +112,18 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"kind": name, "rho": res.rho, "sharpness": res.value, "L(w)": res.base_loss,
                      "relative (%)": res.relative, "first order": res.first_order,
                      "rho^2 lambda_max / 2": res.second_order if kw["kind"] != "linf" else None,
-                     "perturbation L2 norm": res.perturbation_l2, "passes": res.passes,
+                     "perturbation L2 norm": res.perturbation_l2, "Hessian products": res.matvecs,
+                     "passes": res.passes,
                      "seconds": time.perf_counter() - start})
-    ex.table("Worst-case sharpness (best over restarts)", rows,
+    ex.table(TITLE, rows,
              note="relative: 100 sharpness / (1 + L(w)) (Keskar et al. 2017); first order: rho times the dual norm "
                   "of the (scaled) gradient; passes: forward-backward passes of the ascent.")
     ex.save("sharpness", sharpness_figure(results), sharpness_plotly(results))
-    return ex.finish()
+    status = ex.finish()
+    if a.doc:
+        for path in publish("sharpness", ex.out, page_parts, "sharpness.md", figures=["sharpness.png"]):
+            ex.log(f"wrote {path}")
+    return status
 
 
 if __name__ == "__main__":

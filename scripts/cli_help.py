@@ -30,7 +30,7 @@ Common patterns:
 
 ```bash
 fl-run --algorithm fedgucci --rounds 20 --out runs/fedgucci --beta 1.0
-fl-run --recipe NAME --out runs/x          # a paper's settings (fl-run --list-recipes)
+fl-run --recipe fedgucci-mnist1d --out runs/x   # a paper's settings (fl-run --list-recipes: all)
 landscape path  --run runs/fedgucci --models client:0 client:1 --out out/
 landscape plane --run runs/fedgucci --resolution 41 --out out/
 landscape hessian --module mlp --checkpoints a.pt --data digits --k 5
