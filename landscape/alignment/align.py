@@ -17,6 +17,7 @@ from torch import nn
 
 from ..evaluation.batches import first_inputs
 from ..evaluation.evaluator import Evaluator
+from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..space.params import ParameterSpace
 from .graph import PermutationSpec, discover
@@ -375,7 +376,7 @@ def align_group(models: Sequence[Any], *, to: Any = None, data: Any = None, meth
     return out
 
 
-def aligned_vector(model: torch.Tensor, *, to: torch.Tensor, evaluator: Any, method: str = "weight",
+def aligned_vector(model: torch.Tensor, *, to: torch.Tensor, evaluator: PointEvaluator, method: str = "weight",
                    seed: int = 0) -> torch.Tensor:
     """``model`` (a flat vector of the evaluator's space) with its hidden units permuted to match ``to``.
 

@@ -17,6 +17,7 @@ from typing import Any, Literal, Sequence
 import numpy as np
 import torch
 
+from ...evaluation.protocol import PointEvaluator
 from ...infra.errors import ConfigError
 from ...infra.options import Options, option
 from ..registry import METHODS, MergeMethod
@@ -41,7 +42,7 @@ class GreedySoupOptions(Options):
         help="held-out accuracy must not drop (or held-out loss must not rise) when a model is added")
 
 
-def greedy_select(models: Sequence[Any], labels: Sequence[str], evaluator: Any, options: Any
+def greedy_select(models: Sequence[Any], labels: Sequence[str], evaluator: PointEvaluator, options: Any
                   ) -> tuple[list[int], dict[str, Any]]:
     """The models of the greedy soup (Wortsman et al. 2022, Recipe 1).
 
