@@ -23,6 +23,9 @@ from fl.pretrain import pretraining_data  # noqa: E402
 
 SETTINGS = dict(dataset="mnist1d", clients=3, rounds=2, seed=0, local_epochs=1, batch_size=64,
                 save_clients="all", partition="dirichlet", alpha=1.0)
+#: LSS's local training in docs/transformers.md: the paper's Adam at 5e-4 (LSS App. E.1), two members of
+#: fl.run's default three epochs each
+LSS_EXAMPLE = dict(members=2, optimizer="adam", lr=5e-4, local_epochs=3)
 
 
 class SignalViT(nn.Module):
@@ -121,12 +124,28 @@ def test_the_landscape_of_the_lora_clients(lora_run) -> None:
 
 
 def test_lss_fine_tunes_the_adapter(pretrained, tmp_path) -> None:
-    run = fl.run("lss", model=with_lora(pretrained), out=tmp_path / "lss", progress=False, members=2,
-                 **{**SETTINGS, "rounds": 1})
-    frozen = run.config["frozen"]
-    start, end = run.global_state(0), run.global_state(1)
+    """LSS with the page's settings trains the adapter, and the clients' pools stay together.
+
+    The test loss falls every round and the accuracy stays far above chance. Each client's pool spans
+    less than 0.15 of the adapter's norm (``pool_mean_distance``, over the trainable tensors) and
+    spreads less in later rounds: the calibrated regularisers push in proportion to the task
+    gradient, which shrinks as the global model fits. With fl.run's defaults for training from
+    scratch instead (SGD, lr 0.1, momentum 0.9) the spread grew (0.62, 0.69, 0.94), and on the
+    page's setting a member was then thrown more than twice the adapter's norm away and the run ended at
+    chance (see docs/transformers.md).
+    """
+    run = fl.run("lss", model=with_lora(pretrained), out=tmp_path / "lss", progress=False,
+                 **{**SETTINGS, "rounds": 3, "save_clients": "none", **LSS_EXAMPLE})
+    frozen = set(run.config["frozen"])
+    start, end = run.global_state(0), run.global_state(3)
     assert all(torch.equal(start[n], end[n]) for n in frozen)
-    assert 0 < run.metrics[-1]["test_accuracy"] <= 1
+    loss = [m["test_loss"] for m in run.metrics]
+    accuracy = [m["test_accuracy"] for m in run.metrics]
+    spread = [m["pool_mean_distance"] for m in run.metrics[1:]]
+    adapter = sum(float((t.double() ** 2).sum()) for n, t in end.items() if n not in frozen) ** 0.5
+    print(f"test loss {loss}; accuracy {accuracy}; pool spread {spread}; adapter norm {adapter:.3f}")
+    assert all(b < a for a, b in zip(loss, loss[1:])) and min(accuracy) > 0.3  # chance is 0.1
+    assert max(spread) < 0.15 * adapter and all(b < a for a, b in zip(spread, spread[1:]))
 
 
 def test_lora_on_flower_uploads_the_adapter_and_equals_fl_run(pretrained, tmp_path) -> None:
