@@ -80,6 +80,7 @@ _EXPORTS: dict[str, str] = {
     "simplex": "connectivity.simplex", "repaired_interpolate": "connectivity.repair",
     "CurveResult": "results.connectivity", "SimplexResult": "results.connectivity",
     "PermutationError": "alignment.graph",
+    "check_alignment": "alignment.check", "AlignmentCheck": "results.alignment",
     "connected_modulo_permutation": "claims.connectivity", "connected_by_curve": "claims.connectivity",
     "group_connected_modulo_permutation": "claims.connectivity",
     # merging (docs/merging.md)
@@ -88,6 +89,7 @@ _EXPORTS: dict[str, str] = {
 
 if TYPE_CHECKING:  # the lazy exports spelled out for type checkers (tests/test_public_names.py)
     from .alignment.align import align, align_group
+    from .alignment.check import check_alignment
     from .alignment.graph import PermutationError
     from .cache.store import Cache
     from .claims.connectivity import (
@@ -130,6 +132,7 @@ if TYPE_CHECKING:  # the lazy exports spelled out for type checkers (tests/test_
         WeightOverflowError,
     )
     from .merging.merge import merge
+    from .results.alignment import AlignmentCheck
     from .results.basin import BasinResult
     from .results.connectivity import CurveResult, SimplexResult
     from .results.curvature import (

@@ -12,7 +12,8 @@ so a rerun or an interrupted run only computes what is missing; result objects a
 there too. Figures go to ``--out``; a table of numbers goes to stdout (``--json`` for JSON),
 and the same numbers to ``<out>/<command>.json``. User errors print one line
 ``landscape: error: ...`` and exit with status 2; ``check`` exits 0 when the claim holds
-and 1 when it does not.
+and 1 when it does not; ``align --check`` exits 0 when a random permutation of the model's
+traced groups leaves its outputs unchanged and 1 when it changes them.
 """
 from __future__ import annotations
 

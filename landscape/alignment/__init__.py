@@ -6,6 +6,8 @@
   permutations.
 * :mod:`.weight_matching`, :mod:`.activation_matching`, :mod:`.align` -- alignment of a model to
   a reference and of groups (MergeMany).
+* :mod:`.check` -- whether alignment is valid for an architecture: a random permutation of every
+  traced group must leave the outputs unchanged; the units no group permutes, and why.
 * :mod:`.state_aligner` -- weight matching of state_dicts, registered in
   :mod:`landscape.infra.state_aligners` on import, for the layers (and the FL engine) below this one.
 
@@ -13,9 +15,10 @@ This layer sits below :mod:`landscape.geometry` (``interpolate(..., align=...)``
 ``group_barrier(..., align=...)`` align their endpoints with it) and above the evaluator.
 """
 from .align import Alignment, align, align_group, match
+from .check import check_alignment
 from .graph import PermutationError, PermutationSpec, discover
 from .permute import apply_permutation, random_permutations
 from .state_aligner import WeightAligner
 
 __all__ = ["Alignment", "PermutationError", "PermutationSpec", "WeightAligner", "align", "align_group",
-           "apply_permutation", "discover", "match", "random_permutations"]
+           "apply_permutation", "check_alignment", "discover", "match", "random_permutations"]

@@ -30,8 +30,11 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from .attention import AttentionBlock, attention_groups, find_attention
 from .rules import RULES
 from .rules.slots import Slot, Unsupported, fixed_value_like, op_name, pin, shape_of
-from .spec import Group, Member, PermutationError, PermutationSpec
-from .units import find, fixed_layout, leaf_runs
+from .spec import FixedUnits, Group, Member, PermutationError, PermutationSpec
+from .units import find, fixed_layout, fixed_reason, leaf_runs
+
+#: Why the units of the model's outputs are fixed (they are the outputs).
+MODEL_OUTPUT = "the model output"
 
 
 def unique_state(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -88,7 +91,7 @@ def trace(module: nn.Module, example: torch.Tensor) -> tuple[torch.fx.GraphModul
     def forward(tensors: list[torch.Tensor], extra: list[torch.Tensor], x: torch.Tensor) -> list[torch.Tensor]:
         out = functional_call(template, {**dict(zip(names, tensors)), **dict(zip(hidden, extra))}, (x,),
                               tie_weights=True)
-        return _output_tensors(out)
+        return output_tensors(out)
 
     try:
         graph = make_fx(forward, tracing_mode="fake")(list(state.values()), list(hidden.values()), example)
@@ -98,12 +101,23 @@ def trace(module: nn.Module, example: torch.Tensor) -> tuple[torch.fx.GraphModul
     return graph, names
 
 
-def _output_tensors(out: Any) -> list[torch.Tensor]:
-    """The tensors of a model's output (nested in tuples, lists or dicts); caches and other objects dropped."""
+def output_tensors(out: Any) -> list[torch.Tensor]:
+    """The tensors of a model's output (nested in tuples, lists or dicts); caches and other objects dropped.
+
+    Parameters
+    ----------
+    out : Any
+        What the model returned (a tensor, a tuple, a Hugging Face output object, ...).
+
+    Returns
+    -------
+    list[torch.Tensor]
+        Its tensors in order: those the trace fixes as the model output.
+    """
     if isinstance(out, torch.Tensor):
         return [out]
     items = out.values() if isinstance(out, dict) else out if isinstance(out, (list, tuple)) else ()
-    return [t for item in items for t in _output_tensors(item)]
+    return [t for item in items for t in output_tensors(item)]
 
 
 def discover(module: nn.Module, example: torch.Tensor, *, strict: bool = True) -> PermutationSpec:
@@ -153,7 +167,7 @@ def discover(module: nn.Module, example: torch.Tensor, *, strict: bool = True) -
             continue
         if node.op == "output":
             for slots in _tensors(env, node.args):
-                pin(slots, "the model output")
+                pin(slots, MODEL_OUTPUT)
             continue
         if node.op == "get_attr":
             env[node] = fixed_value_like(node.meta.get("val"), "a constant")
@@ -165,7 +179,9 @@ def discover(module: nn.Module, example: torch.Tensor, *, strict: bool = True) -
     spec = _collect(members, env, probes, reasons, tuple(example.shape[1:]))
     outputs = {name: _contraction_of(node) for name, node in zip(names, placeholders)}
     groups = attention_groups(blocks, {k: (n.name, shape_of(n)) for k, n in outputs.items() if n is not None})
-    return PermutationSpec(spec.groups + tuple(groups), spec.pinned, spec.input_shape)
+    held = {(m.name, m.axis) for g in groups for m in g.members}  # the attention projections pinned above
+    fixed = tuple(f for f in spec.fixed if (f.name, f.axis) not in held)
+    return PermutationSpec(spec.groups + tuple(groups), spec.pinned, spec.input_shape, fixed)
 
 
 _LAYOUT_OPS = {"t", "numpy_T", "transpose", "permute"}
@@ -201,8 +217,10 @@ def _apply(node: Any, env: dict, strict: bool, reasons: list[str]) -> Any:
     name = op_name(node.target)
     rule: Callable | None = RULES.get(name)
     try:
-        if rule is None and _all_fixed(_tensors(env, [*node.args, *node.kwargs.values()])):
-            return fixed_value_like(node.meta.get("val"))  # no units reach it: it computes the same values
+        inputs = _tensors(env, [*node.args, *node.kwargs.values()])
+        if rule is None and _all_fixed(inputs):  # no units reach it: it computes the same values
+            held = next((fixed_reason(s.layout) for slots in inputs for s in slots if fixed_reason(s.layout)), "")
+            return fixed_value_like(node.meta.get("val"), held)
         if rule is None:
             raise Unsupported(f"operation {node.target} (graph node {node.name}) has no permutation rule")
         return rule(node, env)
@@ -245,13 +263,17 @@ def _collect(members: list[tuple[str, int, Slot]], env: dict, probes: list[tuple
              reasons: list[str], input_shape: tuple[int, ...]) -> PermutationSpec:
     by_root: dict[int, list[Member]] = {}
     roots: dict[int, Any] = {}
+    fixed: list[FixedUnits] = []
     for name, axis, slot in members:
         if slot.layout is None:
+            fixed.append(FixedUnits(name, axis, "the traced forward pass never reaches this axis", False))
             continue
         lay = slot.layout
         for leaf, offset in leaf_runs(lay):
             root = find(leaf)
             if root.fixed:
+                why = root.why or "positions that never move"
+                fixed.append(FixedUnits(name, axis, why, root.hidden and root.size > 1))
                 continue
             roots.setdefault(id(root), root)
             by_root.setdefault(id(root), []).append(
@@ -279,4 +301,4 @@ def _collect(members: list[tuple[str, int, Slot]], env: dict, probes: list[tuple
         groups.append(Group(root.size, root.block if 0 < root.block < root.size else 0, tuple(mems),
                             tuple((m.name, m) for _, _, m in chosen)))
     pinned = tuple(dict.fromkeys(reasons))
-    return PermutationSpec(tuple(groups), pinned, input_shape)
+    return PermutationSpec(tuple(groups), pinned, input_shape, tuple(dict.fromkeys(fixed)))

@@ -74,6 +74,30 @@ class Group:
 
 
 @dataclass(frozen=True)
+class FixedUnits:
+    """Units of one tensor axis that no permutation of the spec moves, and why (as the trace found).
+
+    Attributes
+    ----------
+    name : str
+        State-dict name of the tensor.
+    axis : int
+        The axis.
+    why : str
+        What fixed them: the model's input or output, an operation that does not commute with a
+        permutation, a constant they meet, or that the traced forward pass never reached the tensor.
+    hidden : bool
+        Whether they are two or more units a layer created (hidden units that could not be
+        permuted), not positions of the data, of a constant or of an axis that holds no units.
+    """
+
+    name: str
+    axis: int
+    why: str
+    hidden: bool
+
+
+@dataclass(frozen=True)
 class PermutationSpec:
     """The permutation groups of a model, and the units left fixed with the reasons.
 
@@ -85,11 +109,15 @@ class PermutationSpec:
         Distinct reasons why some units were left in place (``strict=False``).
     input_shape : tuple[int, ...]
         Shape of the traced input, without the batch axis.
+    fixed : tuple[FixedUnits, ...]
+        The tensor axes (or parts of them) that no group permutes, with the reasons; empty for a
+        spec not found by the trace.
     """
 
     groups: tuple[Group, ...]
     pinned: tuple[str, ...]
     input_shape: tuple[int, ...]
+    fixed: tuple[FixedUnits, ...] = ()
 
     def __repr__(self) -> str:
         sizes = [g.size for g in self.groups]

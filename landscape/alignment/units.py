@@ -29,17 +29,21 @@ class Run:
         Whether the units are pinned (never permuted).
     why : str
         Why they are pinned (reported in ``PermutationSpec.pinned``).
+    hidden : bool, optional
+        Whether a layer created the units (default: ``not fixed``), as opposed to positions of the
+        data, of a constant or of an axis that is not one of units; kept by every run it is merged with.
     """
 
-    __slots__ = ("size", "parent", "children", "fixed", "block", "why")
+    __slots__ = ("size", "parent", "children", "fixed", "block", "why", "hidden")
 
-    def __init__(self, size: int, fixed: bool = False, why: str = ""):
+    def __init__(self, size: int, fixed: bool = False, why: str = "", hidden: bool | None = None):
         self.size = size
         self.parent: Run | None = None
         self.children: tuple[Run, ...] = ()
         self.fixed = fixed
         self.block = 0  # 0: no block constraint; b: permute only within contiguous blocks of b units
         self.why = why
+        self.hidden = not fixed if hidden is None else hidden
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,22 @@ def fix(layout: Layout, why: str) -> None:
                 leaf.fixed, leaf.why = True, why
 
 
+def fixed_reason(layout: Layout) -> str:
+    """Why the first pinned units of ``layout`` that have a recorded reason are pinned.
+
+    Parameters
+    ----------
+    layout : Layout
+        The axis.
+
+    Returns
+    -------
+    str
+        The reason, or "" when no pinned unit of the axis has one.
+    """
+    return next((find(leaf).why for leaf, _ in leaf_runs(layout) if find(leaf).fixed and find(leaf).why), "")
+
+
 def leaf_runs(layout: Layout) -> list[tuple[Run, int]]:
     """``(leaf, offset in units)`` of every leaf along the axis.
 
@@ -208,7 +228,7 @@ def _restrict(run: Run, block: int, why: str) -> None:
 
 
 def _split(root: Run, at: int) -> None:
-    head, tail = Run(at, root.fixed, root.why), Run(root.size - at, root.fixed, root.why)
+    head, tail = (Run(at, root.fixed, root.why, root.hidden), Run(root.size - at, root.fixed, root.why, root.hidden))
     if root.block:  # blocks of gcd(at, block) units lie inside the parent's blocks on both sides of the cut
         for child in (head, tail):
             _restrict(child, gcd(at, root.block), "a split inside a GroupNorm group")
@@ -220,6 +240,7 @@ def _union(a: Run, b: Run) -> None:
     if a is b:
         return
     b.parent = a
+    a.hidden = a.hidden or b.hidden
     if b.fixed and not a.fixed:
         a.fixed, a.why = True, b.why
     if b.block:
@@ -240,6 +261,8 @@ def unify(x: Layout, y: Layout, why: str) -> None:
         Reason recorded if the units must be pinned.
     """
     if is_fixed(x) or is_fixed(y) or (x.outer, x.inner) != (y.outer, y.inner) or x.units != y.units:
+        held = next((fixed_reason(lay) for lay in (x, y) if is_fixed(lay) and fixed_reason(lay)), "")
+        why = f"{why}, with {held}" if held else why
         fix(x, why)
         fix(y, why)
         return

@@ -9,8 +9,10 @@
 * ``curvature_views`` -- the loss along a Hessian eigenvector, curvature per parameter block;
 * ``decomposition`` -- the IMA decomposition, averaging curves, CKA matrices;
 * ``sharpness`` -- worst-case sharpness in a ball around the weights;
-* ``merging`` -- a merged model and its measurements on the landscape.
+* ``merging`` -- a merged model and its measurements on the landscape;
+* ``alignment`` -- whether permutation alignment is valid for an architecture (a permutation check).
 """
+from .alignment import AlignmentCheck
 from .base import RESULT_TYPES, Result, register
 from .basin import BasinResult
 from .connectivity import CurveResult, SimplexResult
@@ -22,7 +24,7 @@ from .group_size import GroupSizeResult
 from .merging import MergeResult
 from .sharpness import SharpnessResult
 
-__all__ = ["RESULT_TYPES", "AveragingCurve", "BarrierMatrix", "BasinResult", "BlockCurvature", "CKAMatrix",
-           "CurvaturePlane", "CurvatureProfile", "CurveResult", "Decomposition", "EigenLine", "Eigenvalues",
-           "GroupResult", "GroupSizeResult", "HessianEigen", "MergeResult", "Metrics", "PathResult", "PlaneResult",
-           "Result", "SharpnessResult", "SimplexResult", "SpectralDensity", "TraceEstimate", "register"]
+__all__ = ["RESULT_TYPES", "AlignmentCheck", "AveragingCurve", "BarrierMatrix", "BasinResult", "BlockCurvature",
+           "CKAMatrix", "CurvaturePlane", "CurvatureProfile", "CurveResult", "Decomposition", "EigenLine",
+           "Eigenvalues", "GroupResult", "GroupSizeResult", "HessianEigen", "MergeResult", "Metrics", "PathResult",
+           "PlaneResult", "Result", "SharpnessResult", "SimplexResult", "SpectralDensity", "TraceEstimate", "register"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from math import prod
 from typing import Any
 
-from ..units import Layout, fresh_layout, is_fixed
+from ..units import Layout, fixed_reason, fresh_layout, is_fixed
 from .slots import Rule, Slot, Unsupported, fixed_slot, layout_of, op_name, pin, shape_of, tie
 
 
@@ -48,8 +48,10 @@ def _regroup(group_in: list[tuple[Slot, int]], group_out: list[int], node: Any) 
            "landscape.alignment.attention.find_attention)")
     carrying = [k for k, (s, d) in enumerate(group_in) if s.layout is not None and not is_fixed(s.layout)]
     if not carrying:  # positions that never move (batch, spatial, data axes; unmet parameter axes)
+        held = next((fixed_reason(s.layout) for s, _ in group_in if s.layout is not None and fixed_reason(s.layout)),
+                    "")
         pin([s for s, _ in group_in], why)
-        return [fixed_slot(d) for d in group_out]
+        return [fixed_slot(d, held) for d in group_out]
     if len(group_out) == 1:  # merge: one axis may carry units, the others become outer/inner
         if len(carrying) > 1:
             raise Unsupported(why)
