@@ -16,26 +16,29 @@ from typing import Any, Callable, Mapping, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def doc_markers(name: str, part: str) -> tuple[str, str]:
+def doc_markers(name: str, part: str, script: str | None = None) -> tuple[str, str]:
     """The two lines around a part of a docs page that ``examples/<name>.py --doc`` writes.
 
     Parameters
     ----------
     name : str
-        The example's name.
+        The example's name (its results are ``docs/data/<name>.json``).
     part : str
         Which part (a page may hold several: a table, a paragraph).
+    script : str, optional
+        The script that writes it, relative to the repository (default ``examples/<name>.py``).
 
     Returns
     -------
     tuple[str, str]
         The opening and the closing HTML comment.
     """
-    return (f"<!-- {part}: written by examples/{name}.py --doc from docs/data/{name}.json; do not edit by hand -->",
-            f"<!-- end of the {part} examples/{name}.py --doc writes -->")
+    script = script or f"examples/{name}.py"
+    return (f"<!-- {part}: written by {script} --doc from docs/data/{name}.json; do not edit by hand -->",
+            f"<!-- end of the {part} {script} --doc writes -->")
 
 
-def splice(page: str, name: str, parts: Mapping[str, str]) -> str:
+def splice(page: str, name: str, parts: Mapping[str, str], script: str | None = None) -> str:
     """``page`` with the text between the :func:`doc_markers` of each part replaced.
 
     Parameters
@@ -46,6 +49,8 @@ def splice(page: str, name: str, parts: Mapping[str, str]) -> str:
         The example's name.
     parts : Mapping[str, str]
         Part -> its Markdown.
+    script : str, optional
+        The script that writes them (:func:`doc_markers`).
 
     Returns
     -------
@@ -57,7 +62,7 @@ def splice(page: str, name: str, parts: Mapping[str, str]) -> str:
         When the page lacks a marker.
     """
     for part, body in parts.items():
-        begin, end = doc_markers(name, part)
+        begin, end = doc_markers(name, part, script)
         if page.count(begin) != 1 or page.count(end) != 1:
             raise ValueError(f"the page needs the lines {begin!r} and {end!r} once each around {name}'s {part}")
         head, rest = page.split(begin)
@@ -167,7 +172,7 @@ def doc_refusal(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
 
 
 def publish(name: str, out: Path, render: Callable[[Mapping[str, Any]], Mapping[str, str]], page: str,
-            figures: Sequence[str] = ()) -> list[Path]:
+            figures: Sequence[str] = (), script: str | None = None) -> list[Path]:
     """Store an example's ``tables.json`` as ``docs/data/<name>.json`` and rewrite parts of a page from it.
 
     Parameters
@@ -182,6 +187,8 @@ def publish(name: str, out: Path, render: Callable[[Mapping[str, Any]], Mapping[
         The page, relative to ``docs/``.
     figures : sequence of str
         Files of ``out`` copied to ``docs/figures/``.
+    script : str, optional
+        The script that writes them, when not ``examples/<name>.py`` (:func:`doc_markers`).
 
     Returns
     -------
@@ -192,7 +199,8 @@ def publish(name: str, out: Path, render: Callable[[Mapping[str, Any]], Mapping[
     stored, path = ROOT / "docs" / "data" / f"{name}.json", ROOT / "docs" / page
     stored.parent.mkdir(exist_ok=True)
     stored.write_text(text, encoding="utf-8")
-    path.write_text(splice(path.read_text(encoding="utf-8"), name, render(json.loads(text))), encoding="utf-8")
+    page_text = splice(path.read_text(encoding="utf-8"), name, render(json.loads(text)), script)
+    path.write_text(page_text, encoding="utf-8")
     copies = [ROOT / "docs" / "figures" / f for f in figures]
     for source, target in zip(figures, copies):
         shutil.copyfile(Path(out) / source, target)

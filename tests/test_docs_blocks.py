@@ -5,7 +5,9 @@
 them on ``README.md`` and ``docs/``: unmarked Python blocks run in fresh processes, fragments name what
 they use, slow blocks and fragments compile and import existing names, shell commands parse. The
 table of ``docs/sharpness.md`` must be what ``examples/sharpness.py --doc`` renders from the results it
-stored, measured with the example's current defaults. The checks themselves are tested on small pages.
+stored, measured with the example's current defaults (likewise ``docs/curvature-views.md`` and the
+BatchNorm modes table of ``docs/batchnorm.md``, from ``scripts/batchnorm_modes.py --doc``). The checks
+themselves are tested on small pages.
 """
 from __future__ import annotations
 
@@ -83,6 +85,24 @@ def test_page_shows_what_the_example_stored_with_its_current_defaults(name, page
     assert f" {stored['tables'][table][0][key]:.4g} |" in text  # the stored numbers are the page's
 
 
+def test_batchnorm_page_shows_what_the_script_stored_with_its_current_defaults():
+    import batchnorm_modes
+
+    stored = json.loads((ROOT / "docs" / "data" / "batchnorm_modes.json").read_text(encoding="utf-8"))
+    stale = differences(stored["args"], batchnorm_modes.build_parser())
+    assert not stale, f"rerun {batchnorm_modes.SCRIPT} --doc: stored with {stale}"
+    text = (ROOT / "docs" / "batchnorm.md").read_text(encoding="utf-8")
+    parts = batchnorm_modes.page_parts(stored)
+    assert splice(text, "batchnorm_modes", parts, batchnorm_modes.SCRIPT) == text, \
+        f"rerun {batchnorm_modes.SCRIPT} --doc"
+    rows = [r for r in stored["rows"] if r["mode"] == "recompute"]
+    assert len(rows) == stored["args"]["pairs"]
+    barriers = [r["loss barrier"] for r in rows]  # the mean and sample deviation, computed here
+    mean = sum(barriers) / len(barriers)
+    std = (sum((b - mean) ** 2 for b in barriers) / (len(barriers) - 1)) ** 0.5
+    assert f"| {mean:.3f} +- {std:.3f} |" in text
+
+
 def test_a_stored_run_with_other_settings_than_the_defaults_is_stale():
     from _common import build_parser
 
@@ -104,6 +124,10 @@ def test_the_page_splice_replaces_only_the_marked_part():
         f"intro\n{b1}\n\nnew table\n\n{e1}\nmiddle\n{b2}\n\nnew\n\n{e2}\noutro\n"
     with pytest.raises(ValueError, match="once each around x's table"):
         splice(page.replace(e1, ""), "x", {"table": "t"})
+    b3, e3 = doc_markers("x", "table", "scripts/x.py")  # a script outside examples/ names itself
+    assert "written by scripts/x.py --doc from docs/data/x.json" in b3 and "scripts/x.py --doc writes" in e3
+    with pytest.raises(ValueError, match="once each"):  # the markers of examples/x.py are not its own
+        splice(page, "x", {"table": "t"}, "scripts/x.py")
 
 
 # ---------------------------------------------------------------------------- the checks catch mistakes
