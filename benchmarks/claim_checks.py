@@ -30,6 +30,7 @@ from fl.convergence import Progress, assess
 from fl.datasets import load_dataset
 from fl.recipes import RECIPES
 
+import claim_kernels
 from claim_context import ArmRecord, blockers
 from claim_stats import ClaimRow, fmt
 from transitivity import Trainer
@@ -109,11 +110,13 @@ def transitivity_claims(ctx: Any) -> list[ClaimRow]:
     m: dict[str, list[float]] = {}
     sizes = list(range(2, pool + 1))
     records = {arm: ArmRecord("central training", label, list(ctx.seeds), [], []) for arm, label in ARMS.items()}
+    folder = ctx.cache / "central"
+    folder.mkdir(parents=True, exist_ok=True)
+    claim_kernels.stamp(folder)  # its models are reused only under the kernels they were trained with
     for seed in ctx.seeds:
         tr = Trainer(data.train_x, data.train_y, data.input_shape, epochs, 0.05, 32, seed, model=model,
                      schedule=SCHEDULE)
         ev = landscape.Evaluator(tr.init("template"), (data.test_x, data.test_y), progress=False)
-        folder = ctx.cache / "central"
         anchor = tr.cached(folder, "anchor")
         keys = [f"model {i}" for i in range(pool)]
         weak = {"random-init": tr.init("random anchor").state_dict(),

@@ -24,6 +24,8 @@ import landscape
 from fl.convergence import Progress, judge, plateau, run_progress
 from fl.recipes import RECIPES
 
+import claim_kernels
+
 #: Algorithms whose runs start from the stored run of the algorithm they train as until a
 #: round (``fl.branch``): IMA is FedAvg before ``start_round``. The branch equals the run
 #: trained from round 1 (tests/test_branching.py) and trains a quarter of IMA's rounds.
@@ -121,14 +123,17 @@ class Context:
         Worker processes that train the runs of :meth:`runs` (None: train them here, one
         after the other). Claim groups measured side by side share one pool, so its workers
         stay busy with single runs however unequal the groups are.
+    kernels : str
+        The CPU kernels (``claim_kernels.SETTINGS``) each worker applies; every run folder
+        records the kernels it was trained with and is reused only under the same ones.
     """
 
     def __init__(self, seeds: Sequence[int], quick: bool, cache: Path, *, dataset: str = "mnist1d",
                  device: str = "cpu", data_root: str | None = None, threads: int = 1,
-                 pool: Executor | None = None):
+                 pool: Executor | None = None, kernels: str = "pinned"):
         self.seeds, self.quick, self.cache = list(seeds), quick, Path(cache)
         self.dataset, self.device, self.data_root = dataset, device, data_root
-        self.threads, self.pool = threads, pool
+        self.threads, self.pool, self.kernels = threads, pool, kernels
         self.log_lines: list[str] = []
         self.arms: list[ArmRecord] = []
         self.owners: dict[Path, ArmRecord] = {}
@@ -173,10 +178,12 @@ class Context:
         source = None
         if alg in BRANCHED:  # rounds the algorithm trains as another: copied from that run (fl.branch)
             source = self.run(paper, seed, algorithm=BRANCHED[alg], **overrides)
+        claim_kernels.check(out)  # a stored run is reused only under the kernels it was trained with
         for _ in range(240):  # another claims process may be writing this run: wait for it (up to 1 h)
             try:
                 common = dict(recipe=self.recipe(paper), **explicit, seed=seed, out=out, device=self.device,
-                              data_root=self.data_root, progress=False)
+                              data_root=self.data_root, progress=False,
+                              on_round=lambda r, metrics: claim_kernels.stamp(out))
                 return fl.run(alg, **common) if source is None else fl.branch(source, alg, **common)
             except landscape.ConfigError as err:
                 if "being written by another process" not in str(err):
@@ -191,7 +198,8 @@ class Context:
         reopened here.
         """
         if self.pool is not None:
-            spec = (self.seeds, self.quick, self.cache, self.dataset, self.device, self.data_root, self.threads)
+            spec = (self.seeds, self.quick, self.cache, self.dataset, self.device, self.data_root, self.threads,
+                    self.kernels)
             for future in [self.pool.submit(train_run, spec, paper, dict(call)) for call in calls]:
                 future.result()
         return [self.run(paper, **call) for call in calls]
@@ -253,6 +261,8 @@ def train_run(spec: tuple[Any, ...], paper: str, call: dict[str, Any]) -> None:
     """Train (or find) one run of :meth:`Context.run` in a worker process; ``spec`` are the context's arguments."""
     import torch
 
-    seeds, quick, cache, dataset, device, data_root, threads = spec
+    seeds, quick, cache, dataset, device, data_root, threads, kernels = spec
     torch.set_num_threads(threads)
-    Context(seeds, quick, cache, dataset=dataset, device=device, data_root=data_root).run(paper, **call)
+    claim_kernels.apply(kernels)
+    Context(seeds, quick, cache, dataset=dataset, device=device, data_root=data_root, kernels=kernels).run(paper,
+                                                                                                          **call)

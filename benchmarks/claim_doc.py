@@ -15,6 +15,7 @@ from fl.recipes import RECIPES
 import claim_checks
 import claim_floco
 import claim_ima
+import claim_kernels
 from claim_fedgucci import ACCURACY_TOL
 from claim_stats import ClaimRow, markdown_table
 
@@ -37,6 +38,26 @@ def train_minutes(ctx: Any) -> float:
             continue
         total += sum(float(json.loads(line).get("time", 0.0)) for line in metrics.read_text().splitlines() if line)
     return total / 60
+
+
+def kernels_line(ctx: Any) -> str:
+    """The CPU kernels of this invocation and how many stored runs (and model folders) were trained with them."""
+    now = claim_kernels.record()
+    counts = {"with these kernels": 0, "with others": 0, "without a record": 0}
+    folders = sorted(Path(ctx.cache).iterdir()) if Path(ctx.cache).is_dir() else []
+    for folder in folders:
+        if not folder.is_dir() or (folder.name.endswith("-quick") != bool(ctx.quick)
+                                   and folder.name not in ("central", "pretrained")):
+            continue
+        path = folder / claim_kernels.RECORD
+        key = ("without a record" if not path.exists() else "with these kernels"
+               if claim_kernels.same_kernels(json.loads(path.read_text()), now) else "with others")
+        counts[key] += 1
+    pin = (f"pinned ({', '.join(f'{k}={v}' for k, v in claim_kernels.PIN.items())}, oneDNN off)"
+           if now["pinned"] else "native (the host's)")
+    return (f"* CPU kernels: {pin}; torch runs ATen {now['aten']} on {now['threads']} thread(s) "
+            f"(`benchmarks/claim_kernels.py`); stored run folders: "
+            + ", ".join(f"{n} {k}" for k, n in counts.items()))
 
 
 #: Which metric and tolerance each claim group's rows are gated on (numbers from the claim modules).
@@ -84,7 +105,7 @@ def write_doc(path: Path, rows: Sequence[ClaimRow], ctx: Any, command: str, omit
              f"training time of every run used: {train_minutes(ctx):.1f} min) on "
              f"{platform.processor() or platform.machine()}, torch {torch.__version__}, device {ctx.device}; written "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-             f"* data: `fl.datasets.load_dataset({ctx.dataset!r})`",
+             f"* data: `fl.datasets.load_dataset({ctx.dataset!r})`", kernels_line(ctx),
              *([f"* NOT MEASURED on this page: {', '.join(f'{g} ({GROUPS[g]})' for g in omitted)}"] if omitted else []),
              "", "## Verdict rules", "", claim_stats.__doc__.split("\n\n", 1)[1].strip(), "", SIGNS, "",
              "## Convergence: has every arm finished training?", "", RULE, "", GATES, "",
