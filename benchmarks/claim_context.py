@@ -204,18 +204,16 @@ class Context:
                 future.result()
         return [self.run(paper, **call) for call in calls]
 
-    def arm(self, paper: str, label: str, *, algorithm: str | None = None, track: bool = True,
+    def arm(self, paper: str, label: str, *, algorithm: str | None = None,
             statistic: Callable[[Sequence[Mapping[str, Any]]], float] = plateau,
             metric: str = "test-accuracy plateau", **overrides: Any) -> list[fl.Run]:
-        """One run per seed.
+        """One run per seed, recorded under ``label`` (:meth:`track`, claim metric ``statistic``).
 
-        Records the arm under ``label`` (:meth:`track`, with the claim metric ``statistic`` of
-        the per-round metrics) unless ``track`` is False (protocols of a fixed few rounds, whose
-        claims are about that budget).
+        Protocols of a fixed few rounds, whose claims are about that budget, call :meth:`runs`
+        instead and are not gated.
         """
         runs = self.runs(paper, [{"seed": s, "algorithm": algorithm, **overrides} for s in self.seeds])
-        if track:
-            self.track(self.recipe(paper), label, runs, statistic, metric)
+        self.track(self.recipe(paper), label, runs, statistic, metric)
         return runs
 
     def track(self, setting: str, label: str, runs: Sequence[Any],
