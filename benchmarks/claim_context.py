@@ -1,26 +1,30 @@
-"""The runs behind benchmarks/claims.py: recipes per setting, seeds, cache, convergence.
+"""The runs behind benchmarks/claims.py: recipes per setting, seeds, cache, the finishing gate.
 
 A claim's arms are FL runs of one recipe (``<paper>-<dataset>``, :mod:`fl.recipes`) over the
 seeds, the baseline being the same recipe run by another algorithm (``fl.run`` drops and
 records the recipe's own algorithm options). Every run is stored under the cache folder and
-reused by a rerun. :meth:`Context.arm` returns an arm's runs and records each run's
-convergence (:mod:`fl.convergence`); a row built from an arm that did not converge gets no
-verdict, and the FedAvg arm of each setting is reported as that setting's plateau.
+reused by a rerun. :meth:`Context.arm` returns an arm's runs and records, per seed, its
+plateau and its :class:`fl.convergence.Progress` (schedule at the end, claim metric at R/2
+and R); :meth:`Context.gate` judges every seed of every arm of a row by
+:func:`fl.convergence.judge` and names the arms that have not finished, so the row gets no
+verdict. The FedAvg arm of each setting is reported as that setting's plateau.
 """
 from __future__ import annotations
 
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 import fl
 import landscape
-from fl.convergence import Convergence
+from fl.convergence import Progress, judge, plateau, run_progress
 from fl.recipes import RECIPES
+
+import claim_kernels
 
 #: Algorithms whose runs start from the stored run of the algorithm they train as until a
 #: round (``fl.branch``): IMA is FedAvg before ``start_round``. The branch equals the run
@@ -32,28 +36,72 @@ QUICK = {"rounds": 4, "local_epochs": 2, "clients": 4}
 
 @dataclass
 class ArmRecord:
-    """The convergence of one arm's runs (one per seed)."""
+    """One arm's runs, one per seed: plateau and progress (the facts of the finishing rule).
+
+    Attributes
+    ----------
+    setting : str
+        The recipe (or central-training setting) the arm belongs to.
+    label : str
+        The arm's name in the claims.
+    seeds : list of int
+        The seeds, in the order of ``plateaus`` and ``progress``.
+    plateaus : list of float
+        Test-accuracy plateau per seed (``fl.convergence.assess``).
+    progress : list of Progress
+        Learning rate at the end against its peak, and the arm's claim metric at two lengths.
+    """
 
     setting: str
     label: str
-    convergence: list[Convergence] = field(default_factory=list)
+    seeds: list[int]
+    plateaus: list[float]
+    progress: list[Progress]
 
-    @property
-    def converged(self) -> bool:
-        """Every seed's run converged."""
-        return all(c.converged for c in self.convergence)
+    def failures(self, tol: float) -> str:
+        """The seeds whose run has not finished for a claim of tolerance ``tol``, with numbers ("" if none).
+
+        ``"label (setting; metric, limit L): seed s still changing (numbers); ..."``.
+        """
+        bad = [(s, f) for s, f in zip(self.seeds, (judge(p, tol) for p in self.progress)) if not f.finished]
+        if not bad:
+            return ""
+        return (f"{self.label} ({self.setting}; {self.progress[0].metric}, limit {bad[0][1].limit:.4f}): "
+                + "; ".join(f"seed {s} {f.reason} ({f.numbers()})" for s, f in bad))
 
     def line(self) -> str:
-        """One line: plateau per seed, mean and the seeds that did not converge."""
-        plateaus = [c.plateau for c in self.convergence]
-        bad = [str(i) for i, c in enumerate(self.convergence) if not c.converged]
-        return (f"{self.setting} / {self.label}: plateau {np.mean(plateaus):.4f} (seeds: "
-                f"{', '.join(f'{p:.3f}' for p in plateaus)}); "
-                + ("converged on every seed" if not bad else f"NOT converged on seed index {', '.join(bad)}"))
+        """One line: plateau per seed, how far each schedule annealed and how the metric moved."""
+        p0 = self.progress[0]
+        lr = ", ".join(f"{100 * p.lr_fraction:.3g}%" for p in self.progress)
+        change = ", ".join(f"{p.change:+.4f}" for p in self.progress)
+        return (f"{self.setting} / {self.label}: plateau {np.mean(self.plateaus):.4f} (seeds: "
+                f"{', '.join(f'{v:.3f}' for v in self.plateaus)}); lr at the end / peak: {lr}; {p0.metric} "
+                f"change from {p0.rounds[0]} to {p0.rounds[1]}: {change}")
+
+
+def blockers(records: Sequence[ArmRecord], tol: float) -> str:
+    """Why a row whose arms are ``records`` gets no verdict: every unfinished arm and seed ("" when none).
+
+    Parameters
+    ----------
+    records : sequence of ArmRecord
+        Every tracked arm behind the row (each judged once, however often it is listed).
+    tol : float
+        The row's gate tolerance (see ``benchmarks/claim_doc.py``'s method section).
+
+    Returns
+    -------
+    str
+        :meth:`ArmRecord.failures` of each arm that failed, joined
+        by `` / `` (no ``|``: it goes into a Markdown table cell); empty when every seed of every
+        arm finished.
+    """
+    unique = list({id(r): r for r in records}.values())
+    return " / ".join(text for text in (r.failures(tol) for r in unique) if text)
 
 
 class Context:
-    """Seeds, quick mode, device, data set, run cache, convergence records and the log.
+    """Seeds, quick mode, device, data set, run cache, arm records and the log.
 
     Parameters
     ----------
@@ -75,17 +123,20 @@ class Context:
         Worker processes that train the runs of :meth:`runs` (None: train them here, one
         after the other). Claim groups measured side by side share one pool, so its workers
         stay busy with single runs however unequal the groups are.
+    kernels : str
+        The CPU kernels (``claim_kernels.SETTINGS``) each worker applies; every run folder
+        records the kernels it was trained with and is reused only under the same ones.
     """
 
     def __init__(self, seeds: Sequence[int], quick: bool, cache: Path, *, dataset: str = "mnist1d",
                  device: str = "cpu", data_root: str | None = None, threads: int = 1,
-                 pool: Executor | None = None):
+                 pool: Executor | None = None, kernels: str = "pinned"):
         self.seeds, self.quick, self.cache = list(seeds), quick, Path(cache)
         self.dataset, self.device, self.data_root = dataset, device, data_root
-        self.threads, self.pool = threads, pool
+        self.threads, self.pool, self.kernels = threads, pool, kernels
         self.log_lines: list[str] = []
         self.arms: list[ArmRecord] = []
-        self.status: dict[Path, bool] = {}
+        self.owners: dict[Path, ArmRecord] = {}
         self.started = time.time()
 
     def log(self, text: str) -> None:
@@ -127,10 +178,12 @@ class Context:
         source = None
         if alg in BRANCHED:  # rounds the algorithm trains as another: copied from that run (fl.branch)
             source = self.run(paper, seed, algorithm=BRANCHED[alg], **overrides)
+        claim_kernels.check(out)  # a stored run is reused only under the kernels it was trained with
         for _ in range(240):  # another claims process may be writing this run: wait for it (up to 1 h)
             try:
                 common = dict(recipe=self.recipe(paper), **explicit, seed=seed, out=out, device=self.device,
-                              data_root=self.data_root, progress=False)
+                              data_root=self.data_root, progress=False,
+                              on_round=lambda r, metrics: claim_kernels.stamp(out))
                 return fl.run(alg, **common) if source is None else fl.branch(source, alg, **common)
             except landscape.ConfigError as err:
                 if "being written by another process" not in str(err):
@@ -145,35 +198,69 @@ class Context:
         reopened here.
         """
         if self.pool is not None:
-            spec = (self.seeds, self.quick, self.cache, self.dataset, self.device, self.data_root, self.threads)
+            spec = (self.seeds, self.quick, self.cache, self.dataset, self.device, self.data_root, self.threads,
+                    self.kernels)
             for future in [self.pool.submit(train_run, spec, paper, dict(call)) for call in calls]:
                 future.result()
         return [self.run(paper, **call) for call in calls]
 
-    def arm(self, paper: str, label: str, *, algorithm: str | None = None, track: bool = True,
-            **overrides: Any) -> list[fl.Run]:
-        """One run per seed.
+    def arm(self, paper: str, label: str, *, algorithm: str | None = None,
+            statistic: Callable[[Sequence[Mapping[str, Any]]], float] = plateau,
+            metric: str = "test-accuracy plateau", **overrides: Any) -> list[fl.Run]:
+        """One run per seed, recorded under ``label`` (:meth:`track`, claim metric ``statistic``).
 
-        Records their convergence under ``label`` unless ``track`` is False (protocols of a few
-        rounds, where a slope over rounds says nothing).
+        Protocols of a fixed few rounds, whose claims are about that budget, call :meth:`runs`
+        instead and are not gated.
         """
         runs = self.runs(paper, [{"seed": s, "algorithm": algorithm, **overrides} for s in self.seeds])
-        if track:
-            record = ArmRecord(self.recipe(paper), label, [r.convergence() for r in runs])
-            self.arms.append(record)
-            self.status.update({r.path: c.converged for r, c in zip(runs, record.convergence)})
-            self.log(record.line())
+        self.track(self.recipe(paper), label, runs, statistic, metric)
         return runs
 
-    def converged(self, *arms: Sequence[fl.Run]) -> bool:
-        """Every tracked run of ``arms`` converged (untracked protocols count as converged)."""
-        return all(self.status.get(r.path, True) for runs in arms for r in runs)
+    def track(self, setting: str, label: str, runs: Sequence[Any],
+              statistic: Callable[[Sequence[Mapping[str, Any]]], float] = plateau,
+              metric: str = "test-accuracy plateau") -> ArmRecord:
+        """Record the arm ``runs`` (one per seed, in the order of the seeds) for :meth:`gate` and the page.
+
+        Parameters
+        ----------
+        setting : str
+            The recipe the runs belong to.
+        label : str
+            The arm's name.
+        runs : sequence of Run
+            One stored run per seed.
+        statistic : callable
+            The arm's claim metric from per-round metrics (``fl.convergence.run_progress``).
+        metric : str
+            What ``statistic`` measures, in words.
+
+        Returns
+        -------
+        ArmRecord
+            The record, also appended to :attr:`arms` and logged.
+        """
+        record = ArmRecord(setting, label, list(self.seeds), [r.convergence().plateau for r in runs],
+                           [run_progress(r, statistic, metric) for r in runs])
+        self.arms.append(record)
+        self.owners.update({r.path: record for r in runs})
+        self.log(record.line())
+        return record
+
+    def gate(self, tol: float, *arms: Sequence[Any]) -> str:
+        """Why a row built from ``arms`` (lists of runs) gets no verdict ("" when every tracked run finished).
+
+        Every seed of every tracked arm is judged by :func:`fl.convergence.judge` with the row's
+        gate tolerance ``tol``; untracked runs (fixed-budget protocols) are not judged.
+        """
+        return blockers([self.owners[r.path] for runs in arms for r in runs if r.path in self.owners], tol)
 
 
 def train_run(spec: tuple[Any, ...], paper: str, call: dict[str, Any]) -> None:
     """Train (or find) one run of :meth:`Context.run` in a worker process; ``spec`` are the context's arguments."""
     import torch
 
-    seeds, quick, cache, dataset, device, data_root, threads = spec
+    seeds, quick, cache, dataset, device, data_root, threads, kernels = spec
     torch.set_num_threads(threads)
-    Context(seeds, quick, cache, dataset=dataset, device=device, data_root=data_root).run(paper, **call)
+    claim_kernels.apply(kernels)
+    Context(seeds, quick, cache, dataset=dataset, device=device, data_root=data_root, kernels=kernels).run(paper,
+                                                                                                          **call)

@@ -9,8 +9,14 @@ from typing import Any, Sequence
 
 import torch
 
+from fl.convergence import RULE
 from fl.recipes import RECIPES
 
+import claim_checks
+import claim_floco
+import claim_ima
+import claim_kernels
+from claim_fedgucci import ACCURACY_TOL
 from claim_stats import ClaimRow, markdown_table
 
 PAPERS = ("fedgucci", "ima", "floco", "lss")
@@ -33,6 +39,39 @@ def train_minutes(ctx: Any) -> float:
         total += sum(float(json.loads(line).get("time", 0.0)) for line in metrics.read_text().splitlines() if line)
     return total / 60
 
+
+def kernels_line(ctx: Any) -> str:
+    """The CPU kernels of this invocation and how many stored runs (and model folders) were trained with them."""
+    now = claim_kernels.record()
+    counts = {"with these kernels": 0, "with others": 0, "without a record": 0}
+    folders = sorted(Path(ctx.cache).iterdir()) if Path(ctx.cache).is_dir() else []
+    for folder in folders:
+        if not folder.is_dir() or (folder.name.endswith("-quick") != bool(ctx.quick)
+                                   and folder.name not in ("central", "pretrained")):
+            continue
+        path = folder / claim_kernels.RECORD
+        key = ("without a record" if not path.exists() else "with these kernels"
+               if claim_kernels.same_kernels(json.loads(path.read_text()), now) else "with others")
+        counts[key] += 1
+    pin = (f"pinned ({', '.join(f'{k}={v}' for k, v in claim_kernels.PIN.items())}, oneDNN off)"
+           if now["pinned"] else "native (the host's)")
+    return (f"* CPU kernels: {pin}; torch runs ATen {now['aten']} on {now['threads']} thread(s) "
+            f"(`benchmarks/claim_kernels.py`); stored run folders: "
+            + ", ".join(f"{n} {k}" for k, n in counts.items()))
+
+
+#: Which metric and tolerance each claim group's rows are gated on (numbers from the claim modules).
+GATES = (
+    "Each claim group gates all its rows with one tolerance, on a metric every arm records at every round "
+    f"(epoch): claim 1, 1a's tolerance ({ACCURACY_TOL:g}) on the test-accuracy plateau (1c-1h measure barriers "
+    "among the last round's client models, which are not stored at R/2); claims 2-3, 2c's "
+    f"({claim_checks.GATE_TOL:g}) on model 0's test accuracy, recorded after every epoch of every arm (vanilla, "
+    "connectivity loss with each anchor); the vanilla arm compares R with 2R epochs, a model 0 trained twice as "
+    f"long; claim 4, 4a's ({claim_ima.GATE_TOL:g}) on the test accuracy over the last {claim_ima.LAST} rounds; "
+    f"claim 5, 5a's ({claim_floco.GATE_TOL:g}) on the test-accuracy plateau. Claim 6 measures LSS's fixed "
+    "protocol of a few rounds (the paper's), a claim about that budget: its arms are not gated. Each arm's line "
+    "below gives its plateau per seed, how far its schedule annealed (last learning rate over the peak) and its "
+    "metric's change between the two lengths.")
 
 #: Claim groups of benchmarks/claims.py and the claims they hold.
 GROUPS = {"fedgucci": "claim 1", "central": "claims 2-3", "ima": "claim 4", "floco": "claim 5", "lss": "claim 6"}
@@ -66,13 +105,12 @@ def write_doc(path: Path, rows: Sequence[ClaimRow], ctx: Any, command: str, omit
              f"training time of every run used: {train_minutes(ctx):.1f} min) on "
              f"{platform.processor() or platform.machine()}, torch {torch.__version__}, device {ctx.device}; written "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-             f"* data: `fl.datasets.load_dataset({ctx.dataset!r})`",
+             f"* data: `fl.datasets.load_dataset({ctx.dataset!r})`", kernels_line(ctx),
              *([f"* NOT MEASURED on this page: {', '.join(f'{g} ({GROUPS[g]})' for g in omitted)}"] if omitted else []),
              "", "## Verdict rules", "", claim_stats.__doc__.split("\n\n", 1)[1].strip(), "", SIGNS, "",
-             "## Convergence: each arm's plateau", "",
-             "Mean global test accuracy over the last 10% of rounds (at least 5), per seed; an arm converged when "
-             "the least-squares slope over that window is below 0.1 points per round (`fl.convergence`). The "
-             "FedAvg lines are each setting's baseline plateau.", ""]
+             "## Convergence: has every arm finished training?", "", RULE, "", GATES, "",
+             "The plateau is the mean global test accuracy over the last 10% of rounds (at least 5); the FedAvg "
+             "lines are each setting's baseline plateau.", ""]
     lines += [f"* {a.line()}" for a in ctx.arms]
     lines += ["", "## Results", "", markdown_table(rows), "",
               "### Tolerances (fixed with each claim, before measuring)", ""]

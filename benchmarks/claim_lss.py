@@ -22,6 +22,7 @@ import torch
 import fl
 import landscape
 
+import claim_kernels
 from _common import tensors
 from claim_context import Context
 from claim_stats import ClaimRow, fmt
@@ -72,6 +73,8 @@ def claim6(ctx: Context) -> list[ClaimRow]:
     recipe = ctx.recipe("lss")
     members, epochs = 4, 2 if ctx.quick else 8
     inits: list[str | None] = []
+    (ctx.cache / "pretrained").mkdir(parents=True, exist_ok=True)
+    claim_kernels.stamp(ctx.cache / "pretrained")  # reused only under the kernels they were trained with
     for s in ctx.seeds:  # pretraining data exist for MNIST-1D only (fl.pretrain)
         path = ctx.cache / "pretrained" / f"{recipe}-seed{s}-e{PRETRAIN_EPOCHS}.safetensors"
         if ctx.dataset == "mnist1d" and not path.exists():

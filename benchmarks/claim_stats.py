@@ -12,8 +12,9 @@ practical tolerance ``tol`` fixed in its definition before measuring. The verdic
 * ``inconclusive``: otherwise;
 * ``not testable``: both arms' means sit at or below the metric's resolution (for a barrier,
   one test sample's worth), so no difference can be measured;
-* ``no verdict: not converged``: a run of either arm was still improving at its last round
-  (``fl.convergence``), so the comparison would measure training progress, not the method.
+* ``no verdict: not converged``: a run of an arm has not finished training by the finishing
+  rule (``fl.convergence.judge``, below), so the comparison would measure training progress,
+  not the method; the row names each such arm and seed with its numbers.
 
 A threshold claim (one arm against a bound, e.g. "the barrier is about 0") uses the interval
 of the arm's mean: ``reproduced`` when it lies on the claimed side of the bound, ``not
@@ -85,8 +86,9 @@ class ClaimRow:
         the row ``not testable``.
     rationale : str
         Why ``tol`` (or ``bound``) has its value, written with the claim before measuring.
-    converged : bool
-        Every run behind both arms converged; otherwise the row gets no verdict.
+    blocked : str
+        Why the row gets no verdict: each arm and seed that has not finished training, with its
+        numbers (``claim_context.blockers``); empty when every run behind the row finished.
     """
 
     claim: str
@@ -101,7 +103,7 @@ class ClaimRow:
     note: str = ""
     resolution: float = 0.0
     rationale: str = ""
-    converged: bool = True
+    blocked: str = ""
 
     @property
     def effect(self) -> float:
@@ -127,7 +129,7 @@ class ClaimRow:
         interval = self.interval
         if interval is None:
             return NOT_MEASURED
-        if not self.converged:
+        if self.blocked:
             return NOT_CONVERGED
         if self.b and self.resolution > 0 and below_resolution(self.a, self.b, self.resolution):
             return NOT_TESTABLE
@@ -164,6 +166,7 @@ def markdown_table(rows: Sequence[ClaimRow]) -> str:
         a = f"{r.arms[0]}: {fmt(r.a)}" if r.a else "-"
         b = f"{r.arms[1]}: {b}" if r.b else b
         ci = "-" if r.interval is None else str(r.interval)
+        verdict = f"{r.verdict} ({r.blocked})" if r.blocked and r.a else r.verdict
         lines.append(f"| {r.claim} | {r.statement} | {r.metric} | {a} | {b} | {ci} | {effect} | {r.tol:g} | "
-                     f"{r.verdict} |")
+                     f"{verdict} |")
     return "\n".join(lines)

@@ -7,6 +7,11 @@ claim prints per-seed values, the paired 95% interval and a verdict (rules in
 ``benchmarks/claim_stats.py``); a claim whose arms did not converge gets no verdict. The
 table, the FedAvg plateau of every setting and the log are written to ``--doc``.
 
+The CPU kernels are pinned (``benchmarks/claim_kernels.py``): the script restarts itself with
+the pinned environment before torch is imported, so it and its workers compute the same bits
+on any x86-64 CPU with AVX2; each run folder records its kernels (``kernels.json``) and is
+reused only under the same ones. ``--kernels native`` keeps the host's faster kernels.
+
     .venv/bin/python benchmarks/claims.py --jobs 2                      # the measurement (MNIST-1D, CPU)
     .venv/bin/python benchmarks/claims.py --only ima --seeds 0 1        # one paper's claims
     .venv/bin/python benchmarks/claims.py --quick --doc /tmp/claims.md  # smoke test (tiny settings)
@@ -22,9 +27,14 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "examples")]
+import claim_kernels  # noqa: E402
+
+if __name__ == "__main__":  # before torch is imported: restart with the pinned kernels
+    claim_kernels.reexec(sys.argv)
+
+import torch  # noqa: E402
+
 from claim_checks import transitivity_claims  # noqa: E402
 from claim_context import ArmRecord, Context  # noqa: E402
 from claim_doc import write_doc  # noqa: E402
@@ -44,7 +54,7 @@ OWN_PROCESS = ("central",)
 def context(args: argparse.Namespace, pool: Executor | None = None) -> Context:
     """The run context the arguments describe, training its FL runs in ``pool`` when given."""
     return Context(args.seeds, args.quick, args.cache, dataset=args.dataset, device=args.device,
-                   data_root=args.data_root, threads=args.threads, pool=pool)
+                   data_root=args.data_root, threads=args.threads, pool=pool, kernels=args.kernels)
 
 
 def measure(ctx: Context, name: str) -> tuple[list[ClaimRow], list[str], list[ArmRecord]]:
@@ -55,6 +65,7 @@ def measure(ctx: Context, name: str) -> tuple[list[ClaimRow], list[str], list[Ar
 def run_step(args: argparse.Namespace, name: str) -> tuple[list[ClaimRow], list[str], list[ArmRecord]]:
     """One claim group in a process of its own (a pool worker)."""
     torch.set_num_threads(args.threads)
+    claim_kernels.apply(args.kernels)
     return measure(context(args), name)
 
 
@@ -89,8 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="torch device of the runs")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per process")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes training the runs")
+    parser.add_argument("--kernels", choices=claim_kernels.SETTINGS, default="pinned",
+                        help="CPU kernels: pinned (the same bits on any x86-64 CPU with AVX2) or native (faster)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    claim_kernels.apply(args.kernels)
     ctx = context(args)
     names = [n for n in STEPS if n in args.only]
     results = measure_all(args, names)

@@ -174,10 +174,9 @@ class Trainer:
         params = dict(module.named_parameters())
         trainable = {n: p for n, p in params.items() if p.requires_grad}  # what torch.optim.SGD would step
         buffers = {n: b for n, b in (anchor or {}).items() if n not in params}  # BN statistics of the anchor
-        epochs = 1 if steps is not None else self.epochs
-        rates = iter(learning_rates(self.lr, epochs * -(-len(y) // self.batch_size), self.schedule))
+        rates = iter(self.rates(1 if steps is not None else self.epochs, len(y)))
         momentum: dict[str, torch.Tensor] = {}
-        for epoch in range(epochs):
+        for epoch in range(1 if steps is not None else self.epochs):
             for idx in minibatches(len(y), self.batch_size, 1, data_gen):
                 loss = F.cross_entropy(module(x[idx]), y[idx])
                 if anchor is not None and beta > 0:  # Eq. 7, one alpha ~ U[0, 1] per mini-batch
@@ -188,6 +187,13 @@ class Trainer:
             if on_epoch is not None:
                 on_epoch(epoch + 1, module)
         return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+    def rates(self, epochs: int, samples: int) -> list[float]:
+        """The learning rate of every SGD step of ``epochs`` epochs over ``samples`` samples (:func:`learning_rates`).
+
+        The schedule :meth:`train` follows: ``epochs * ceil(samples / batch_size)`` steps.
+        """
+        return learning_rates(self.lr, epochs * -(-samples // self.batch_size), self.schedule)
 
     def file_name(self, key: str, tag: str = "vanilla") -> str:
         """The stem under which :meth:`cached` stores ``key``'s model.

@@ -1,0 +1,104 @@
+"""benchmarks/claims.py's finishing gate: every seed of every arm of a row is judged, and the page says why.
+
+Arm records hold :class:`fl.convergence.Progress` as the claims code builds it: from real short
+runs on digits (``Context.track``) or from curves with their schedule; a row built from arms of
+which one has not finished gets no verdict and names that arm, its seed and its numbers.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import fl
+from fl.convergence import RULE, Progress, judge
+from fl.resolve import build_config
+from landscape import ConfigError
+from landscape.claims.statistics import REPRODUCED
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "examples")]
+
+from claim_context import ArmRecord, Context, blockers  # noqa: E402
+from claim_stats import NOT_CONVERGED, ClaimRow, markdown_table  # noqa: E402
+
+TOL = 0.01
+#: Schedules at their end: annealed (the last rate 1e-4 of the peak) and constant.
+ANNEALED = dict(lr_end=5e-6, lr_peak=0.05)
+CONSTANT = dict(lr_end=0.05, lr_peak=0.05)
+
+
+def record(label: str, lr: dict, changes: list[float]) -> ArmRecord:
+    """An arm of len(changes) seeds whose accuracy moves by ``changes[i]`` from round 20 to 40."""
+    progress = [Progress("test-accuracy plateau", rounds=(20, 40), values=(0.8, 0.8 + c), **lr) for c in changes]
+    return ArmRecord("recipe-x", label, list(range(len(changes))), [0.8 + c for c in changes], progress)
+
+
+def comparison(blocked: str) -> ClaimRow:
+    return ClaimRow("9a", "A beats B", "accuracy", ("arm 0", "arm 1"), [0.6, 0.65, 0.7, 0.75, 0.8], [0.5] * 5,
+                    "greater", TOL, blocked=blocked)
+
+
+def test_every_arm_is_checked_and_the_row_is_blocked_naming_arm_2():
+    arms = [record("arm 0", ANNEALED, [0.03] * 5),  # rising at its end, but annealed: finished
+            record("arm 1", CONSTANT, [0.001, -0.002, 0.0, 0.004, 0.001]),  # settled: every |change| < 0.005
+            record("arm 2", CONSTANT, [0.001, 0.002, 0.02, 0.0, 0.001])]  # seed 2 still climbs 2 points
+    assert blockers(arms[:2], TOL) == ""
+    assert comparison(blockers(arms[:2], TOL)).verdict == REPRODUCED
+    why = blockers(arms, TOL)
+    assert why == ("arm 2 (recipe-x; test-accuracy plateau, limit 0.0050): seed 2 still changing (0.8000 at round 20 "
+                   "-> 0.8200 at round 40, change +0.0200; lr at the end 100% of its peak)")
+    assert blockers([arms[2], arms[2], arms[0]], TOL) == why  # an arm listed twice is judged once
+    row = comparison(why)
+    assert row.verdict == NOT_CONVERGED
+    line = markdown_table([row]).splitlines()[2]
+    assert f"{NOT_CONVERGED} ({why})" in line and line.count("|") == 10
+    # the threshold is the row's: with a tolerance of 5 points the same 2-point climb is settled
+    assert blockers(arms, 0.05) == ""
+    both = blockers([record("arm 3", CONSTANT, [0.0, 0.03]), arms[2]], TOL)
+    assert both.startswith("arm 3 (recipe-x; test-accuracy plateau, limit 0.0050): seed 1 still changing")
+    assert both.endswith(" / " + why)
+
+
+def test_context_gate_judges_every_tracked_run_from_real_runs(tmp_path):
+    common = dict(dataset="digits", clients=4, rounds=8, progress=False, device="cpu", seed=1)
+    climbing = fl.run("fedavg", lr=0.01, out=tmp_path / "climbing", **common)  # constant lr, still rising
+    annealed = fl.run("fedavg", lr=0.05, lr_decay=0.7, out=tmp_path / "annealed", **common)  # lr x 0.3 per round
+    flat = SimpleNamespace(  # a plateaued constant-lr curve with the schedule of a stored configuration
+        path=tmp_path / "flat", config=build_config("fedavg", dataset="digits", clients=4, rounds=8, lr=0.05)[0],
+        metrics=[{"round": r, "test_accuracy": 0.9} for r in range(9)])
+    flat.convergence = lambda: fl.convergence.assess(flat.metrics)
+    ctx = Context([1], quick=False, cache=tmp_path)
+    for label, run in (("annealed", annealed), ("flat", flat), ("climbing", climbing)):
+        ctx.track("digits", label, [run])
+    assert [judge(a.progress[0], TOL).reason for a in ctx.arms] == ["annealed", "settled", "still changing"]
+    assert ctx.gate(TOL, [annealed], [flat]) == ""
+    why = ctx.gate(TOL, [annealed], [flat], [climbing])
+    change = ctx.arms[2].progress[0].change
+    assert why.startswith("climbing (digits; test-accuracy plateau, limit 0.0050): seed 1 still changing")
+    assert f"change {change:+.4f}; lr at the end 100% of its peak" in why
+    assert ctx.gate(TOL, [SimpleNamespace(path=tmp_path / "untracked")]) == ""  # fixed-budget protocols: not judged
+    assert all("lr at the end / peak" in line for line in ctx.log_lines)
+
+
+def test_the_page_prints_the_rule_and_names_the_blocking_arm(tmp_path):
+    import claim_doc
+
+    ctx = Context([0, 1, 2, 3, 4], quick=False, cache=tmp_path)
+    ctx.arms = [record("arm 0", ANNEALED, [0.03] * 5), record("arm 2", CONSTANT, [0.0, 0.0, 0.02, 0.0, 0.0])]
+    ctx.started = time.time()
+    claim_doc.write_doc(tmp_path / "claims.md", [comparison(blockers(ctx.arms, TOL))], ctx, "claims.py")
+    text = (tmp_path / "claims.md").read_text()
+    method = text.split("## Convergence", 1)[1].split("## Results", 1)[0]
+    assert RULE in method and claim_doc.GATES in method and "below 1% of the schedule's peak" in RULE
+    assert "recipe-x / arm 2: plateau" in method and "lr at the end / peak: 0.01%" in method
+    assert "| 9a |" in text and "no verdict: not converged (arm 2 (recipe-x; test-accuracy plateau" in text
+
+
+@pytest.mark.parametrize("tol", [0.0, -1.0])
+def test_a_row_without_a_positive_gate_tolerance_is_refused(tol):
+    with pytest.raises(ConfigError, match="tolerance > 0"):
+        blockers([record("arm 0", CONSTANT, [0.0])], tol)
