@@ -350,9 +350,10 @@ def main(argv: list[str] | None = None) -> int:
                            "client models from their average.")
 
     rep.section("About this run")
-    rep.add_text(f"Total time {time.time() - started:.0f} s; evaluation strategy "
-                 f"{ev.strategy} ({ev.strategy_reason}); {ev.points_evaluated} landscape points computed "
-                 "in this invocation (cached points are re-read).")
+    strategy = (f"evaluation strategy {ev.strategy} ({ev.strategy_reason})" if ev.strategy is not None else
+                "no evaluation strategy chosen: every point came from the cache")
+    rep.add_text(f"Total time {time.time() - started:.0f} s; {strategy}; {ev.points_evaluated} landscape points "
+                 "computed in this invocation (cached points are re-read).")
     path = rep.write(out / "index.html")
     log(f"wrote {path} in {time.time() - started:.0f} s")
     return 0
