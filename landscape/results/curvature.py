@@ -269,3 +269,86 @@ class CurvaturePlane(Result):
     def max_top(self) -> float:
         """Largest top eigenvalue on the grid."""
         return float(np.nanmax(self.top))
+
+
+@register
+@dataclass(frozen=True, eq=False)
+class InverseProduct(Result):
+    """The solution ``x`` of ``(C + damping I) x = b`` by conjugate gradients, and how well it solves it.
+
+    Attributes
+    ----------
+    x : np.ndarray
+        ``(dim,)``: the last iterate (float64).
+    residuals : np.ndarray
+        ``(iterations + 1,)``: ``||r_k|| / ||b||`` after each iteration, ``r_k`` the recursively updated
+        residual ``b - (C + damping I) x_k`` (the first entry is 1, or 0 for ``b = 0``).
+    iterations : int
+        CG iterations performed (one product each).
+    residual_norm : float
+        ``||r||`` of the last iterate.
+    converged : bool
+        Whether ``||r|| <= tol ||b||`` was reached.
+    damping, tol : float
+        The ``damping`` added to ``C`` and the relative tolerance asked for.
+    matvecs, dim : int
+        Products with ``C`` used, and the operator's dimension.
+    """
+
+    summary_fields: ClassVar[tuple[str, ...]] = ('relative_residual', 'converged', 'iterations', 'damping')
+
+    x: np.ndarray
+    residuals: np.ndarray
+    iterations: int
+    residual_norm: float
+    converged: bool
+    damping: float
+    tol: float
+    matvecs: int
+    dim: int
+    array_fields: ClassVar[tuple[str, ...]] = ("x", "residuals")
+
+    @property
+    def relative_residual(self) -> float:
+        """``||r|| / ||b||`` of the last iterate (0 for ``b = 0``)."""
+        return float(self.residuals[-1])
+
+
+@register
+@dataclass(frozen=True, eq=False)
+class DiagonalEstimate(Result):
+    """The diagonal of a curvature matrix ``C``, exact or estimated, with per-entry standard errors.
+
+    Hutchinson (Bekas, Kokiopoulou & Saad 2007): ``values = mean_k z_k * (C z_k)`` over ``samples``
+    Rademacher probes ``z_k``; ``stderr`` the sample standard deviation of each entry over
+    ``sqrt(samples)``. Exact: ``values[i] = (C e_i)_i`` and ``stderr = 0``.
+
+    Attributes
+    ----------
+    values, stderr : np.ndarray
+        ``(dim,)``: the diagonal and the standard error of each entry.
+    method : str
+        ``"hutchinson"`` or ``"exact"``.
+    samples, matvecs, dim : int
+        Probes used (``dim`` for ``"exact"``), products with ``C``, and the operator's dimension.
+    """
+
+    summary_fields: ClassVar[tuple[str, ...]] = ('trace', 'max_stderr', 'method', 'matvecs')
+
+    values: np.ndarray
+    stderr: np.ndarray
+    method: str
+    samples: int
+    matvecs: int
+    dim: int
+    array_fields: ClassVar[tuple[str, ...]] = ("values", "stderr")
+
+    @property
+    def trace(self) -> float:
+        """``sum(values)``: the trace of ``C`` (Hutchinson's trace estimate for ``"hutchinson"``)."""
+        return float(np.sum(self.values))
+
+    @property
+    def max_stderr(self) -> float:
+        """The largest per-entry standard error."""
+        return float(np.max(self.stderr)) if self.stderr.size else 0.0
