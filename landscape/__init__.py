@@ -55,6 +55,7 @@ _EXPORTS: dict[str, str] = {
     "hessian_eigen": "curvature.functions", "hessian_eigenvalues": "curvature.functions",
     "hessian_trace": "curvature.functions", "hessian_density": "curvature.functions",
     "curvature_operator": "curvature.at_point",
+    "inverse_product": "curvature.inverse", "curvature_diagonal": "curvature.diagonal",
     "curvature_along_path": "curvature.along", "curvature_plane": "curvature.along",
     "eigen_line": "curvature.views", "eigen_plane": "curvature.views", "curvature_by_block": "curvature.blocks",
     "EigenLine": "results.curvature_views", "BlockCurvature": "results.curvature_views",
@@ -69,6 +70,7 @@ _EXPORTS: dict[str, str] = {
     "BarrierMatrix": "results.geometry", "PlaneResult": "results.geometry",
     "PlaneDiagnostics": "results.plane_diagnostics",
     "HessianEigen": "results.curvature", "TraceEstimate": "results.curvature",
+    "InverseProduct": "results.curvature", "DiagonalEstimate": "results.curvature",
     "SpectralDensity": "results.curvature", "CurvatureProfile": "results.curvature",
     "CurvaturePlane": "results.curvature", "Eigenvalues": "results.curvature",
     "Decomposition": "results.decomposition", "AveragingCurve": "results.decomposition",
@@ -104,7 +106,9 @@ if TYPE_CHECKING:  # the lazy exports spelled out for type checkers (tests/test_
     from .curvature.along import curvature_along_path, curvature_plane
     from .curvature.at_point import curvature_operator
     from .curvature.blocks import curvature_by_block
+    from .curvature.diagonal import curvature_diagonal
     from .curvature.functions import hessian_density, hessian_eigen, hessian_eigenvalues, hessian_trace
+    from .curvature.inverse import inverse_product
     from .curvature.sharpness import sharpness
     from .curvature.views import eigen_line, eigen_plane
     from .decomposition.ima import decompose, decompose_run
@@ -138,8 +142,10 @@ if TYPE_CHECKING:  # the lazy exports spelled out for type checkers (tests/test_
     from .results.curvature import (
         CurvaturePlane,
         CurvatureProfile,
+        DiagonalEstimate,
         Eigenvalues,
         HessianEigen,
+        InverseProduct,
         SpectralDensity,
         TraceEstimate,
     )

@@ -11,7 +11,8 @@ MODULES = ("landscape.claims.statistics", "fl.convergence", "fl.algorithms.proxi
            "landscape.geometry.planes", "landscape.results.barriers", "landscape.alignment.align",
            "landscape.space.tensor_spec", "fl.algorithms.fedgucci", "fl.algorithms.robust", "fl.update_checks",
            "landscape.curvature.trace", "landscape.evaluation.evaluator",
-           "landscape.curvature.gauss_newton", "landscape.curvature.operators")
+           "landscape.curvature.gauss_newton", "landscape.curvature.operators",
+           "landscape.curvature.inverse", "landscape.curvature.diagonal")
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -12,6 +12,8 @@ The operators are the Hessian, GGN and Fisher of an evaluator's loss.
 * ``lanczos``, ``power`` -- eigen-solvers; ``trace`` -- trace estimators; ``density`` -- SLQ; each
   takes any operator (``lanczos_top(op, k, generator=...)``, ``hutchpp(op, generator=...)``,
   ``slq(op, steps, runs, generator=...)``);
+* ``inverse`` -- ``(C + damping I)^{-1} b`` by conjugate gradients; ``diagonal`` -- ``diag(C)``,
+  Hutchinson's estimate or exact; both take any operator;
 * ``functions`` -- the public functions at one point; ``along`` -- along paths and on planes.
 * ``views`` -- the loss along the top eigenvectors; ``blocks`` -- curvature per block of parameters.
 * ``sharpness`` -- worst-case sharpness in a ball around the weights (``landscape.sharpness``).
@@ -23,15 +25,17 @@ from .along import curvature_along_path, curvature_plane
 from .at_point import curvature_operator
 from .blocks import curvature_by_block
 from .density import slq
+from .diagonal import curvature_diagonal
 from .distributed import distributed_operator
 from .distributed_launch import distributed_curvature, distributed_hessian_eigenvalues
 from .functions import hessian_density, hessian_eigen, hessian_eigenvalues, hessian_trace
+from .inverse import inverse_product
 from .lanczos import lanczos_top
 from .power import power_iteration
 from .trace import hutchinson, hutchpp
 from .views import eigen_line, eigen_plane
 
-__all__ = ["curvature_along_path", "curvature_by_block", "curvature_operator", "curvature_plane",
+__all__ = ["curvature_along_path", "curvature_by_block", "curvature_diagonal", "curvature_operator", "curvature_plane",
            "distributed_curvature", "distributed_hessian_eigenvalues", "distributed_operator", "eigen_line",
            "eigen_plane", "hessian_density", "hessian_eigen", "hessian_eigenvalues", "hessian_trace", "hutchinson",
-           "hutchpp", "lanczos_top", "power_iteration", "slq"]
+           "hutchpp", "inverse_product", "lanczos_top", "power_iteration", "slq"]
