@@ -167,3 +167,43 @@ def test_invalid_options_raise() -> None:
             fl.api.build_config("lss", dataset="digits", model=None, clients=2, rounds=1,
                                 participation=1.0, local_epochs=1, batch_size=8, lr=0.1,
                                 partition="dirichlet", alpha=0.5, seed=0, device="cpu", options=bad)
+
+
+OFFICIAL = dict(budget="official", members=3, epochs_per_member=8, optimizer="adam", lr=5e-4, weight_decay=0.0,
+                interp_samples=2, diversity_measure="volume", regulariser_calibration=None)
+
+
+def _count_adam_steps(monkeypatch) -> list[int]:
+    """Patch torch.optim.Adam so that every step is counted."""
+    calls = [0]
+
+    class Counting(torch.optim.Adam):
+        def step(self, closure=None):
+            calls[0] += 1
+            return super().step(closure)
+
+    monkeypatch.setattr(torch.optim, "Adam", Counting)
+    return calls
+
+
+@pytest.mark.parametrize("accumulation", [15, 4])
+def test_official_budget_steps_as_the_released_code(tmp_path, monkeypatch, accumulation) -> None:
+    """Member 0: 8 epochs, a step per batch; added members: 8 // 8 = 1 epoch, a step per `accumulation` batches.
+
+    Counted independently of the algorithm: the optimiser's steps against the clients' batch counts.
+    With 15, the digits clients (fewer than 15 batches of 32 each) give the added members no step,
+    so they stay at member 0's weights and the upload is member 0.
+    """
+    calls = _count_adam_steps(monkeypatch)
+    run = fl.api.run("lss", out=tmp_path / "lss", accumulation=accumulation,
+                     **{**ONE, **OFFICIAL, "save_clients": "last"})
+    batches = {k: -(-len(d) // 32) for k, d in run.client_datasets().items()}
+    expected = sum(8 * b + 2 * (b // accumulation) for b in batches.values())
+    assert calls[0] == expected
+    pools = client_pools(run.algorithm_state(1))
+    for k, pool in pools.items():
+        same = all(torch.equal(pool[0][n], m[n]) for m in pool[1:] for n in pool[0])
+        assert same == (batches[k] < accumulation)
+    assert run.metrics[-1]["added_member_steps"] == pytest.approx(
+        sum(2 * (b // accumulation) * len(run.client_datasets()[k]) for k, b in batches.items())
+        / sum(len(d) for d in run.client_datasets().values()))

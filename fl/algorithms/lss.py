@@ -78,6 +78,16 @@ steps, each with ``interp_samples`` forward passes. FedAvg at the same step budg
 splits the run's ``local_epochs`` of mini-batches (drawn exactly as FedAvg draws them) into
 ``members`` consecutive chunks, one per member: LSS then takes exactly FedAvg's number of
 gradient steps on the same batches (a compute-matched comparison, one gradient per step).
+``budget="official"`` is the released code's schedule: member 0 trains ``epochs_per_member``
+epochs with a step per batch; every added member trains ``epochs_per_member // 8`` epochs (one
+for the paper's 8) and steps only at every ``accumulation``-th batch of an epoch (the code's
+15). The code clears the gradient at every batch, so such a step uses its own batch's
+gradient only, with the task loss summed over the ``interp_samples`` combinations (the code's
+``loss.div`` result is discarded) and divided by ``accumulation``; the regularisers keep
+their coefficients. Those are reproduced as written. An epoch of fewer than ``accumulation``
+batches therefore gives an added member no step at all (client metric
+``added_member_steps``): with small clients, the code's LSS is member 0's training copied
+``members - 1`` times, i.e. FedAvg with the affinity term.
 
 ``pool_seed`` (docs/methods/lss.md): ``"anchor_trained"`` (default, the official code's
 reading): ``members`` trained models, the first a trainable copy of ``f_p`` (task loss and
@@ -126,7 +136,7 @@ POOL_SEEDS = ("anchor_trained", "anchor_frozen")
 DISTANCES = ("l2", "sq_l2")
 DIVERSITY_MEASURES = ("mean", "volume")
 OPTIMIZERS = ("sgd", "adam")
-BUDGETS = ("per_member", "split")
+BUDGETS = ("per_member", "split", "official")
 
 
 def distance(a: Mapping[str, Tensor], b: Mapping[str, Tensor], kind: str = "l2") -> Tensor:
@@ -232,7 +242,10 @@ class LSSOptions(Options):
     epochs_per_member: int | None = option(None, ge=1, le=10_000, help="epochs per member (default: the "
                                            "run's local epochs)", source="LSS Sec. 4 (8 epochs)")
     budget: Literal[BUDGETS] = option("per_member", help="per_member: epochs_per_member each; split: the "  # type: ignore[valid-type]
-                                      "run's local epochs split over the members", source="ours")
+                                      "run's local epochs split over the members; official: the official "
+                                      "code's schedule (see fl.algorithms.lss)", source="ours / official code")
+    accumulation: int = option(15, ge=1, le=10_000, help="budget=official: an added member steps at every "
+                               "accumulation-th batch of an epoch", source="official code (15)")
     optimizer: Literal[OPTIMIZERS] = option("sgd", help="local optimiser (paper: adam)",  # type: ignore[valid-type]
                                             source="LSS Sec. 4")
     regulariser_calibration: float | None = option(
@@ -282,19 +295,32 @@ class LSS(Algorithm):
             return simplex_volume_sq([*pool, active]).to(next(iter(active.values())).dtype)
         return sum(distance(active, m, self.opts.distance) for m in pool) / len(pool)
 
-    def _member_batches(self, ctx: LocalContext) -> list[list[Tensor]]:
-        """Mini-batch index tensors of each member.
+    def _member_batches(self, ctx: LocalContext) -> list[list[tuple[Tensor, bool]]]:
+        """Mini-batch index tensors of each member, each with whether an optimiser step follows it.
 
-        ``epochs_per_member`` epochs each, or the run's ``local_epochs`` of batches split
-        into ``members`` consecutive chunks.
+        ``epochs_per_member`` epochs each, the run's ``local_epochs`` of batches split into
+        ``members`` consecutive chunks, or the official code's schedule (module docstring).
         """
-        members = int(self.opts.members)
+        members, epochs = int(self.opts.members), int(self.opts.epochs_per_member)
         if self.opts.budget == "split":
             batches = list(minibatches(len(ctx.y), ctx.batch_size, ctx.local_epochs, ctx.generator))
             bounds = [round(i * len(batches) / members) for i in range(members + 1)]
-            return [batches[a:b] for a, b in zip(bounds, bounds[1:])]
-        return [list(minibatches(len(ctx.y), ctx.batch_size, int(self.opts.epochs_per_member),
-                                 ctx.generator)) for _ in range(members)]
+            return [[(b, True) for b in batches[a:z]] for a, z in zip(bounds, bounds[1:])]
+        if self.opts.budget == "per_member":
+            return [[(b, True) for b in minibatches(len(ctx.y), ctx.batch_size, epochs, ctx.generator)]
+                    for _ in range(members)]
+        every = int(self.opts.accumulation)
+        schedule = [[(b, True) for b in minibatches(len(ctx.y), ctx.batch_size, epochs, ctx.generator)]]
+        for _ in range(members - 1):
+            schedule.append([(b, (j + 1) % every == 0) for _ in range(epochs // 8)
+                             for j, b in enumerate(minibatches(len(ctx.y), ctx.batch_size, 1, ctx.generator))])
+        return schedule
+
+    def _task_divisor(self, member: int) -> int:
+        """What the summed task loss of a step is divided by (the code's scaling under ``budget="official"``)."""
+        if self.opts.budget == "official" and member > 0:
+            return int(self.opts.accumulation)
+        return int(self.opts.interp_samples)
 
     def _regulariser(self, active: State, anchor: State, pool: Sequence[State]) -> Tensor | None:
         """``lambda_a * dist(f_a, f_p) - lambda_d * div(f_a, pool)``; None when both are off."""
@@ -324,22 +350,26 @@ class LSS(Algorithm):
         seen = 0
         norms = [0.0, 0.0]  # summed |grad reg| and |grad CE| over the client's steps
         skipped = 0  # calibrated steps taken without the regularisers (a zero gradient)
+        added_steps = 0  # optimiser steps of the members after the first
         for i, batches in enumerate(self._member_batches(ctx)):
             start = pool_mean(pool) if pool else anchor
             active = {n: t.detach().clone().requires_grad_(True) for n, t in start.items()}
             params = list(active.values())
             opt = self._optimizer(ctx, params)
             member = [0.0, 0.0]
-            for idx in batches:
+            for idx, step in batches:
                 idx = idx.to(ctx.device)
                 x, y = ctx.x[idx], ctx.y[idx]
                 members = pool + [active]
-                task = torch.zeros((), device=ctx.device)
+                summed = torch.zeros((), device=ctx.device)
                 for alpha in sample_uniform_simplex(len(members), int(o.interp_samples), alpha_gen,
                                                     float(o.concentration)).double():
-                    task = task + F.cross_entropy(forward(ctx.module, mix(members, alpha), buffers, x), y)
-                task = task / int(o.interp_samples)
-                grads = torch.autograd.grad(task, params)
+                    summed = summed + F.cross_entropy(forward(ctx.module, mix(members, alpha), buffers, x), y)
+                total += summed.detach().double() / int(o.interp_samples) * len(y)
+                seen += len(y)
+                if not step:  # the official schedule's skipped batch: its gradient is discarded
+                    continue
+                grads = torch.autograd.grad(summed / self._task_divisor(i), params)
                 reg = self._regulariser(active, anchor, pool)
                 if reg is not None:
                     reg_grads: tuple[Tensor, ...] | None = torch.autograd.grad(reg, params)
@@ -355,8 +385,7 @@ class LSS(Algorithm):
                 for p, g in zip(params, grads):
                     p.grad = g
                 opt.step()
-                total += task.detach().double() * len(y)
-                seen += len(y)
+                added_steps += i > 0
             if member[0] > member[1] and not self._warned:
                 self._warned = True  # once per run: the metric records every round's ratio
                 warnings.warn(f"lss: the affinity/diversity regularisers dominate the task loss gradient for "
@@ -375,7 +404,7 @@ class LSS(Algorithm):
         state = {n: (averaged[n] if n in averaged else buffers[n]) for n in ctx.global_state}
         kept = ({f"{PREFIX}pool.{i}.{n}": t for i, m in enumerate(pool) for n, t in m.items()}
                 if self._stores(ctx.client) else None)
-        metrics = {"train_loss": float(total) / max(seen, 1)}
+        metrics = {"train_loss": float(total) / max(seen, 1), "added_member_steps": float(added_steps)}
         if norms[1] > 0:
             metrics["regulariser_gradient_ratio"] = norms[0] / norms[1]
         if o.regulariser_calibration is not None:
