@@ -16,7 +16,7 @@ import torch
 from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..space.params import ModelLike
-from . import empirical_fisher, gauss_newton, hessian  # noqa: F401  (register the kinds)
+from . import empirical_fisher, gauss_newton, hessian, kfac  # noqa: F401  (register the kinds)
 from .operators import CurvatureOperator
 from .registry import kind_options as checked_options
 from .registry import operator_class
