@@ -12,6 +12,10 @@
 """
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -21,6 +25,7 @@ from landscape.infra.errors import ConfigError, CurvatureError
 
 from conftest import FLOAT64_UNIT_ROUNDOFF
 
+ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e3 * FLOAT64_UNIT_ROUNDOFF  # a few hundred roundings of O(1) entries
 
 
@@ -232,3 +237,40 @@ def test_curvlinops_separate_weight_and_bias_is_ours_per_parameter(mlp_case, kin
         apart = landscape.curvature_operator(model, ev, kind=kind, params=[name]).dense()
         assert torch.allclose(theirs[rows, rows], apart, rtol=0, atol=TOL)
     assert torch.count_nonzero(theirs[0:20, 20:25]) == 0 and torch.count_nonzero(joint[0:20, 20:25]) > 0
+
+
+# ------------------------------------------------------------------ the command line and the docs page
+def test_the_command_line_takes_kfac_and_its_fisher_type(tmp_path, capsys):
+    from fl.models import build_model
+    from landscape_cli.main import main
+
+    model = build_model("mlp", num_classes=10, input_shape=(1, 8, 8), seed=0)
+    path = landscape.save_state_dict(model.state_dict(), tmp_path / "m.pt")
+    rc = main(["hessian", "--module", "mlp", "--checkpoints", str(path), "--data", "digits", "--out",
+               str(tmp_path / "o"), "--json", "--no-figures", "--no-cache", "--quiet", "--max-iter", "60", "--tol",
+               "1e-6", "--kind", "kfac", "--kind-option", "fisher_type=empirical"])
+    assert rc == 0
+    found = json.loads(capsys.readouterr()[0])["numbers"]["m"]["eigenvalues"][0]
+    from fl.datasets import load_dataset
+
+    bundle = load_dataset("digits")
+    ev = landscape.Evaluator(model, (bundle.test_x, bundle.test_y), progress=False)
+    op = landscape.curvature_operator(model, ev, kind="kfac", kind_options={"fisher_type": "empirical"})
+    assert found == pytest.approx(float(op.eigenvalues()[-1]), rel=1e-4)
+
+
+def test_the_page_shows_what_the_script_stored_with_its_current_defaults():
+    sys.path[:0] = [str(ROOT / "scripts"), str(ROOT / "examples")]
+    import kfac_blocks
+
+    from _docs import differences, splice
+
+    stored = json.loads((ROOT / "docs" / "data" / "kfac_blocks.json").read_text(encoding="utf-8"))
+    stale = differences(stored["args"], kfac_blocks.build_parser())
+    assert not stale, f"rerun {kfac_blocks.SCRIPT} --doc: stored with {stale}"
+    text = (ROOT / "docs" / "kfac.md").read_text(encoding="utf-8")
+    assert splice(text, "kfac_blocks", kfac_blocks.page_parts(stored), kfac_blocks.SCRIPT) == text, \
+        f"rerun {kfac_blocks.SCRIPT} --doc"
+    for row in stored["rows"]:  # EKFAC is the best fit in K-FAC's eigenbasis, layer by layer
+        assert row["ekfac error"] <= row["kfac error"]
+        assert f"| {row['kfac error']:.3f} | {row['ekfac error']:.3f} |" in text
