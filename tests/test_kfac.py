@@ -180,6 +180,10 @@ def test_unsupported_layers_and_options_are_refused():
     xg = torch.randn(3, 2, 1, 1, dtype=torch.float64)
     with pytest.raises(ConfigError, match="groups=2"):
         operator(grouped, evaluator(grouped, xg, torch.randint(0, 2, (3,)), "cross_entropy"), "kfac")
+    from landscape.curvature.distributed import check_kind
+
+    with pytest.raises(ConfigError, match="from all of the data when it is built.*use one process"):
+        check_kind("ekfac")
     with pytest.raises(ConfigError, match="needs the cross_entropy or mse loss.*fisher_type='empirical'"):
         landscape.curvature_operator(model, evaluator(model, x, y, "nll"), kind="kfac", params=["0.*"])
 
