@@ -16,12 +16,14 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 import landscape
 from landscape.infra.errors import ConfigError, CurvatureError
+from landscape.results import PlaneResult
 
 from conftest import FLOAT64_UNIT_ROUNDOFF
 
@@ -147,6 +149,28 @@ def test_solvers_and_block_tables_take_the_kinds(mlp_case):
     per_layer = [float(kfac.eigenvalue_grids()[i].max()) for i in range(2)]
     assert torch.allclose(torch.as_tensor(table.eigenvalues[:, 0]), torch.tensor(per_layer, dtype=torch.float64),
                           rtol=1e-6, atol=0)
+
+
+def test_paths_and_planes_take_the_kinds(mlp_case):
+    """The top eigenvalue along a path and on a plane is the exact largest eigenvalue of the kind at each point."""
+    model, x, y = mlp_case
+    ev = evaluator(model, x, y, "cross_entropy")
+    torch.manual_seed(6)
+    other = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3)).double()
+    profile = landscape.curvature_along_path(model, other, ev, alphas=[0.0, 1.0], kind="ekfac", tol=1e-10,
+                                             max_iter=200)
+    assert profile.spec["operator"] == "ekfac"
+    for end, top in zip((model, other), profile.eigenvalues[:, 0]):
+        assert top == pytest.approx(float(operator(end, ev, "ekfac").eigenvalues()[-1]), rel=1e-8)
+    origin = ev.vector(model).numpy()
+    u, v = np.eye(len(origin))[0], np.eye(len(origin))[-1]
+    plane = PlaneResult(x=np.array([0.0, 1.0]), y=np.array([0.0]), loss=np.zeros((1, 2)), accuracy=np.zeros((1, 2)),
+                        origin=origin, u=u, v=v, param_mask=ev.space.param_mask.numpy())
+    curv = landscape.curvature_plane(plane, ev, kind="kfac", kind_options={"fisher_type": "empirical"}, tol=1e-10,
+                                     max_iter=200)
+    point = torch.as_tensor(origin + u)
+    exact = landscape.curvature_operator(point, ev, kind="kfac", kind_options={"fisher_type": "empirical"})
+    assert curv.top[0, 1] == pytest.approx(float(exact.eigenvalues()[-1]), rel=1e-8)
 
 
 def test_conv_blocks_need_the_fisher_type_only_through_the_output_gradients():
