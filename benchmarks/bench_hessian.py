@@ -11,10 +11,13 @@ or of the trace against a float64 Hutch++ estimate with a large budget.
 
 Beside the Hessian, the table times the top-5 eigenvalues of the other curvature operators with
 the same solver, tolerance and budget: the generalised Gauss-Newton matrix (``ggn``), the
-Monte-Carlo Fisher (``fisher``, one label per input, seeded) and the empirical Fisher; each is
-checked against ARPACK on a float64 operator of its own kind (the Fisher with the same seed, so
-the same drawn labels); their "HVPs" column counts that operator's products. PyHessian has no
-such operators: their speed-up column is empty. When
+Monte-Carlo Fisher (``fisher``, one label per input, seeded), the empirical Fisher, and the
+Kronecker-factored K-FAC and EKFAC approximations of the GGN (their times include building the
+factors: one pass over the data, two for EKFAC); each is checked against ARPACK on a float64
+operator of its own kind (the Fisher with the same seed, so the same drawn labels); their "HVPs"
+column counts that operator's products. A line before the table gives the cost of one product
+of the GGN and of K-FAC, and of building K-FAC. PyHessian has no such operators: their speed-up
+column is empty. When
 ``pyhessian`` is not installed, its rows are left out (and every speed-up with them).
 
 Tolerances differ in meaning: PyHessian stops power iteration when the Rayleigh quotient
@@ -42,12 +45,13 @@ from landscape import Evaluator
 from landscape.curvature.at_point import curvature_operator
 from landscape.curvature.functions import hessian_eigen, hessian_trace
 from landscape.curvature.operators import CurvatureOperator
+from landscape.curvature.registry import OPERATOR_KINDS
 
 from _timing import format_table, machine_load, side_by_side
 from _workloads import digits, small_cnn
 
 #: The curvature operators timed beside the Hessian (top-5 eigenvalues).
-OTHER_KINDS = ("ggn", "fisher", "empirical_fisher")
+OTHER_KINDS = ("ggn", "fisher", "empirical_fisher", "kfac", "ekfac")
 
 
 def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int) -> nn.Module:
@@ -125,14 +129,17 @@ def pyhessian_contenders(model: nn.Module, batches: list, args: argparse.Namespa
 
 def ours_contenders(model: nn.Module, evaluator: Evaluator, args: argparse.Namespace, counter: Counter):
     """Our top eigenvalues and trace as timed callables (products counted)."""
-    original = CurvatureOperator.matvec
+    def counting(original: Callable) -> Callable:
+        def counted(self, v):
+            out = original(self, v)
+            counter.tick()
+            return out
+        return counted
 
-    def counted(self, v):
-        out = original(self, v)
-        counter.tick()
-        return out
-
-    CurvatureOperator.matvec = counted  # count and sample memory per product, every kind (benchmark only)
+    # count and sample memory per product, every kind, those with their own product too (benchmark only)
+    for cls in {CurvatureOperator, *OPERATOR_KINDS.entries().values()}:
+        if "matvec" in vars(cls):
+            cls.matvec = counting(vars(cls)["matvec"])
 
     def top(k: int, method: str = "lanczos", hvp: str = "forward-over-reverse", kind: str = "hessian"):
         def run():
@@ -151,6 +158,40 @@ def ours_contenders(model: nn.Module, evaluator: Evaluator, args: argparse.Names
         return run
 
     return top, trace
+
+
+def product_costs(model: nn.Module, evaluator: Evaluator, products: int = 20) -> str:
+    """One line: the median time of one GGN and one K-FAC product, and of building K-FAC (its factors).
+
+    Parameters
+    ----------
+    model : nn.Module
+        The model.
+    evaluator : Evaluator
+        Its data.
+    products : int
+        Products timed per kind.
+
+    Returns
+    -------
+    str
+    """
+    t0 = time.perf_counter()
+    kfac = curvature_operator(model, evaluator, kind="kfac")
+    build = time.perf_counter() - t0
+    ggn = curvature_operator(model, evaluator, kind="ggn")
+    v = torch.randn(ggn.size, generator=torch.Generator().manual_seed(0))
+    medians = {}
+    for name, op in (("GGN", ggn), ("K-FAC", kfac)):
+        times = []
+        for _ in range(products):
+            t0 = time.perf_counter()
+            op.matvec(v)
+            times.append(time.perf_counter() - t0)
+        medians[name] = float(np.median(times))
+    return (f"one product (median of {products}): GGN {1e3 * medians['GGN']:.3g} ms, K-FAC "
+            f"{1e3 * medians['K-FAC']:.3g} ms (ratio {medians['GGN'] / medians['K-FAC']:.1f}); building "
+            f"K-FAC's factors {1e3 * build:.3g} ms")
 
 
 def main() -> None:
@@ -193,6 +234,7 @@ def main() -> None:
     print(f"trace reference (float64 Hutch++, {ref_trace.matvecs} HVPs): {ref_trace.value:.5g} "
           f"+- {ref_trace.stderr:.2g}")
 
+    print(product_costs(model, evaluator))
     counter = Counter()
     our_top, our_trace = ours_contenders(model, evaluator, args, counter)
     try:

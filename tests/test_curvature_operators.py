@@ -481,7 +481,7 @@ def test_cache_key_separates_the_kinds(tmp_path, monkeypatch):
 
 def test_bad_kind_and_options_are_refused_in_one_line():
     model, _, _, ev = _kind_problem()
-    listing = "available: empirical_fisher, fisher, ggn, hessian"
+    listing = "available: ekfac, empirical_fisher, fisher, ggn, hessian, kfac"
     calls = (lambda **o: landscape.curvature_operator(model, ev, **o),
              lambda **o: landscape.hessian_eigen(model, ev, **o),
              lambda **o: landscape.hessian_trace(model, ev, **o),
@@ -490,7 +490,7 @@ def test_bad_kind_and_options_are_refused_in_one_line():
              ({"kind": "Hessian"}, rf"^unknown curvature kind 'Hessian' \(did you mean 'hessian'\?\); {listing}$"),
              ({"kind": "newton"}, rf"^unknown curvature kind 'newton'; {listing}$"),
              ({"kind": ["ggn"]},
-              r"^kind must be a string, one of empirical_fisher, fisher, ggn, hessian; got \[.ggn.\]$"),
+              r"^kind must be a string, one of ekfac, empirical_fisher, fisher, ggn, hessian, kfac; got \[.ggn.\]$"),
              ({"kind": "ggn", "hvp": "retained"}, r"^curvature kind 'ggn' has no option 'hvp'; it takes none$"),
              ({"kind": "hessian", "mc_samples": 4},
               r"^curvature kind 'hessian' has no option 'mc_samples'; its options: hvp$"),
@@ -525,7 +525,7 @@ def test_randomness_in_the_forward_is_refused_for_every_kind():
 def test_registered_kinds_name_themselves():
     from landscape.curvature.registry import OPERATOR_KINDS
 
-    assert OPERATOR_KINDS.names() == ("empirical_fisher", "fisher", "ggn", "hessian")
+    assert OPERATOR_KINDS.names() == ("ekfac", "empirical_fisher", "fisher", "ggn", "hessian", "kfac")
     assert all(cls.kind == name for name, cls in OPERATOR_KINDS.entries().items())
 
 

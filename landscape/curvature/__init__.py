@@ -5,7 +5,8 @@ The operators are the Hessian, GGN and Fisher of an evaluator's loss.
 * ``linear`` -- the operator interface every solver sees, and explicit matrices;
 * ``operators`` -- the curvature operator base class; the kinds, one file each with its options:
   ``hessian`` (Hessian-vector products), ``gauss_newton`` (the GGN and the Monte-Carlo Fisher),
-  ``empirical_fisher``; ``at_point`` -- :func:`curvature_operator`, an operator of any kind at a
+  ``empirical_fisher``, ``kfac`` (K-FAC and EKFAC, with ``kronecker``: their per-layer statistics);
+  ``at_point`` -- :func:`curvature_operator`, an operator of any kind at a
   model, its ``kind_options`` checked against the kind's declared options;
 * ``registry`` -- eigen-solvers, trace estimators and operator kinds by name (a new method goes in
   a module here, decorated with ``@eigen_solver`` / ``@trace_estimator`` / ``@operator_kind``);

@@ -4,8 +4,8 @@ The point is a model-like or a flat vector of the evaluator's space, with the bu
 evaluator's BatchNorm mode gives it (:func:`with_bn_mode`; ``recompute`` re-estimates the running
 statistics at the point). The kinds are registered in :data:`~.registry.OPERATOR_KINDS`:
 ``"hessian"`` (:mod:`.hessian`), ``"ggn"`` and ``"fisher"`` (:mod:`.gauss_newton`),
-``"empirical_fisher"`` (:mod:`.empirical_fisher`), each with the options its class declares
-(``kind_options=``, checked by :func:`resolve_kind_options`).
+``"empirical_fisher"`` (:mod:`.empirical_fisher`), ``"kfac"`` and ``"ekfac"`` (:mod:`.kfac`), each
+with the options its class declares (``kind_options=``, checked by :func:`resolve_kind_options`).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
 from ..space.params import ModelLike
-from . import empirical_fisher, gauss_newton, hessian  # noqa: F401  (register the kinds)
+from . import empirical_fisher, gauss_newton, hessian, kfac  # noqa: F401  (register the kinds)
 from .operators import CurvatureOperator
 from .registry import kind_options as checked_options
 from .registry import operator_class
@@ -49,7 +49,12 @@ def curvature_operator(model: ModelLike | torch.Tensor, evaluator: PointEvaluato
       ``M = mc_samples`` labels per input, seeded; its expectation is the GGN for cross-entropy
       and MSE (Martens 2020);
     * ``"empirical_fisher"``: ``(1/N) sum_n g_n g_n^T`` at the data's labels, ``g_n`` the gradient
-      of the per-sample loss itself (not of ``l_n / N``); not the Fisher (Kunstner et al. 2019).
+      of the per-sample loss itself (not of ``l_n / N``); not the Fisher (Kunstner et al. 2019);
+    * ``"kfac"``, ``"ekfac"``: block-diagonal Kronecker-factored approximations of the GGN (or,
+      with ``fisher_type``, of the Monte-Carlo or empirical Fisher), one block ``A (x) G`` per
+      ``nn.Linear`` / ``nn.Conv2d`` layer (Martens & Grosse 2015), EKFAC with its eigenvalues
+      re-fitted (George et al. 2018); with an exact ``inverse_matvec(v, damping)`` and
+      ``eigenvalues()`` (:mod:`.kfac`).
 
     The operator has ``size``, ``matvec(v)`` (a torch vector of length ``size`` in, the product
     out, in the evaluator's dtype and on its device), ``to_scipy()`` (a float64
@@ -64,11 +69,13 @@ def curvature_operator(model: ModelLike | torch.Tensor, evaluator: PointEvaluato
     evaluator
         The :class:`~landscape.Evaluator` whose loss gives the curvature.
     kind
-        ``"hessian"``, ``"ggn"``, ``"empirical_fisher"`` or ``"fisher"`` (any registered kind).
+        ``"hessian"``, ``"ggn"``, ``"empirical_fisher"``, ``"fisher"``, ``"kfac"`` or ``"ekfac"`` (any
+        registered kind).
     kind_options
         The kind's own options, checked against its declaration (``Options`` of its class; tables
         in ``docs/api.md``): ``{"hvp": ...}`` for ``"hessian"``, ``{"mc_samples": ...}`` for
-        ``"fisher"``, ``{"per_sample": ...}`` for ``"empirical_fisher"``; none for ``"ggn"``.
+        ``"fisher"``, ``{"per_sample": ...}`` for ``"empirical_fisher"``, ``{"fisher_type": ...,
+        "mc_samples": ...}`` for ``"kfac"`` and ``"ekfac"``; none for ``"ggn"``.
     params
         ``fnmatch`` patterns of the parameters to differentiate (default: all trainable ones).
     include_frozen

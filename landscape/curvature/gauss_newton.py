@@ -184,7 +184,26 @@ _OUTPUT_LOSSES = {"cross_entropy": _CrossEntropy, "mse": _SquaredError, "causal_
                   "masked_lm": _TokenCrossEntropy(0), "token": _TokenCrossEntropy(0)}
 
 
-def _output_loss(evaluator: PointEvaluator, kind: str) -> Any:
+def output_loss(evaluator: PointEvaluator, kind: str) -> Any:
+    """The output-space helpers of the evaluator's loss: its output Hessian's products and its label draws.
+
+    Parameters
+    ----------
+    evaluator : PointEvaluator
+        Its ``loss_name`` selects them.
+    kind : str
+        The curvature kind asking (named in the error).
+
+    Returns
+    -------
+    Any
+        An object with ``hessian_product``, ``draw`` and ``sampled_gradients``.
+
+    Raises
+    ------
+    ConfigError
+        A loss whose output Hessian is not known here.
+    """
     loss = evaluator.loss_name
     if loss not in _OUTPUT_LOSSES:
         known = ", ".join(map(repr, _OUTPUT_LOSSES))
@@ -291,7 +310,7 @@ class GGNOperator(OuterProductOperator):
     def __init__(self, evaluator: PointEvaluator, point: ModelLike | torch.Tensor, *,
                  params: Sequence[str] | str | None = None, include_frozen: bool = False,
                  check_determinism: bool = True, seed: int = 0):
-        self.output_loss = _output_loss(evaluator, self.kind)
+        self.output_loss = output_loss(evaluator, self.kind)
         super().__init__(evaluator, point, params=params, include_frozen=include_frozen,
                          check_determinism=check_determinism, seed=seed)
 
@@ -369,7 +388,7 @@ class FisherOperator(OuterProductOperator):
                  check_determinism: bool = True, mc_samples: int = 1, seed: int = 0):
         self.mc_samples = FisherOptions.from_mapping({"mc_samples": mc_samples},
                                                      owner=f"curvature kind {self.kind!r} option ").mc_samples
-        self.output_loss = _output_loss(evaluator, self.kind)
+        self.output_loss = output_loss(evaluator, self.kind)
         super().__init__(evaluator, point, params=params, include_frozen=include_frozen,
                          check_determinism=check_determinism, seed=seed)
         generator = torch.Generator().manual_seed(self.seed)

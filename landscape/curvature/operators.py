@@ -13,7 +13,9 @@ probe. A kind is one file: a subclass giving one batch's share of ``C v``
 declaring its options in its ``Options`` class (the ``kind_options=`` of the public functions,
 checked by :func:`~.registry.kind_options`); solvers see only the
 :class:`~.linear.SymmetricOperator` interface. The kinds: ``"hessian"`` in :mod:`.hessian`,
-``"ggn"`` and ``"fisher"`` in :mod:`.gauss_newton`, ``"empirical_fisher"`` in :mod:`.empirical_fisher`.
+``"ggn"`` and ``"fisher"`` in :mod:`.gauss_newton`, ``"empirical_fisher"`` in :mod:`.empirical_fisher`,
+``"kfac"`` and ``"ekfac"`` in :mod:`.kfac` (which overrides the product itself: its factors are
+computed once, from all the batches).
 
 No graph survives a product and nothing is stored on the module, so memory stays flat over many
 products (unlike ``loss.backward(create_graph=True)``, see PyHessian issues #25/#28). Gradients

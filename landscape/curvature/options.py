@@ -120,7 +120,7 @@ class OperatorOptions(Options):
     Attributes
     ----------
     kind
-        Registered curvature operator: ``hessian``, ``ggn``, ``fisher``, ``empirical_fisher``.
+        Registered curvature operator: ``hessian``, ``ggn``, ``fisher``, ``empirical_fisher``, ``kfac``, ``ekfac``.
     kind_options
         The kind's own options (declared by the kind), ``KEY=VALUE`` pairs on the command line.
     mc_samples
@@ -138,11 +138,13 @@ class OperatorOptions(Options):
     kind: str = option("hessian", choices=OPERATOR_KINDS,
                        help="the curvature matrix: hessian, ggn (generalised Gauss-Newton), fisher (Monte-Carlo "
                             "Fisher, labels drawn from the model) or empirical_fisher (per-sample gradients at the "
-                            "data's labels); ggn and fisher need the cross_entropy or mse loss")
+                            "data's labels), kfac or ekfac (Kronecker-factored GGN of the Linear and Conv2d layers); "
+                            "ggn and fisher need the cross_entropy or mse loss")
     kind_options: dict[str, Any] | None = option(
         None, flag="--kind-option", parse=key_value, repeat=True, metavar="KEY=VALUE",
         help="the kind's own options (on the command line KEY=VALUE, repeatable, VALUE as JSON or text): hvp "
-             "(hessian), mc_samples (fisher), per_sample (empirical_fisher); each kind's table in docs/api.md")
+             "(hessian), mc_samples (fisher), per_sample (empirical_fisher), fisher_type and mc_samples (kfac, "
+             "ekfac); each kind's table in docs/api.md")
     mc_samples: int = option(1, ge=1, le=MAX_MC_SAMPLES,
                              help="short for --kind-option mc_samples=N: labels drawn per input for kind fisher "
                                   "(seeded by seed)")
