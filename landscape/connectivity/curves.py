@@ -24,9 +24,9 @@ from ..evaluation.protocol import PointEvaluator
 from ..geometry.paths import interpolate
 from ..geometry.planes import plane
 from ..infra.errors import ConfigError, TrainingDivergedError
+from ..infra.estimate import JobEstimate, Work, combined, time_once
 from ..results.connectivity import CurveResult
 from ..results.curve_shapes import KINDS, coefficients
-from ..results.estimate import JobEstimate, Work, combined, time_once
 from ..results.geometry import PlaneResult
 from ..space.points import PointSet
 from ..space.subsets import ParamsLike, Subspace, recorded_subspace, restrict_models
@@ -73,7 +73,7 @@ def curve(a: Any, b: Any, evaluator: PointEvaluator, *, kind: str = "bezier", tr
     Returns
     -------
     CurveResult or JobEstimate
-        With ``dry_run=True`` the :class:`~landscape.results.estimate.JobEstimate`.
+        With ``dry_run=True`` the :class:`~landscape.infra.estimate.JobEstimate`.
 
     Raises
     ------

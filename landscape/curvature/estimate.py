@@ -3,7 +3,7 @@
 A dry run of :func:`~landscape.hessian_eigen`, :func:`~landscape.hessian_trace` or
 :func:`~landscape.hessian_density` looks the result's cache key up (read only), builds the
 curvature operator at the point (cheap: the parameters are selected, no product is formed) and
-times *one* product after a warm-up (:func:`~landscape.results.estimate.time_once`). The number
+times *one* product after a warm-up (:func:`~landscape.infra.estimate.time_once`). The number
 of products comes from the solver's budget (:class:`ProductPlan`): exact for the density
 (``min(iterations, dim) x runs``), an upper bound for the eigen-solvers and trace estimators,
 which stop early when they converge. Memory: the parameters and data (as the evaluator holds
@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 
 from ..evaluation.dry_run import evaluation_memory
-from ..results.estimate import CacheLookup, JobEstimate, Work, time_once
+from ..infra.estimate import CacheLookup, JobEstimate, Work, time_once
 from .budget import lanczos_bytes, sketch_bytes
 from .operators import CurvatureOperator
 

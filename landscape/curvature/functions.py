@@ -31,9 +31,9 @@ import torch
 from ..cache.store import make_key
 from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
+from ..infra.estimate import JobEstimate
 from ..results.base import Result
 from ..results.curvature import Eigenvalues, HessianEigen, SpectralDensity, TraceEstimate
-from ..results.estimate import JobEstimate
 from ..space.params import ModelLike, vector_digest
 from . import lanczos, power, trace  # noqa: F401  (register the built-in methods)
 from .at_point import KindOptions, curvature_operator, flat_point, operator_options
@@ -104,7 +104,7 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *,
     HessianEigen or JobEstimate
         A warning is issued when the solver did not converge (``converged`` is False);
         ``spec["operator"]`` is the kind. With ``dry_run=True`` the
-        :class:`~landscape.results.estimate.JobEstimate` (``max_iter`` products for Lanczos,
+        :class:`~landscape.infra.estimate.JobEstimate` (``max_iter`` products for Lanczos,
         ``k x max_iter`` for power iteration: upper bounds).
 
     Raises
@@ -180,7 +180,7 @@ def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: PointEvaluat
     -------
     Eigenvalues or tuple or JobEstimate
         The eigenvalues, or ``(values, vectors)`` with ``return_eigenvectors=True``; with
-        ``dry_run=True`` the :class:`~landscape.results.estimate.JobEstimate`.
+        ``dry_run=True`` the :class:`~landscape.infra.estimate.JobEstimate`.
 
     Examples
     --------
@@ -237,7 +237,7 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *,
     -------
     TraceEstimate or JobEstimate
         A warning is issued when the tolerance was not reached; with ``dry_run=True`` the
-        :class:`~landscape.results.estimate.JobEstimate`.
+        :class:`~landscape.infra.estimate.JobEstimate`.
 
     Raises
     ------
@@ -311,7 +311,7 @@ def hessian_density(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, 
     Returns
     -------
     SpectralDensity or JobEstimate
-        Integrates to one; with ``dry_run=True`` the :class:`~landscape.results.estimate.JobEstimate`.
+        Integrates to one; with ``dry_run=True`` the :class:`~landscape.infra.estimate.JobEstimate`.
 
     Raises
     ------
@@ -393,7 +393,7 @@ def computed_at_point(kind: str, model: ModelLike | torch.Tensor, evaluator: Poi
         The flat vector already carries the buffers of the evaluator's BatchNorm mode.
     plan : ProductPlan, optional
         Compute nothing: look the key up, time one product and return the
-        :class:`~landscape.results.estimate.JobEstimate` (:mod:`.estimate`).
+        :class:`~landscape.infra.estimate.JobEstimate` (:mod:`.estimate`).
 
     Returns
     -------

@@ -6,7 +6,7 @@ cheap), and the stand-in records each set instead of evaluating it, answering Na
 set's cache key is looked up (:meth:`~landscape.cache.Cache.points`, read only), and a few of
 the missing points of the largest set are evaluated once for a warm-up and once timed, with the
 evaluator's own strategy, chunking and input-layer shortcut but outside the cache
-(:func:`~landscape.results.estimate.time_once`). Nothing is written. One forward pass is one point
+(:func:`~landscape.infra.estimate.time_once`). Nothing is written. One forward pass is one point
 on one batch; under ``bn="recompute"`` a point also runs ``bn_batches`` training batches.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..infra.errors import ConfigError, NonFiniteLossWarning
-from ..results.estimate import CacheLookup, JobEstimate, Work, tensor_bytes, time_once
+from ..infra.estimate import CacheLookup, JobEstimate, Work, tensor_bytes, time_once
 from ..space.points import PointSet
 from .evaluator import Evaluator
 from .memory import default_budget

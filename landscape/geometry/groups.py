@@ -9,9 +9,9 @@ import torch
 from ..evaluation.dry_run import estimate_points
 from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
+from ..infra.estimate import JobEstimate
 from ..results import GroupResult
 from ..results.barriers import group_accuracy_barrier, group_loss_barrier, normalise_weights, warn_nonfinite
-from ..results.estimate import JobEstimate
 from ..results.group_size import GroupSizeResult
 from ..space.params import ModelLike
 from ..space.points import PointSet
@@ -52,7 +52,7 @@ def group_barrier(models: Sequence[ModelLike], evaluator: PointEvaluator, *,
     GroupResult or JobEstimate
         The normalised weights, each member's loss and accuracy, and the fused model's, with
         ``loss_barrier`` (Eq. 9) and ``accuracy_barrier`` (Eq. 10); with ``dry_run=True`` the
-        :class:`~landscape.results.estimate.JobEstimate`.
+        :class:`~landscape.infra.estimate.JobEstimate`.
 
     Raises
     ------

@@ -15,10 +15,10 @@ import torch
 from ..evaluation.dry_run import estimate_points
 from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
+from ..infra.estimate import JobEstimate
 from ..infra.host_memory import check_fits, points_bytes
 from ..results import BarrierMatrix, PathResult
 from ..results.barriers import warn_nonfinite
-from ..results.estimate import JobEstimate
 from ..space.params import ModelLike
 from ..space.points import PointSet
 from ..space.subsets import ParamsLike, restrict_models
@@ -104,7 +104,7 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: PointEvaluator, *, alphas
         ``alphas``, ``loss`` and ``accuracy`` per point, with ``loss_barrier`` and
         ``accuracy_barrier`` (FedGuCci Eq. 3/4); with ``alphas="adaptive"`` the evaluated alphas,
         sorted, and the search's record in ``search`` (evaluations, gaps, convergence). With
-        ``dry_run=True`` the :class:`~landscape.results.estimate.JobEstimate`.
+        ``dry_run=True`` the :class:`~landscape.infra.estimate.JobEstimate`.
 
     Raises
     ------

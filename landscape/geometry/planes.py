@@ -23,8 +23,8 @@ import torch
 from ..evaluation.dry_run import estimate_points
 from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
+from ..infra.estimate import JobEstimate
 from ..results import PlaneResult
-from ..results.estimate import JobEstimate
 from ..space.params import ModelLike, ParameterSpace
 from ..space.subsets import ParamsLike, Subspace, restrict_models
 from .grids import evaluate_grid, grid_axis
@@ -70,7 +70,7 @@ def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: PointEvaluator, *
     PlaneResult or JobEstimate
         ``(resolution, resolution)`` loss and accuracy (row = y, column = x), the origin, the
         unit directions ``u``, ``v`` and each model's coordinates; with ``dry_run=True`` the
-        :class:`~landscape.results.estimate.JobEstimate` (forward passes, memory, cached points, time).
+        :class:`~landscape.infra.estimate.JobEstimate` (forward passes, memory, cached points, time).
 
     Raises
     ------
@@ -245,7 +245,7 @@ def random_plane(center: ModelLike, evaluator: PointEvaluator, *, resolution: in
         ``(resolution, resolution)`` loss and accuracy (row = y, column = x), the origin and the
         two directions; ``spec["span"]`` is the span used and, for ``"auto"``,
         ``spec["span_rule"]`` the rule's probes. With ``dry_run=True`` the
-        :class:`~landscape.results.estimate.JobEstimate`.
+        :class:`~landscape.infra.estimate.JobEstimate`.
 
     Raises
     ------
@@ -335,7 +335,7 @@ def pca_plane(trajectory: Sequence[ModelLike], evaluator: PointEvaluator, *, res
     -------
     PlaneResult or JobEstimate
         ``(resolution, resolution)`` loss and accuracy, the two principal directions and each
-        checkpoint's coordinates; with ``dry_run=True`` the :class:`~landscape.results.estimate.JobEstimate`.
+        checkpoint's coordinates; with ``dry_run=True`` the :class:`~landscape.infra.estimate.JobEstimate`.
 
     Raises
     ------

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..infra.host_memory import format_bytes
+from .host_memory import format_bytes
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class JobEstimate:
 
     Examples
     --------
-    >>> from landscape.results.estimate import JobEstimate, Work
+    >>> from landscape.infra.estimate import JobEstimate, Work
     >>> est = JobEstimate("plane", (Work("forward pass", 50, 50, 0.01, "25 points x 2 batches"),), {"data": 1024})
     >>> est.count("forward pass"), est.seconds, est.peak_bytes
     (50, 0.5, 1024)
@@ -249,6 +249,37 @@ def tensor_bytes(tensors: Any) -> int:
     if isinstance(tensors, (tuple, list)):
         return sum(tensor_bytes(v) for v in tensors)
     return 0
+
+
+def output_bytes(module: torch.nn.Module, call: Callable[[], Any]) -> int:
+    """Bytes of every tensor the submodules of ``module`` output while ``call()`` runs (forward hooks).
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The model whose submodules are watched.
+    call : callable
+        Runs one forward pass (of one batch).
+
+    Returns
+    -------
+    int
+        The sum over the submodules' outputs: the activations one forward pass holds.
+    """
+    total = 0
+
+    def hook(_m: torch.nn.Module, _i: tuple, out: object) -> None:
+        nonlocal total
+        if isinstance(out, torch.Tensor):
+            total += out.numel() * out.element_size()
+
+    handles = [m.register_forward_hook(hook) for m in module.modules()]
+    try:
+        call()
+    finally:
+        for h in handles:
+            h.remove()
+    return total
 
 
 def plural(unit: str, n: int) -> str:

@@ -1,0 +1,120 @@
+"""The dry run of ``fl.run``: local steps, evaluations, memory, rounds already stored, time.
+
+:func:`estimate_run` resolves the run as ``fl.run`` does (configuration, dataset, initial model,
+folder: :func:`fl.resolve.resolve_run`), refuses what the run would refuse (a folder of another
+run or of other files), and reads how many rounds the folder already holds, writing nothing (no
+folder, no lock file). It counts, for each round left, the sampled clients' local steps
+(``local_epochs x ceil(samples / batch_size)`` each) and the global test set's forward passes
+(``ceil(test samples / eval_batch_size)`` per round, round 0 included), times one local step (one
+minibatch of the first sampled client) and one evaluation once after a warm-up
+(:func:`landscape.infra.estimate.time_once`), and estimates the memory from the model's state,
+the data on the device and one minibatch's activations. Algorithms that train more than the
+sampled clients' local epochs (a server-side phase, extra local passes) take longer than estimated.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any
+
+import torch
+from torch import nn
+
+from landscape.infra.devices import resolve_device
+from landscape.infra.estimate import CacheLookup, JobEstimate, Work, output_bytes, tensor_bytes, time_once
+
+from .evaluation import evaluate
+from .federation import Federation, sample_clients
+from .resolve import ResolvedRun, resolve_run
+from .rounds import TrainRequest, client_context
+from .rundir import prepare_dir, refuse_foreign, split_clients
+from .store import RunStore
+
+
+def estimate_run(algorithm: str | None = None, *, recipe: str | None = None, model: str | nn.Module | None = None,
+                 out: str | os.PathLike | None = None, **settings: Any) -> JobEstimate:
+    """What ``fl.run`` with these arguments will cost; nothing trained, nothing written.
+
+    Parameters
+    ----------
+    algorithm, recipe, model, out, **settings
+        As for ``fl.run``.
+
+    Returns
+    -------
+    JobEstimate
+        ``"local step"`` and ``"forward pass"`` work (the whole run, and what is left after the
+        rounds its folder holds), the memory, the folder's stored rounds and the time.
+
+    Raises
+    ------
+    ConfigError, CheckpointError, DataError, InitMismatchError
+        As ``fl.run`` raises them before training (a bad setting, a folder of another run).
+    """
+    resolved = resolve_run(algorithm, recipe=recipe, model=model, out=out, **settings)
+    config = resolved.config
+    store = RunStore(resolved.path)
+    refuse_foreign(store)
+    done = store.read_progress() if prepare_dir(store, config) else None
+    rounds = int(config["rounds"])
+    train_parts, test_parts = split_clients(config, resolved.bundle.train_y.numpy())
+    device = resolve_device(config["device"])
+    data = Federation.build(resolved.bundle, train_parts, test_parts, device)
+    steps = [round_steps(resolved, [len(p) for p in train_parts], r) for r in range(1, rounds + 1)]
+    first = 1 if done is None else done + 1
+    eval_batches = math.ceil(len(data.test_y) / int(config["eval_batch_size"]))
+    step, evaluation, memory = _measure(resolved, data, device)
+    work = (Work("local step", sum(steps), sum(steps[first - 1:]), step,
+                 f"{rounds} rounds, local epochs x minibatches of the sampled clients"),
+            Work("forward pass", (rounds + 1) * eval_batches, (rounds + 1 - (0 if done is None else done + 1))
+                 * eval_batches, evaluation / eval_batches, f"{rounds + 1} evaluations x {eval_batches} batches"))
+    cache = (CacheLookup(f"run folder {resolved.path}", 0 if done is None else done, rounds),)
+    notes = ("checkpoint writes are not counted",) + (("the run is complete: fl.run only reopens it",)
+                                                       if done is not None and done >= rounds else ())
+    return JobEstimate("fl.run", work, memory, cache, notes)
+
+
+def round_steps(resolved: ResolvedRun, sizes: list[int], r: int) -> int:
+    """Local steps of round ``r``: ``local_epochs(r) x ceil(samples / batch_size)`` over its clients.
+
+    Parameters
+    ----------
+    resolved : ResolvedRun
+        The run.
+    sizes : list of int
+        Training samples of each client.
+    r : int
+        The round (1 or more).
+
+    Returns
+    -------
+    int
+    """
+    config, alg = resolved.config, resolved.algorithm
+    clients = alg.participants(r, sample_clients(int(config["seed"]), r, int(config["clients"]),
+                                                 float(config["participation"])))
+    return sum(alg.local_epochs(r) * math.ceil(sizes[k] / int(config["batch_size"])) for k in clients)
+
+
+def _measure(resolved: ResolvedRun, data: Federation, device: torch.device
+             ) -> tuple[float, float, dict[str, int]]:
+    """Seconds of one local step and of one evaluation of the test set, and the memory's parts."""
+    config, alg = resolved.config, resolved.algorithm
+    module = alg.build_module(resolved.template).to(device)
+    sent = {k: v.detach().to(device).clone() for k, v in module.state_dict().items()}
+    server_state = alg.init_server_state(sent)
+    client = next(k for k, idx in enumerate(data.client_train) if len(idx))
+    ctx = client_context(config, alg, module, data, device, TrainRequest(1, [client], "client", sent, server_state,
+                                                                         {client: {}}), client)
+    size = int(config["batch_size"])
+    one = dataclasses.replace(ctx, x=ctx.x[:size], y=ctx.y[:size], local_epochs=1)
+    step = time_once(lambda: alg.client_update(one), device)
+    evaluation = time_once(lambda: evaluate(module, sent, data.test_x, data.test_y,
+                                            batch_size=int(config["eval_batch_size"])), device)
+    activations = 2 * output_bytes(module, lambda: module(one.x))
+    state = tensor_bytes(sent)
+    participants = max(1, round(int(config["clients"]) * float(config["participation"])))
+    memory = {"parameters": state * (3 + participants),
+              "data": tensor_bytes([data.train_x, data.train_y, data.test_x, data.test_y]), "activations": activations}
+    return step, evaluation, memory
