@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from landscape.infra.devices import resolve_device
-from landscape.infra.estimate import CacheLookup, JobEstimate, Work, output_bytes, tensor_bytes, time_once
+from landscape.infra.estimate import CacheLookup, JobEstimate, Work, output_bytes, plural, tensor_bytes, time_once
 
 from .evaluation import evaluate
 from .federation import Federation, sample_clients
@@ -65,10 +65,12 @@ def estimate_run(algorithm: str | None = None, *, recipe: str | None = None, mod
     first = 1 if done is None else done + 1
     eval_batches = math.ceil(len(data.test_y) / int(config["eval_batch_size"]))
     step, evaluation, memory = _measure(resolved, data, device)
+    evaluations_left = rounds + 1 - (0 if done is None else done + 1)  # round 0 is the initial model's evaluation
     work = (Work("local step", sum(steps), sum(steps[first - 1:]), step,
                  f"{rounds} rounds, local epochs x minibatches of the sampled clients"),
-            Work("forward pass", (rounds + 1) * eval_batches, (rounds + 1 - (0 if done is None else done + 1))
-                 * eval_batches, evaluation / eval_batches, f"{rounds + 1} evaluations x {eval_batches} batches"))
+            Work("forward pass", (rounds + 1) * eval_batches, evaluations_left * eval_batches,
+                 evaluation / eval_batches,
+                 f"{rounds + 1} evaluations x {eval_batches} {plural('batch', eval_batches)}"))
     cache = (CacheLookup(f"run folder {resolved.path}", 0 if done is None else done, rounds),)
     notes = ("checkpoint writes are not counted",) + (("the run is complete: fl.run only reopens it",)
                                                        if done is not None and done >= rounds else ())

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 
 from ..evaluation.dry_run import evaluation_memory
-from ..infra.estimate import CacheLookup, JobEstimate, Work, time_once
+from ..infra.estimate import CacheLookup, JobEstimate, Work, plural, time_once
 from .budget import lanczos_bytes, sketch_bytes
 from .operators import CurvatureOperator
 
@@ -71,8 +71,9 @@ class ProductPlan:
                   "solver vectors": int(self.solver_bytes(op.dim, op.dtype))}
         cache = (CacheLookup(f"{job} result", int(stored), 1, key),) if evaluator.cache is not None else ()
         notes = () if self.exact else (f"{count:,} products is the budget: the solver stops earlier when it converges",)
+        batches = len(evaluator.batches)
         work = Work(PRODUCT, count, 0 if stored else count, seconds,
-                    f"each over {len(evaluator.batches)} batches, {op.dim:,} parameters")
+                    f"each over {batches} {plural('batch', batches)}, {op.dim:,} parameters")
         return JobEstimate(job, (work,), memory, cache, notes)
 
 

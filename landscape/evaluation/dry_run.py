@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..infra.errors import ConfigError, NonFiniteLossWarning
-from ..infra.estimate import CacheLookup, JobEstimate, Work, tensor_bytes, time_once
+from ..infra.estimate import CacheLookup, JobEstimate, Work, plural, tensor_bytes, time_once
 from ..space.points import PointSet
 from .evaluator import Evaluator
 from .memory import default_budget
@@ -146,7 +146,7 @@ def points_estimate(job: str, evaluator: Evaluator, requests: list[tuple[PointSe
             largest = (points, ref, todo)
     per_point = 0.0 if largest is None else time_points(ev, *largest)
     work = Work(FORWARD, total * passes, missing * passes, per_point / passes,
-                f"{total:,} points x {passes} batches")
+                f"{total:,} points x {passes} {plural('batch', passes)}")
     biggest = max((len(p) for p, _, _ in requests), default=0)
     return JobEstimate(job, (work,), evaluation_memory(ev, biggest), tuple(lookups), notes)
 

@@ -170,7 +170,8 @@ class JobEstimate:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        work = ", ".join(f"{w.count} {plural(w.unit, w.count)}" for w in self.work)
+        units = dict.fromkeys(w.unit for w in self.work)
+        work = ", ".join(f"{self.count(u):,} {plural(u, self.count(u))}" for u in units)
         return f"JobEstimate({self.job}: {work}, ~{format_seconds(self.seconds)}, peak {format_bytes(self.peak_bytes)})"
 
 
@@ -283,7 +284,7 @@ def output_bytes(module: torch.nn.Module, call: Callable[[], Any]) -> int:
 
 
 def plural(unit: str, n: int) -> str:
-    """``unit`` with an ``s`` (``"forward passes"``, ``"Hessian-vector products"``) unless ``n == 1``.
+    """``unit`` with an ``s`` or ``es`` (``"forward passes"``, ``"batches"``) unless ``n == 1``.
 
     Parameters
     ----------
@@ -298,7 +299,7 @@ def plural(unit: str, n: int) -> str:
     """
     if n == 1:
         return unit
-    return unit + ("es" if unit.endswith("ss") else "s")
+    return unit + ("es" if unit.endswith(("ss", "ch", "sh", "x")) else "s")
 
 
 def format_seconds(seconds: float) -> str:
