@@ -7,7 +7,9 @@ set's cache key is looked up (:meth:`~landscape.cache.Cache.points`, read only),
 the missing points of the largest set are evaluated once for a warm-up and once timed, with the
 evaluator's own strategy, chunking and input-layer shortcut but outside the cache
 (:func:`~landscape.infra.estimate.time_once`). Nothing is written. One forward pass is one point
-on one batch; under ``bn="recompute"`` a point also runs ``bn_batches`` training batches.
+on one batch; under ``bn="recompute"`` a point also runs ``bn_batches`` training batches. The
+set-up pass of the input-layer shortcut (one forward pass per batch, once per point set) is timed
+with the points but not counted.
 """
 from __future__ import annotations
 
