@@ -25,7 +25,8 @@ from .engine import Engine
 from .estimate import estimate_run
 from .federation import Federation
 from .reader import Run, load_run
-from .resolve import build_config, make_algorithm, resolve_run
+from .resolve import build_config, make_algorithm
+from .resolved_run import resolve_run
 from .rundir import checked_partition, prepare_dir, refuse_foreign, split_clients
 from .store import RunStore
 

@@ -1,7 +1,7 @@
 """The dry run of ``fl.run``: local steps, evaluations, memory, rounds already stored, time.
 
 :func:`estimate_run` resolves the run as ``fl.run`` does (configuration, dataset, initial model,
-folder: :func:`fl.resolve.resolve_run`), refuses what the run would refuse (a folder of another
+folder: :func:`fl.resolved_run.resolve_run`), refuses what the run would refuse (a folder of another
 run or of other files), and reads how many rounds the folder already holds, writing nothing (no
 folder, no lock file). It counts, for each round left, the sampled clients' local steps
 (``local_epochs x ceil(samples / batch_size)`` each) and the global test set's forward passes
@@ -26,7 +26,7 @@ from landscape.infra.estimate import CacheLookup, JobEstimate, Work, output_byte
 
 from .evaluation import evaluate
 from .federation import Federation, sample_clients
-from .resolve import ResolvedRun, resolve_run
+from .resolved_run import ResolvedRun, resolve_run
 from .rounds import TrainRequest, client_context
 from .rundir import prepare_dir, refuse_foreign, split_clients
 from .store import RunStore

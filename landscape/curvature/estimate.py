@@ -30,7 +30,7 @@ PRODUCT = "Hessian-vector product"
 class ProductPlan:
     """How many products a curvature computation asks for, and its solver's memory.
 
-    Parameters
+    Attributes
     ----------
     products : callable
         ``dim -> products`` (the operator's dimension caps Lanczos steps).

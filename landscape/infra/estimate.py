@@ -21,7 +21,7 @@ from .host_memory import format_bytes
 class Work:
     """One kind of unit of work of a job.
 
-    Parameters
+    Attributes
     ----------
     unit : str
         What one unit is (``"forward pass"``, ``"Hessian-vector product"``, ``"gradient step"``,
@@ -52,7 +52,7 @@ class Work:
 class CacheLookup:
     """What one cache key (or run folder) of a job already holds.
 
-    Parameters
+    Attributes
     ----------
     what : str
         The entry looked up (``"plane points"``, ``"hessian_eigen result"``, ``"run folder runs/x"``).
@@ -74,7 +74,7 @@ class CacheLookup:
 class JobEstimate:
     """A dry run's answer: the work, the memory, the cache hits and the time of a job; nothing computed.
 
-    Parameters
+    Attributes
     ----------
     job : str
         The job (``"plane"``, ``"hessian_eigen"``, ``"fl.run"``, ...).
