@@ -7,9 +7,9 @@ folder, no lock file). It counts, for each round left, the sampled clients' loca
 (``local_epochs x ceil(samples / batch_size)`` each) and the global test set's forward passes
 (``ceil(test samples / eval_batch_size)`` per round, round 0 included) and the files each round
 writes (the kept client models, the global model and :data:`ROUND_RECORDS` small records, each
-fsynced), times one local step (one minibatch of the first sampled client), one evaluation and one
-checkpoint write (into a temporary folder of the system's, removed at once) after a warm-up
-(:func:`landscape.infra.estimate.time_once`), and estimates the memory from the model's state,
+fsynced), times one client update (the first sampled client's local epochs, divided by its local
+steps), one evaluation and one checkpoint write (into a temporary folder of the system's, removed at
+once) after a warm-up (:func:`landscape.infra.estimate.time_once`), and estimates the memory from the model's state,
 the data on the device and one minibatch's activations. Algorithms that train more than the
 sampled clients' local epochs (a server-side phase, extra local passes) take longer than estimated.
 """
@@ -77,7 +77,8 @@ def estimate_run(algorithm: str | None = None, *, recipe: str | None = None, mod
         (len(ids) if saves_clients(config, r) else 0) + 1 + ROUND_RECORDS for r, ids in enumerate(clients, 1)]
     first = 1 if done is None else done + 1
     eval_batches = math.ceil(len(data.test_y) / int(config["eval_batch_size"]))
-    step, evaluation, write, memory = _measure(resolved, data, device)
+    timed = next((k for k in (clients[0] if clients else []) if len(train_parts[k])), 0)
+    step, evaluation, write, memory = _measure(resolved, data, device, timed)
     evaluations_left = rounds + 1 - (0 if done is None else done + 1)  # round 0 is the initial model's evaluation
     work = (Work("local step", sum(steps), sum(steps[first - 1:]), step,
                  f"{rounds} rounds, local epochs x minibatches of the sampled clients"),
@@ -133,24 +134,23 @@ def round_steps(resolved: ResolvedRun, sizes: list[int], r: int, clients: list[i
     return sum(resolved.algorithm.local_epochs(r) * math.ceil(sizes[k] / batch) for k in clients)
 
 
-def _measure(resolved: ResolvedRun, data: Federation, device: torch.device
+def _measure(resolved: ResolvedRun, data: Federation, device: torch.device, client: int
              ) -> tuple[float, float, float, dict[str, int]]:
-    """Seconds of one local step, one evaluation of the test set and one checkpoint write; the memory's parts."""
+    """Seconds of a local step (``client``'s update / its steps), an evaluation, a file write; the memory's parts."""
     config, alg = resolved.config, resolved.algorithm
     module = alg.build_module(resolved.template).to(device)
     sent = {k: v.detach().to(device).clone() for k, v in module.state_dict().items()}
     server_state = alg.init_server_state(sent)
-    client = next(k for k, idx in enumerate(data.client_train) if len(idx))
     ctx = client_context(config, alg, module, data, device, TrainRequest(1, [client], "client", sent, server_state,
                                                                          {client: {}}), client)
     size = int(config["batch_size"])
-    one = dataclasses.replace(ctx, x=ctx.x[:size], y=ctx.y[:size], local_epochs=1)
-    step = time_once(lambda: alg.client_update(one), device)
+    steps = max(1, ctx.local_epochs * math.ceil(len(ctx.y) / size))
+    step = time_once(lambda: alg.client_update(dataclasses.replace(ctx)), device) / steps
     evaluation = time_once(lambda: evaluate(module, sent, data.test_x, data.test_y,
                                             batch_size=int(config["eval_batch_size"])), device)
     with tempfile.TemporaryDirectory() as scratch:  # removed at once: the run folder is not touched
         write = time_once(lambda: save_state_dict(sent, Path(scratch) / "probe.safetensors"))
-    activations = 2 * output_bytes(module, lambda: module(one.x))
+    activations = 2 * output_bytes(module, lambda: module(ctx.x[:size]))
     state = tensor_bytes(sent)
     participants = max(1, round(int(config["clients"]) * float(config["participation"])))
     memory = {"parameters": state * (3 + participants),

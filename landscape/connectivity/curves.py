@@ -66,7 +66,7 @@ def curve(a: Any, b: Any, evaluator: PointEvaluator, *, kind: str = "bezier", tr
         knots, the training and the evaluated points then live in the subset (``result.knots``
         is (m, S)); no full-size vector is built per point.
     dry_run : bool
-        Train and evaluate nothing: return what the curve will cost (gradient steps, timed once
+        Train and evaluate nothing: return what the curve will cost (gradient steps, timed
         after a warm-up on one minibatch, and the forward passes of the curve's and the line's
         points; the curve's points cannot be in the cache before training).
 
@@ -136,7 +136,7 @@ def _evaluate_curve(evaluator: PointEvaluator, c: torch.Tensor, knots: torch.Ten
 def _estimate(evaluator: PointEvaluator, knots: torch.Tensor, trainable: list[bool], sample: Sampler, data: Any, *,
               epochs: int, batch_size: int, sub: Subspace | None, reference: torch.Tensor,
               measure: Callable[[PointEvaluator], Any]) -> JobEstimate:
-    """The dry run of :func:`curve`: its SGD steps (one timed after a warm-up) and its evaluations."""
+    """The dry run of :func:`curve`: its SGD steps (one minibatch timed after a warm-up) and its evaluations."""
     x_all, y_all = all_pairs(data, evaluator.batch_fn)
     first = (map_tensors(x_all, lambda t: t[:batch_size]), y_all[:batch_size])
     step = time_once(lambda: train_knots(evaluator, knots, trainable, sample, first, epochs=1, lr=1e-9,

@@ -3,7 +3,7 @@
 A dry run of :func:`~landscape.hessian_eigen`, :func:`~landscape.hessian_trace` or
 :func:`~landscape.hessian_density` looks the result's cache key up (read only), builds the
 curvature operator at the point (cheap: the parameters are selected, no product is formed) and
-times *one* product after a warm-up (:func:`~landscape.infra.estimate.time_once`). The number
+times a product after a warm-up (:func:`~landscape.infra.estimate.time_once`). The number
 of products comes from the solver's budget (:class:`ProductPlan`): exact for the density
 (``min(iterations, dim) x runs``), an upper bound for the eigen-solvers and trace estimators,
 which stop early when they converge. Memory: the parameters and data (as the evaluator holds
@@ -52,7 +52,7 @@ class ProductPlan:
         job : str
             The function's name (``"hessian_eigen"``).
         op : CurvatureOperator
-            The operator at the point (one product is timed on it).
+            The operator at the point (its products are timed).
         evaluator : Evaluator
             Whose data and module the products run over.
         stored : bool

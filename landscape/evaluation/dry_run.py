@@ -4,7 +4,7 @@
 the evaluator: the function builds its point sets as usual (directions, grids, fused models:
 cheap), and the stand-in records each set instead of evaluating it, answering NaN. Then each
 set's cache key is looked up (:meth:`~landscape.cache.Cache.points`, read only), and a few of
-the missing points of the largest set are evaluated once for a warm-up and once timed, with the
+the missing points of the largest set are evaluated for a warm-up and then timed, with the
 evaluator's own strategy, chunking and input-layer shortcut but outside the cache
 (:func:`~landscape.infra.estimate.time_once`). Nothing is written. One forward pass is one point
 on one batch; under ``bn="recompute"`` a point also runs ``bn_batches`` training batches. The
@@ -25,7 +25,7 @@ from ..space.points import PointSet
 from .evaluator import Evaluator
 from .memory import default_budget
 
-#: Missing points evaluated (once to warm up, once timed) to time a point.
+#: Missing points evaluated per timed call (:func:`~landscape.infra.estimate.time_once`) to time a point.
 TIMED_POINTS = 8
 #: The unit of work of point evaluations.
 FORWARD = "forward pass"

@@ -2,12 +2,14 @@
 
 A dry run counts the job's units of work (forward passes of points over batches, Hessian-vector
 products, gradient steps, FL local steps), looks the job's cache keys up (without computing or
-writing anything), estimates the peak memory from its parts and times *one* unit after a
-warm-up (:func:`time_once`); the estimated time is ``sum(todo * seconds_each)`` over the units.
+writing anything), estimates the peak memory from its parts and times one unit after a warm-up
+(:func:`time_once`: the median of :data:`TIMED_REPEATS` calls); the estimated time is
+``sum(todo * seconds_each)`` over the units.
 Times vary with the machine and its load; counts and cache lookups do not.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -15,6 +17,9 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from .host_memory import format_bytes
+
+#: Timed calls of one unit of work (after a warm-up call); the estimate takes their median.
+TIMED_REPEATS = 3
 
 
 @dataclass(frozen=True)
@@ -160,7 +165,7 @@ class JobEstimate:
             detail = f" ({w.detail})" if w.detail else ""
             each = f", {w.seconds_each * 1e3:.3g} ms each" if w.todo else ""
             lines.append(f"  {w.count:,} {plural(w.unit, w.count)}{detail}, {w.todo:,} to compute{each}")
-        lines.append(f"  time: about {format_seconds(self.seconds)} (from one timed unit; times vary)")
+        lines.append(f"  time: about {format_seconds(self.seconds)} (from a timed unit; times vary)")
         parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in self.memory.items())
         lines.append(f"  memory: peak about {format_bytes(self.peak_bytes)}" + (f" ({parts})" if parts else ""))
         for c in self.cache:
@@ -202,18 +207,21 @@ def combined(job: str, estimates: Sequence[JobEstimate], notes: Sequence[str] = 
                        tuple(dict.fromkeys([n for e in estimates for n in e.notes] + list(notes))))
 
 
-def time_once(fn: Callable[[], Any], device: torch.device | str = "cpu") -> float:
-    """Seconds of one call of ``fn``, after one untimed warm-up call.
+def time_once(fn: Callable[[], Any], device: torch.device | str = "cpu", repeats: int = TIMED_REPEATS) -> float:
+    """Seconds of one call of ``fn``: the median of ``repeats`` timed calls after one untimed warm-up call.
 
-    The warm-up pays one-time costs (allocations, kernel selection, compilation); CUDA work is
-    synchronised before the clock stops.
+    The warm-up pays one-time costs (allocations, kernel selection, compilation); the median of a
+    few calls keeps one call slowed down (or sped up) by other work on a shared machine from deciding
+    the estimate. CUDA work is synchronised before each clock read.
 
     Parameters
     ----------
     fn : callable
-        The unit of work (one forward pass of a point, one product, one step).
+        The unit of work (a few points, one product, one client update, one file write).
     device : torch.device or str
         Where ``fn`` runs.
+    repeats : int
+        Timed calls (at least 1).
 
     Returns
     -------
@@ -221,14 +229,20 @@ def time_once(fn: Callable[[], Any], device: torch.device | str = "cpu") -> floa
         Seconds (at least 1e-9).
     """
     device = torch.device(device)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return max(time.perf_counter() - start, 1e-9)
+    sync()
+    times = []
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return max(statistics.median(times), 1e-9)
 
 
 def tensor_bytes(tensors: Any) -> int:
