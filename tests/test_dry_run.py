@@ -96,6 +96,17 @@ def test_group_and_path_dry_runs_count_the_real_points(digits, tmp_path):
                                                                                      alphas=7)) == 7 * 3
 
 
+def test_any_point_set_job_can_be_estimated_through_the_stand_in(digits):
+    from landscape.evaluation.dry_run import estimate_points
+
+    models = [counted(s) for s in range(3)]
+    ev = evaluator(models[0], digits)
+    est = estimate_points("barrier_matrix", ev, lambda stand_in: landscape.barrier_matrix(models, stand_in, alphas=4))
+    calls = forward_calls(lambda: landscape.barrier_matrix(models, ev, alphas=4))
+    assert est.count("forward pass") == calls == 3 * 4 * 3  # three pairs of four alphas, three batches
+    assert ev.points_evaluated == 12  # only the real job evaluated points
+
+
 def counting_matvec(monkeypatch) -> list[int]:
     calls = [0]
     original = CurvatureOperator.matvec

@@ -205,8 +205,9 @@ def evaluation_memory(evaluator: Evaluator, points: int, *, second_order: bool =
     """
     ev = evaluator
     item = torch.tensor([], dtype=ev.dtype).element_size()
-    strategy = ev.strategy or ("loop" if ev.device.type == "cpu" else ev.requested_strategy)
-    chunk = min(points, ev.chunk_size or ev.chunk_limit("vmap" if strategy == "vmap" else "loop"))
+    # not chosen yet: the loop on CPU (as ``auto`` chooses there), else vmap's larger chunks (an upper bound)
+    strategy = ev.strategy or ("loop" if ev.device.type == "cpu" or ev.requested_strategy == "loop" else "vmap")
+    chunk = min(points, ev.chunk_size or ev.chunk_limit(strategy))
     activations = ev.activation_bytes() * (3 if second_order else max(chunk, 1) if strategy == "vmap" else 1)
     memory = {"parameters": 2 * ev.space.size * item, "data": tensor_bytes(ev.batches)}
     if chunk:
