@@ -35,7 +35,7 @@ def scripts(only: set[str] | None) -> list[Path]:
 def main() -> None:
     """Run every selected benchmark script in turn."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="comma-separated names (plane, fl, hessian, distributed, ...)")
+    parser.add_argument("--only", help="comma-separated names (plane, fl, hessian, distributed, dry_run, ...)")
     parser.add_argument("--gpu", action="store_true", help="use the GPU presets where a script has one")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per script")
     args = parser.parse_args()

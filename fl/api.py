@@ -10,30 +10,31 @@ import inspect
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
 
 from landscape.infra.devices import resolve_device
+from landscape.infra.estimate import JobEstimate
 from landscape.infra.options import field_default
 
 from .algorithms.base import Algorithm
-from .config import RunConfig, config_digest
+from .config import RunConfig
 from .engine import Engine
+from .estimate import estimate_run
 from .federation import Federation
-from .initial import apply_init
 from .reader import Run, load_run
-from .resolve import build_config, make_algorithm, merge_settings
+from .resolve import build_config, make_algorithm
+from .resolved_run import resolve_run
 from .rundir import checked_partition, prepare_dir, refuse_foreign, split_clients
 from .store import RunStore
-from .template import build_template, check_model_fits, state_digest
 
 
 def run(algorithm: str | None = None, *, recipe: str | None = None, model: str | nn.Module | None = None,
         out: str | os.PathLike | None = None, progress: bool | None = None,
-        on_round: Callable[[int, dict], None] | None = None, **settings: Any) -> Run:
+        on_round: Callable[[int, dict], None] | None = None, dry_run: bool = False,
+        **settings: Any) -> Run | JobEstimate:
     """Train ``algorithm`` and return the stored :class:`Run` (resuming or reopening one).
 
     Parameters
@@ -55,6 +56,8 @@ def run(algorithm: str | None = None, *, recipe: str | None = None, model: str |
         Show a tqdm bar (default: when stderr is a terminal).
     on_round : callable, optional
         ``f(round, metrics)`` called after each stored round.
+    dry_run : bool
+        Train and write nothing: return what the run will cost (:func:`fl.estimate.estimate_run`).
     **settings : Any
         Every field of :class:`fl.config.RunConfig` (``dataset``, ``clients``, ``rounds``,
         ``init``, ``participation``, ``local_epochs``, ``batch_size``, ``lr``, ``momentum``,
@@ -66,8 +69,9 @@ def run(algorithm: str | None = None, *, recipe: str | None = None, model: str |
 
     Returns
     -------
-    Run
-        The stored run.
+    Run or JobEstimate
+        The stored run; with ``dry_run=True`` the :class:`~landscape.infra.estimate.JobEstimate`
+        (local steps, evaluations, memory, rounds already stored, time).
 
     Raises
     ------
@@ -83,6 +87,8 @@ def run(algorithm: str | None = None, *, recipe: str | None = None, model: str |
         When the weights of ``init`` do not fit the model (:mod:`fl.initial`, which also lists
         the ``CheckpointError`` and ``NonFiniteWeightsError`` cases of ``init``).
     """
+    if dry_run:
+        return estimate_run(algorithm, recipe=recipe, model=model, out=out, **settings)
     with open_run(algorithm, recipe=recipe, model=model, out=out, **settings) as opened:
         if opened.data is not None:
             Engine(opened.config, opened.store, opened.algorithm, opened.template, opened.data, opened.device,
@@ -141,30 +147,9 @@ def open_run(algorithm: str | None = None, *, recipe: str | None = None, model: 
     ConfigError, CheckpointError, DataError, InitMismatchError
         As for :func:`run`.
     """
-    from .datasets import load_dataset
-
-    explicit = dict(settings)
-    if algorithm is not None:
-        explicit["algorithm"] = algorithm
-    merged = merge_settings(recipe, explicit)
-    name = merged.pop("algorithm", "fedavg")
-    recipe_model = merged.pop("model", None)
-    config, alg = build_config(name, model=model if model is not None else recipe_model, recipe=recipe, **merged)
-    bundle = load_dataset(config["dataset"], root=config["data_root"], download=config["download"])
-    config["num_classes"] = int(bundle.num_classes)
-    config["input_shape"] = [int(d) for d in bundle.input_shape]
-    template = build_template(config, model if isinstance(model, nn.Module) or callable(model) else None)
-    check_model_fits(template, bundle)
-    if config["model"].startswith("custom:"):  # tell two custom models of one class apart
-        config["model_digest"] = state_digest(template.state_dict())
-    frozen = [n for n, p in template.named_parameters() if not p.requires_grad]
-    if frozen:  # e.g. a LoRA model's base: not trained, not averaged, not stored per client
-        config["frozen"] = frozen
-        alg = make_algorithm(config)  # the algorithm reads the frozen names from the configuration
-    apply_init(template, config)  # the weights of init=, their digest recorded in the configuration
-    path = Path(out) if out is not None else Path("runs") / (
-        f"{config['algorithm']}-{config['dataset']}-seed{config['seed']}-{config_digest(config)}")
-    store = RunStore(path)
+    resolved = resolve_run(algorithm, recipe=recipe, model=model, out=out, **settings)
+    config, alg, template, bundle = resolved.config, resolved.algorithm, resolved.template, resolved.bundle
+    store = RunStore(resolved.path)
     device = resolve_device(config["device"])
     refuse_foreign(store)  # before the lock file is created in it
     with store.lock():
@@ -189,7 +174,7 @@ def _documented_signature() -> inspect.Signature:
     fields = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=field_default(f), annotation=types_[n])
               for n, f in RunConfig.fields().items() if n not in own]
     head = [own["algorithm"].replace(default="fedavg")] + [own[n] for n in ("recipe", "model", "out")]
-    tail = [own[n] for n in ("progress", "on_round")]
+    tail = [own[n] for n in ("progress", "on_round", "dry_run")]
     options = inspect.Parameter("options", inspect.Parameter.VAR_KEYWORD, annotation=Any)
     return inspect.Signature([*head, *fields, *tail, options], return_annotation=Run)
 

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from landscape.infra.commandline import internal_error
 from landscape.infra.errors import LandscapeError
+from landscape.infra.estimate import JobEstimate
 from landscape.infra.flags import add_option_flags, key_value
 from landscape.infra.options import Options, option
 
@@ -55,6 +56,8 @@ class RunCommandOptions(Options):
         Hide the progress bar.
     list_algorithms, list_recipes
         Print the algorithms (with their options) or the recipes instead of running.
+    dry_run
+        Print what the run will cost (local steps, evaluations, memory, stored rounds, time) instead of running.
     option
         Settings or algorithm options as ``KEY=JSON`` pairs.
     """
@@ -65,6 +68,8 @@ class RunCommandOptions(Options):
     no_progress: bool = option(False, help="hide the progress bar")
     list_algorithms: bool = option(False, help="print the algorithms and their options")
     list_recipes: bool = option(False, help="print the recipes and their papers")
+    dry_run: bool = option(False, help="print what the run will cost (steps, memory, stored rounds, time); "
+                                       "train and write nothing")
     # last: from here on, ``option`` in this class body is the field
     option: list[Any] | None = option(None, help="any setting or algorithm option as KEY=JSON, repeatable",
                                       flag=("--option", "-o"), parse=key_value, repeat=True, metavar="KEY=VALUE")
@@ -114,8 +119,8 @@ def run_from_args(args: argparse.Namespace) -> Any:
 
     Returns
     -------
-    fl.Run
-        The stored run.
+    fl.Run or JobEstimate
+        The stored run, or with ``--dry-run`` its estimate.
     """
     from .api import run
 
@@ -124,7 +129,27 @@ def run_from_args(args: argparse.Namespace) -> Any:
     settings.update({k: v for k, v in given.items() if k in _setting_names()})
     if given.get("no_progress"):
         settings["progress"] = False
-    return run(recipe=given.get("recipe"), out=given.get("out"), **settings)
+    return run(recipe=given.get("recipe"), out=given.get("out"), dry_run=bool(given.get("dry_run")), **settings)
+
+
+def print_outcome(result: Any, *, convergence: bool = True) -> None:
+    """Print a finished run's last round (and its convergence), or a dry run's estimate.
+
+    Parameters
+    ----------
+    result : fl.Run or JobEstimate
+        What :func:`run_from_args` returned.
+    convergence : bool
+        Also print the run's convergence summary (``fl-run``).
+    """
+    if isinstance(result, JobEstimate):
+        print(result)
+        return
+    last = result.metrics[-1]
+    print(f"{result.path}: round {last['round']}, test accuracy {last['test_accuracy']:.4f}, "
+          f"test loss {last['test_loss']:.4f}")
+    if convergence and len(result.metrics) >= 2:
+        print(f"{result.path}: {result.convergence()}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,12 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name, recipe in resolve.RECIPES.items():
                 print(f"{name}: {recipe.paper}")
             return 0
-        result = run_from_args(args)
-        last = result.metrics[-1]
-        print(f"{result.path}: round {last['round']}, test accuracy {last['test_accuracy']:.4f}, "
-              f"test loss {last['test_loss']:.4f}")
-        if len(result.metrics) >= 2:
-            print(f"{result.path}: {result.convergence()}")
+        print_outcome(run_from_args(args))
         return 0
     except (LandscapeError, OSError, ValueError) as exc:
         print(f"fl-run: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)

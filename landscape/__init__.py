@@ -41,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "BatchNormWarning": "infra.errors", "NonFiniteLossWarning": "infra.errors",
     "FileWriteError": "infra.errors", "MetaDeviceError": "infra.errors", "WeightOverflowError": "infra.errors",
     "CurvatureError": "infra.errors", "DistributedError": "infra.errors",
+    "JobEstimate": "infra.estimate",
     # parameter spaces and checkpoints
     "ParameterSpace": "space.params", "load_state_dict": "space.checkpoints",
     "save_state_dict": "space.checkpoints",
@@ -135,6 +136,7 @@ if TYPE_CHECKING:  # the lazy exports spelled out for type checkers (tests/test_
         TrainingDivergedError,
         WeightOverflowError,
     )
+    from .infra.estimate import JobEstimate
     from .merging.merge import merge
     from .results.alignment import AlignmentCheck
     from .results.basin import BasinResult

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from landscape.infra.errors import NonFiniteLossWarning
+from landscape.infra.estimate import JobEstimate, combined
 from landscape.infra.files import write_json
 from landscape.infra.flags import add_option_flags
 from landscape.infra.options import Options, option
@@ -62,6 +63,48 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
         A parent parser shared by the analysis commands.
     """
     add_option_flags(parser.add_argument_group("output"), OutputOptions)
+
+
+@dataclass(frozen=True)
+class DryRunOptions(Options):
+    """The ``--dry-run`` flag of the commands that start long jobs.
+
+    Attributes
+    ----------
+    dry_run
+        Print what the command will cost instead of running it.
+    """
+
+    dry_run: bool = option(False, help="print what the command will cost (forward passes or Hessian-vector "
+                                       "products, memory, cached results, time); compute and write nothing")
+
+
+def emit_estimates(ctx: Context, estimates: Mapping[str, JobEstimate]) -> int:
+    """Print a dry run's estimates (a text block each, or JSON with ``--json``); write nothing.
+
+    Parameters
+    ----------
+    ctx : Context
+        The command's resolved inputs.
+    estimates : Mapping[str, JobEstimate]
+        Label (a model, a part of the command) -> estimate.
+
+    Returns
+    -------
+    int
+        0.
+    """
+    total = combined(f"landscape {ctx.command}", list(estimates.values()))
+    if ctx.args.json:
+        print(json.dumps({"command": ctx.command, "models": list(ctx.models), "dry_run": True,
+                          "estimates": {k: e.to_dict() for k, e in estimates.items()}, "total": total.to_dict()},
+                         indent=2))
+        return 0
+    for label, estimate in estimates.items():
+        print(f"[{label}] {estimate}")
+    if len(estimates) > 1:
+        print(f"total: {total!r}")
+    return 0
 
 
 @contextlib.contextmanager

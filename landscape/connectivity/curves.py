@@ -10,26 +10,33 @@ the statistics at every point of the curve).
 """
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import math
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from ..evaluation.batches import all_pairs
+from ..evaluation.dry_run import estimate_points
+from ..evaluation.inputs import map_tensors
 from ..evaluation.protocol import PointEvaluator
 from ..geometry.paths import interpolate
 from ..geometry.planes import plane
 from ..infra.errors import ConfigError, TrainingDivergedError
+from ..infra.estimate import JobEstimate, Work, combined, time_once
 from ..results.connectivity import CurveResult
 from ..results.curve_shapes import KINDS, coefficients
 from ..results.geometry import PlaneResult
 from ..space.points import PointSet
-from ..space.subsets import ParamsLike, recorded_subspace, restrict_models
-from .trainer import train_knots
+from ..space.subsets import ParamsLike, Subspace, recorded_subspace, restrict_models
+from .trainer import Sampler, train_knots
 
 
 def curve(a: Any, b: Any, evaluator: PointEvaluator, *, kind: str = "bezier", train_data: Any, bends: int = 1,
           epochs: int = 20, lr: float = 0.05, momentum: float = 0.9, batch_size: int = 128,
-          weight_decay: float = 0.0, points: int = 21, seed: int = 0, params: ParamsLike = None) -> CurveResult:
+          weight_decay: float = 0.0, points: int = 21, seed: int = 0, params: ParamsLike = None,
+          dry_run: bool = False) -> CurveResult | JobEstimate:
     """Train a Bezier curve or polygonal chain from ``a`` to ``b`` and measure it.
 
     Parameters
@@ -58,10 +65,15 @@ def curve(a: Any, b: Any, evaluator: PointEvaluator, *, kind: str = "bezier", tr
         the other entries stay at ``a``'s values, and ``a`` and ``b`` must agree there. The
         knots, the training and the evaluated points then live in the subset (``result.knots``
         is (m, S)); no full-size vector is built per point.
+    dry_run : bool
+        Train and evaluate nothing: return what the curve will cost (gradient steps, timed
+        after a warm-up on one minibatch, and the forward passes of the curve's and the line's
+        points; the curve's points cannot be in the cache before training).
 
     Returns
     -------
-    CurveResult
+    CurveResult or JobEstimate
+        With ``dry_run=True`` the :class:`~landscape.infra.estimate.JobEstimate`.
 
     Raises
     ------
@@ -86,20 +98,18 @@ def curve(a: Any, b: Any, evaluator: PointEvaluator, *, kind: str = "bezier", tr
         t = torch.rand(1, generator=gen, dtype=torch.float64).numpy()
         return torch.from_numpy(coefficients(kind, t, m)[0])
 
-    trained, history = train_knots(evaluator, knots, [False] + [True] * bends + [False], sample, train_data,
+    trainable = [False] + [True] * bends + [False]
+    t = np.linspace(0.0, 1.0, points)
+    c = torch.from_numpy(coefficients(kind, t, m))
+    if dry_run:
+        return _estimate(evaluator, knots, trainable, sample, train_data, epochs=epochs, batch_size=batch_size,
+                         sub=sub, reference=va, measure=lambda ev: (_evaluate_curve(ev, c, knots, sub, va),
+                                                                    interpolate(va, vb, ev, alphas=t, params=params)))
+    trained, history = train_knots(evaluator, knots, trainable, sample, train_data,
                                    epochs=epochs, lr=lr, momentum=momentum, batch_size=batch_size,
                                    weight_decay=weight_decay, seed=seed, what="curve training", subset=sub,
                                    reference=va)
-    t = np.linspace(0.0, 1.0, points)
-    c = torch.from_numpy(coefficients(kind, t, m))
-    if sub is None:
-        on_curve = evaluator.evaluate(c @ trained)
-        curve_loss, curve_accuracy = on_curve.loss, on_curve.accuracy
-    else:  # reference a outside the subset, sum_i c_i(t) knot_i on it: never a full vector per point
-        base = va.clone()
-        base[sub.index] = 0.0
-        curve_loss, curve_accuracy = evaluator.evaluate_points(PointSet(base, trained, c, sub.index), reference=va,
-                                                               label="curve")
+    curve_loss, curve_accuracy = _evaluate_curve(evaluator, c, trained, sub, va)
     line = interpolate(va, vb, evaluator, alphas=t, params=params)
     if np.isfinite(line.loss).all() and not np.isfinite(curve_loss).all():
         raise TrainingDivergedError("curve training", max(epochs - 1, 0), ["loss on the trained curve"],
@@ -110,6 +120,35 @@ def curve(a: Any, b: Any, evaluator: PointEvaluator, *, kind: str = "bezier", tr
                              "momentum": momentum, "batch_size": batch_size, "weight_decay": weight_decay,
                              "seed": seed, "evaluator": evaluator.fingerprint(),
                              **({"params": sub.spec()} if sub is not None else {})})
+
+
+def _evaluate_curve(evaluator: PointEvaluator, c: torch.Tensor, knots: torch.Tensor, sub: Subspace | None,
+                    reference: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Loss and accuracy at ``c @ knots`` (with a subset: ``reference`` outside it, never a full vector per point)."""
+    if sub is None:
+        vecs = c @ knots
+        return evaluator.evaluate_points(PointSet.explicit(vecs), reference=vecs[0], label="curve")
+    base = reference.clone()
+    base[sub.index] = 0.0
+    return evaluator.evaluate_points(PointSet(base, knots, c, sub.index), reference=reference, label="curve")
+
+
+def _estimate(evaluator: PointEvaluator, knots: torch.Tensor, trainable: list[bool], sample: Sampler, data: Any, *,
+              epochs: int, batch_size: int, sub: Subspace | None, reference: torch.Tensor,
+              measure: Callable[[PointEvaluator], Any]) -> JobEstimate:
+    """The dry run of :func:`curve`: its SGD steps (one minibatch timed after a warm-up) and its evaluations."""
+    x_all, y_all = all_pairs(data, evaluator.batch_fn)
+    first = (map_tensors(x_all, lambda t: t[:batch_size]), y_all[:batch_size])
+    step = time_once(lambda: train_knots(evaluator, knots, trainable, sample, first, epochs=1, lr=1e-9,
+                                         batch_size=batch_size, subset=sub, reference=reference), evaluator.device)
+    steps = epochs * math.ceil(len(y_all) / batch_size)
+    training = JobEstimate("curve training", (Work("gradient step", steps, steps, step,
+                                                   f"{epochs} epochs x {math.ceil(len(y_all) / batch_size)} "
+                                                   f"minibatches of {batch_size}"),))
+    evaluation = estimate_points("curve evaluation", evaluator, measure)
+    evaluation = dataclasses.replace(evaluation, cache=tuple(c for c in evaluation.cache if c.what != "curve points"))
+    return combined("curve", [training, evaluation],
+                    ["the curve's points are known only after training: they count as to compute"])
 
 
 def curve_plane(result: CurveResult, evaluator: PointEvaluator, *, resolution: int = 21, margin: float = 0.2,

@@ -31,6 +31,7 @@ import torch
 from ..cache.store import make_key
 from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
+from ..infra.estimate import JobEstimate
 from ..results.base import Result
 from ..results.curvature import Eigenvalues, HessianEigen, SpectralDensity, TraceEstimate
 from ..space.params import ModelLike, vector_digest
@@ -38,6 +39,7 @@ from . import lanczos, power, trace  # noqa: F401  (register the built-in method
 from .at_point import KindOptions, curvature_operator, flat_point, operator_options
 from .budget import MAX_ITERATIONS, MAX_RUNS, check_count
 from .density import broadened_density, slq
+from .estimate import ProductPlan, density_plan, eigen_plan, trace_plan
 from .operators import CurvatureOperator
 from .registry import EIGEN_SOLVERS, TRACE_ESTIMATORS
 from .second_order import ATTENTION_KERNEL
@@ -51,7 +53,7 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *,
                   max_iter: int = 100, seed: int = 0, method: str = "lanczos", params: Params = None,
                   return_eigenvectors: bool = False, hvp: str = "auto", include_frozen: bool = False,
                   point_ready: bool = False, kind: str = "hessian", mc_samples: int = 1,
-                  kind_options: KindOptions = None) -> HessianEigen:
+                  kind_options: KindOptions = None, dry_run: bool = False) -> HessianEigen | JobEstimate:
     """The ``k`` largest Hessian (or GGN, Fisher) eigenvalues with residuals and the number of products used.
 
     Parameters
@@ -93,12 +95,17 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *,
     kind_options
         The kind's own options (``{"per_sample": "vmap"}`` for ``"empirical_fisher"``), checked
         against its declaration; recorded in the spec when they differ from the defaults.
+    dry_run
+        Compute nothing: return what the eigenvalues will cost (products, memory, cache, time;
+        :mod:`.estimate`).
 
     Returns
     -------
-    HessianEigen
+    HessianEigen or JobEstimate
         A warning is issued when the solver did not converge (``converged`` is False);
-        ``spec["operator"]`` is the kind.
+        ``spec["operator"]`` is the kind. With ``dry_run=True`` the
+        :class:`~landscape.infra.estimate.JobEstimate` (``max_iter`` products for Lanczos,
+        ``k x max_iter`` for power iteration: upper bounds).
 
     Raises
     ------
@@ -114,8 +121,11 @@ def hessian_eigen(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *,
                    vectors=return_eigenvectors, **operator)
     compute = functools.partial(eigen_result, k=k, tol=tol, max_iter=max_iter, seed=seed, method=method,
                                 return_vectors=return_eigenvectors)
+    plan = eigen_plan(method, k, max_iter) if dry_run else None
     result = computed_at_point("hessian_eigen", model, evaluator, options, compute, kind_options=resolved,
-                               point_ready=point_ready)
+                               point_ready=point_ready, plan=plan)
+    if dry_run:
+        return result
     if not result.converged:
         warnings.warn(f"hessian_eigen: {method} did not reach tol={tol} within max_iter={max_iter} products "
                       f"(residuals {result.residuals.tolist()}); raise max_iter or tol", stacklevel=2)
@@ -151,7 +161,8 @@ def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: PointEvaluat
                         max_iter: int = 100, seed: int = 0, method: str = "lanczos", params: Params = None,
                         return_eigenvectors: bool = False, hvp: str = "auto", include_frozen: bool = False,
                         kind: str = "hessian", mc_samples: int = 1,
-                        kind_options: KindOptions = None) -> Eigenvalues | tuple[Eigenvalues, Any]:
+                        kind_options: KindOptions = None,
+                        dry_run: bool = False) -> Eigenvalues | tuple[Eigenvalues, Any] | JobEstimate:
     """The ``k`` largest Hessian eigenvalues, descending, as an array.
 
     Same computation and parameters as :func:`hessian_eigen`; the returned
@@ -162,13 +173,14 @@ def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: PointEvaluat
     ----------
     model, evaluator, k, tol, max_iter, seed, method, params, return_eigenvectors, hvp, include_frozen
         As for :func:`hessian_eigen`.
-    kind, mc_samples, kind_options
+    kind, mc_samples, kind_options, dry_run
         As for :func:`hessian_eigen`.
 
     Returns
     -------
-    Eigenvalues or tuple
-        The eigenvalues, or ``(values, vectors)`` with ``return_eigenvectors=True``.
+    Eigenvalues or tuple or JobEstimate
+        The eigenvalues, or ``(values, vectors)`` with ``return_eigenvectors=True``; with
+        ``dry_run=True`` the :class:`~landscape.infra.estimate.JobEstimate`.
 
     Examples
     --------
@@ -185,14 +197,18 @@ def hessian_eigenvalues(model: ModelLike | torch.Tensor, evaluator: PointEvaluat
     """
     res = hessian_eigen(model, evaluator, k=k, tol=tol, max_iter=max_iter, seed=seed, method=method,
                         params=params, return_eigenvectors=return_eigenvectors, hvp=hvp,
-                        include_frozen=include_frozen, kind=kind, mc_samples=mc_samples, kind_options=kind_options)
+                        include_frozen=include_frozen, kind=kind, mc_samples=mc_samples, kind_options=kind_options,
+                        dry_run=dry_run)
+    if isinstance(res, JobEstimate):
+        return res
     return (Eigenvalues(res), res.vectors) if return_eigenvectors else Eigenvalues(res)
 
 
 def hessian_trace(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *, tol: float = 5e-2, max_iter: int = 100,
                   seed: int = 0, method: str = "hutch++", params: Params = None, min_samples: int = 10,
                   hvp: str = "auto", include_frozen: bool = False, kind: str = "hessian",
-                  mc_samples: int = 1, kind_options: KindOptions = None) -> TraceEstimate:
+                  mc_samples: int = 1, kind_options: KindOptions = None,
+                  dry_run: bool = False) -> TraceEstimate | JobEstimate:
     """``tr H`` by a stochastic estimator, stopping at ``stderr <= tol |value|`` or ``max_iter`` products.
 
     Parameters
@@ -214,11 +230,14 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *,
         registered estimator.
     min_samples
         Least number of samples before the stopping rule applies.
+    dry_run
+        Compute nothing: return what the trace will cost (``max_iter`` products, an upper bound).
 
     Returns
     -------
-    TraceEstimate
-        A warning is issued when the tolerance was not reached.
+    TraceEstimate or JobEstimate
+        A warning is issued when the tolerance was not reached; with ``dry_run=True`` the
+        :class:`~landscape.infra.estimate.JobEstimate`.
 
     Raises
     ------
@@ -253,7 +272,10 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *,
     def compute(op: CurvatureOperator) -> TraceEstimate:
         return estimator(op, tol=tol, max_iter=max_iter, generator=_generator(seed), min_samples=min_samples)
 
-    result = computed_at_point("hessian_trace", model, evaluator, options, compute, kind_options=resolved)
+    plan = trace_plan(method, max_iter) if dry_run else None
+    result = computed_at_point("hessian_trace", model, evaluator, options, compute, kind_options=resolved, plan=plan)
+    if dry_run:
+        return result
     if not result.converged:
         warnings.warn(f"hessian_trace: relative standard error {result.relative_stderr:.2g} did not reach "
                       f"tol={tol} within max_iter={max_iter} products; raise max_iter or tol", stacklevel=2)
@@ -263,7 +285,8 @@ def hessian_trace(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *,
 def hessian_density(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, *, iterations: int = 100, runs: int = 1,
                     seed: int = 0, sigma: float | None = None, grid_size: int = 2001,
                     params: Params = None, hvp: str = "auto", include_frozen: bool = False, kind: str = "hessian",
-                    mc_samples: int = 1, kind_options: KindOptions = None) -> SpectralDensity:
+                    mc_samples: int = 1, kind_options: KindOptions = None,
+                    dry_run: bool = False) -> SpectralDensity | JobEstimate:
     """Eigenvalue density of the Hessian by stochastic Lanczos quadrature (Ghorbani et al. 2019).
 
     Parameters
@@ -281,11 +304,14 @@ def hessian_density(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, 
         Gaussian broadening (default 0.5% of the spread of the nodes).
     grid_size
         Least number of grid points.
+    dry_run
+        Compute nothing: return what the density will cost (``min(iterations, dim) x runs``
+        products, exactly).
 
     Returns
     -------
-    SpectralDensity
-        Integrates to one.
+    SpectralDensity or JobEstimate
+        Integrates to one; with ``dry_run=True`` the :class:`~landscape.infra.estimate.JobEstimate`.
 
     Raises
     ------
@@ -308,7 +334,8 @@ def hessian_density(model: ModelLike | torch.Tensor, evaluator: PointEvaluator, 
         return SpectralDensity(grid=grid, density=density, nodes=nodes, weights=weights, sigma=width,
                                dim=op.dim, matvecs=op.matvecs)
 
-    return computed_at_point("hessian_density", model, evaluator, options, compute, kind_options=resolved)
+    plan = density_plan(iterations, runs) if dry_run else None
+    return computed_at_point("hessian_density", model, evaluator, options, compute, kind_options=resolved, plan=plan)
 
 
 # ------------------------------------------------------------------- plumbing
@@ -336,8 +363,8 @@ def spec_of(evaluator: PointEvaluator, **options: Any) -> dict[str, Any]:
 
 def computed_at_point(kind: str, model: ModelLike | torch.Tensor, evaluator: PointEvaluator, options: dict[str, Any],
                       compute: Callable[[CurvatureOperator], Result], *, kind_options: KindOptions = None,
-                      point_ready: bool = False) -> Any:
-    """The result for (kind, point, options).
+                      point_ready: bool = False, plan: ProductPlan | None = None) -> Any:
+    """The result for (kind, point, options), or with ``plan`` its dry run.
 
     From the evaluator's cache, or computed on the curvature operator at the point (BatchNorm mode
     applied) and stored, its spec naming the attention kernel the products ran with
@@ -364,23 +391,27 @@ def computed_at_point(kind: str, model: ModelLike | torch.Tensor, evaluator: Poi
         The kind's options (as :func:`~.at_point.operator_options` returns them), for the operator.
     point_ready : bool
         The flat vector already carries the buffers of the evaluator's BatchNorm mode.
+    plan : ProductPlan, optional
+        Compute nothing: look the key up, time one product and return the
+        :class:`~landscape.infra.estimate.JobEstimate` (:mod:`.estimate`).
 
     Returns
     -------
-    Result
-        The cached or computed result, its spec set.
+    Result or JobEstimate
+        The cached or computed result, its spec set (or the dry run's estimate).
     """
     point = flat_point(model, evaluator)
     spec = {"kind": kind, "point": vector_digest(point), **spec_of(evaluator, **options)}
     cache = getattr(evaluator, "cache", None)
     key = make_key(spec)
-    if cache is not None:
-        found = cache.load_result(key)
-        if found is not None:
-            return found
+    found = cache.load_result(key) if cache is not None else None
+    if found is not None and plan is None:
+        return found
     op = curvature_operator(point, evaluator, kind=options.get("operator", "hessian"), kind_options=kind_options,
                             params=options["params"], include_frozen=options["include_frozen"],
                             seed=options.get("seed", 0), point_ready=point_ready)
+    if plan is not None:
+        return plan.estimate(kind, op, evaluator, found is not None, key)
     result = dataclasses.replace(compute(op), spec={**spec, "attention_kernel": ATTENTION_KERNEL})
     if cache is not None:
         cache.save_result(key, result)

@@ -6,6 +6,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from ..infra.estimate import output_bytes
 from .inputs import call_model, input_length
 
 #: Most points in one chunk, whatever the budget (bounds the host-side bookkeeping).
@@ -62,21 +63,9 @@ def activation_bytes(module: nn.Module, batches: Sequence[tuple[torch.Tensor, to
     int
         An estimate of the activation memory of one point (forward outputs plus working space).
     """
-    total = 0
-
-    def hook(_m: nn.Module, _i: tuple, out: object) -> None:
-        nonlocal total
-        if isinstance(out, torch.Tensor):
-            total += out.numel() * out.element_size()
-
-    handles = [m.register_forward_hook(hook) for m in module.modules()]
-    try:
-        with torch.no_grad():
-            call_model(module, max(batches, key=lambda b: input_length(b[0]))[0])
-    finally:
-        for h in handles:
-            h.remove()
-    return 2 * total
+    largest = max(batches, key=lambda b: input_length(b[0]))[0]
+    with torch.no_grad():
+        return 2 * output_bytes(module, lambda: call_model(module, largest))
 
 
 def fitting_chunk(space_size: int, dtype: torch.dtype, budget: int, per_point_extra: int = 0) -> int:

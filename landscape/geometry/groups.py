@@ -6,8 +6,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..evaluation.dry_run import estimate_points
 from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
+from ..infra.estimate import JobEstimate
 from ..results import GroupResult
 from ..results.barriers import group_accuracy_barrier, group_loss_barrier, normalise_weights, warn_nonfinite
 from ..results.group_size import GroupSizeResult
@@ -19,7 +21,7 @@ from .options import GroupOptions
 
 def group_barrier(models: Sequence[ModelLike], evaluator: PointEvaluator, *,
                   weights: Sequence[float] | np.ndarray | None = None, align: str | None = None,
-                  params: ParamsLike = None) -> GroupResult:
+                  params: ParamsLike = None, dry_run: bool = False) -> GroupResult | JobEstimate:
     """Barrier of the fused model ``sum_i mu_i w_i`` against the members' weighted metrics.
 
     ``mu`` is uniform (the paper) unless ``weights`` are given (normalised to sum to one, e.g.
@@ -42,21 +44,31 @@ def group_barrier(models: Sequence[ModelLike], evaluator: PointEvaluator, *,
         Parameter subset that is fused (``None``: every entry; ``"trainable"``; or ``fnmatch``
         patterns, :mod:`landscape.space.subsets`). The rest stays at the first member, and every
         member must equal it there; ``spec["params"]`` records the subset.
+    dry_run
+        Compute nothing: return what the barrier will cost (:mod:`landscape.evaluation.dry_run`).
 
     Returns
     -------
-    GroupResult
+    GroupResult or JobEstimate
         The normalised weights, each member's loss and accuracy, and the fused model's, with
-        ``loss_barrier`` (Eq. 9) and ``accuracy_barrier`` (Eq. 10).
+        ``loss_barrier`` (Eq. 9) and ``accuracy_barrier`` (Eq. 10); with ``dry_run=True`` the
+        :class:`~landscape.infra.estimate.JobEstimate`.
 
     Raises
     ------
     ConfigError
         If there are fewer than two models, ``params`` matches nothing or is combined with
-        ``align``, or a member differs from the first outside ``params``.
+        ``align``, a member differs from the first outside ``params``, or ``dry_run`` is combined
+        with ``align`` (an alignment is computed, not estimated).
     ValueError
         If the weights are not one finite, non-negative number per model, not all zero.
     """
+    if dry_run:
+        if align is not None:
+            raise ConfigError(f"dry_run cannot estimate align={align!r} (the alignment itself would be computed); "
+                              "estimate without align")
+        return estimate_points("group_barrier", evaluator,
+                               lambda ev: group_barrier(models, ev, weights=weights, params=params))
     vecs = torch.stack([evaluator.vector(m) for m in models])
     if len(vecs) < 2:
         raise ConfigError("a group barrier needs at least two models")

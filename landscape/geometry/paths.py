@@ -12,8 +12,10 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..evaluation.dry_run import estimate_points
 from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
+from ..infra.estimate import JobEstimate
 from ..infra.host_memory import check_fits, points_bytes
 from ..results import BarrierMatrix, PathResult
 from ..results.barriers import warn_nonfinite
@@ -60,7 +62,8 @@ def alpha_grid(alphas: int | Sequence[float] | np.ndarray) -> np.ndarray:
 
 
 def interpolate(a: ModelLike, b: ModelLike, evaluator: PointEvaluator, *, alphas: AlphasLike = 21,
-                align: str | None = None, tol: float | None = None, params: ParamsLike = None) -> PathResult:
+                align: str | None = None, tol: float | None = None, params: ParamsLike = None,
+                dry_run: bool = False) -> PathResult | JobEstimate:
     """Loss and accuracy along the straight line from ``a`` (alpha=0) to ``b`` (alpha=1).
 
     The model at alpha is ``(1 - alpha) a + alpha b``; the barriers of FedGuCci Eq. 3/4 are
@@ -92,20 +95,24 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: PointEvaluator, *, alphas
         ``requires_grad=True``, e.g. a LoRA adapter; or ``fnmatch`` patterns of parameter names,
         :mod:`landscape.space.subsets`). The rest stays at ``a``, and ``b`` must equal ``a``
         there; ``spec["params"]`` records the subset.
+    dry_run
+        Compute nothing: return what the path will cost (:mod:`landscape.evaluation.dry_run`).
 
     Returns
     -------
-    PathResult
+    PathResult or JobEstimate
         ``alphas``, ``loss`` and ``accuracy`` per point, with ``loss_barrier`` and
         ``accuracy_barrier`` (FedGuCci Eq. 3/4); with ``alphas="adaptive"`` the evaluated alphas,
-        sorted, and the search's record in ``search`` (evaluations, gaps, convergence).
+        sorted, and the search's record in ``search`` (evaluations, gaps, convergence). With
+        ``dry_run=True`` the :class:`~landscape.infra.estimate.JobEstimate`.
 
     Raises
     ------
     ConfigError
         If the grid is invalid, ``alphas`` is another string than ``"adaptive"``, ``tol`` is
         not above 0 or is given with a fixed grid, ``params`` matches nothing or is combined
-        with ``align``, or ``b`` differs from ``a`` outside ``params``.
+        with ``align``, ``b`` differs from ``a`` outside ``params``, or ``dry_run`` is combined
+        with ``align`` or ``alphas="adaptive"`` (what they evaluate depends on computed values).
     ArchitectureMismatchError
         If an endpoint does not fit the evaluator's model.
 
@@ -138,6 +145,11 @@ def interpolate(a: ModelLike, b: ModelLike, evaluator: PointEvaluator, *, alphas
     """
     tol = search_tolerance(alphas, tol)
     grid = alpha_grid(alphas) if tol is None else None
+    if dry_run:
+        if align is not None or grid is None:
+            raise ConfigError(f"dry_run cannot estimate {'align=' + repr(align) if align else 'alphas=' + repr(alphas)}"
+                              " (what it evaluates depends on computed values); give a fixed grid without align")
+        return estimate_points("interpolate", evaluator, lambda ev: interpolate(a, b, ev, alphas=grid, params=params))
     evaluator.warn_interpolated_batchnorm()
     va, vb = evaluator.vector(a), evaluator.vector(b)
     spec: dict = {"kind": "path", "evaluator": evaluator.fingerprint()}

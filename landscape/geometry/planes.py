@@ -20,8 +20,10 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
+from ..evaluation.dry_run import estimate_points
 from ..evaluation.protocol import PointEvaluator
 from ..infra.errors import ConfigError
+from ..infra.estimate import JobEstimate
 from ..results import PlaneResult
 from ..space.params import ModelLike, ParameterSpace
 from ..space.subsets import ParamsLike, Subspace, restrict_models
@@ -32,7 +34,8 @@ from .span import AUTO, auto_span, check_span
 
 def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: PointEvaluator, *, resolution: int = 21,
           margin: float = 0.2, labels: Sequence[str] = ("a", "b", "c"),
-          extra: Mapping[str, ModelLike] | None = None, params: ParamsLike = None) -> PlaneResult:
+          extra: Mapping[str, ModelLike] | None = None, params: ParamsLike = None,
+          dry_run: bool = False) -> PlaneResult | JobEstimate:
     """Loss and accuracy on the plane through three models.
 
     The grid covers the bounding box of the three models' coordinates (and of ``extra``
@@ -59,12 +62,15 @@ def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: PointEvaluator, *
     params
         Parameter subset that moves (``None``: every entry; ``"trainable"``; or ``fnmatch``
         patterns, :mod:`landscape.space.subsets`); the rest stays at ``a``, and ``b``, ``c`` must equal ``a`` there.
+    dry_run
+        Compute nothing: return what the plane will cost (:mod:`landscape.evaluation.dry_run`).
 
     Returns
     -------
-    PlaneResult
+    PlaneResult or JobEstimate
         ``(resolution, resolution)`` loss and accuracy (row = y, column = x), the origin, the
-        unit directions ``u``, ``v`` and each model's coordinates.
+        unit directions ``u``, ``v`` and each model's coordinates; with ``dry_run=True`` the
+        :class:`~landscape.infra.estimate.JobEstimate` (forward passes, memory, cached points, time).
 
     Raises
     ------
@@ -73,6 +79,9 @@ def plane(a: ModelLike, b: ModelLike, c: ModelLike, evaluator: PointEvaluator, *
         rounding), ``resolution < 2``, ``margin`` is outside ``[0, MAX_MARGIN]``, or ``b`` or
         ``c`` differs from ``a`` outside ``params``.
     """
+    if dry_run:
+        return estimate_points("plane", evaluator, lambda ev: plane(a, b, c, ev, resolution=resolution, margin=margin,
+                                                                    labels=labels, extra=extra, params=params))
     check_margin(margin)
     base = evaluator.vector(a)
     sub, (va, vb, vc) = restrict_models(evaluator.space, params, [base, evaluator.vector(b), evaluator.vector(c)],
@@ -193,7 +202,7 @@ def normalize_direction(space: ParameterSpace | Subspace, direction: torch.Tenso
 def random_plane(center: ModelLike, evaluator: PointEvaluator, *, resolution: int = 21, span: float | str = 1.0,
                  normalization: str = "filter", seed: int = 0, ignore_bias_and_norm: bool = True,
                  orthogonalize: bool = False, extra: Mapping[str, ModelLike] | None = None,
-                 params: ParamsLike = None) -> PlaneResult:
+                 params: ParamsLike = None, dry_run: bool = False) -> PlaneResult | JobEstimate:
     """Loss and accuracy on ``center + x d1 + y d2``, x and y in [-span, span] (Li et al. 2018).
 
     Coordinates are in units of the (filter-normalised) directions, not of parameter norm.
@@ -227,13 +236,16 @@ def random_plane(center: ModelLike, evaluator: PointEvaluator, *, resolution: in
         Parameter subset that moves (``None``: every entry; ``"trainable"``; or ``fnmatch``
         patterns, :mod:`landscape.space.subsets`); the rest stays at ``center``; the
         directions (filter-normalised per selected tensor) have the subset's length.
+    dry_run
+        Compute nothing: return what the plane will cost (a number ``span`` only).
 
     Returns
     -------
-    PlaneResult
+    PlaneResult or JobEstimate
         ``(resolution, resolution)`` loss and accuracy (row = y, column = x), the origin and the
         two directions; ``spec["span"]`` is the span used and, for ``"auto"``,
-        ``spec["span_rule"]`` the rule's probes.
+        ``spec["span_rule"]`` the rule's probes. With ``dry_run=True`` the
+        :class:`~landscape.infra.estimate.JobEstimate`.
 
     Raises
     ------
@@ -241,7 +253,7 @@ def random_plane(center: ModelLike, evaluator: PointEvaluator, *, resolution: in
         If the first direction is zero (a model with no multi-dimensional weights and
         ``ignore_bias_and_norm=True``), ``normalization`` is unknown, ``resolution < 2``,
         ``span`` is neither a positive number nor ``"auto"``, or the centre's loss is not finite
-        with ``span="auto"``.
+        with ``span="auto"``, or ``dry_run`` with ``span="auto"`` (its probes depend on the losses).
 
     Examples
     --------
@@ -257,6 +269,13 @@ def random_plane(center: ModelLike, evaluator: PointEvaluator, *, resolution: in
     True
     """
     half_width = check_span(span)
+    if dry_run:
+        if half_width == AUTO:
+            raise ConfigError("dry_run cannot count the probes of span='auto' (they depend on the losses); "
+                              "give span a number")
+        return estimate_points("random_plane", evaluator, lambda ev: random_plane(
+            center, ev, resolution=resolution, span=span, normalization=normalization, seed=seed,
+            ignore_bias_and_norm=ignore_bias_and_norm, orthogonalize=orthogonalize, extra=extra, params=params))
     base = evaluator.vector(center)
     sub, (vc,) = restrict_models(evaluator.space, params, [base], ["center"])
     space = sub or evaluator.space
@@ -286,7 +305,7 @@ def random_plane(center: ModelLike, evaluator: PointEvaluator, *, resolution: in
 
 
 def pca_plane(trajectory: Sequence[ModelLike], evaluator: PointEvaluator, *, resolution: int = 21,
-              margin: float = 0.2, params: ParamsLike = None) -> PlaneResult:
+              margin: float = 0.2, params: ParamsLike = None, dry_run: bool = False) -> PlaneResult | JobEstimate:
     """Plane of the top two principal directions of ``trajectory - trajectory[-1]`` (parameters only).
 
     The grid covers the projected trajectory, widened by ``margin``; the trajectory's points
@@ -309,12 +328,14 @@ def pca_plane(trajectory: Sequence[ModelLike], evaluator: PointEvaluator, *, res
         Parameter subset that moves (``None``: every entry; ``"trainable"``; or ``fnmatch``
         patterns, :mod:`landscape.space.subsets`); the rest stays at the last checkpoint, and
         the others must equal it there.
+    dry_run
+        Compute nothing: return what the plane will cost.
 
     Returns
     -------
-    PlaneResult
+    PlaneResult or JobEstimate
         ``(resolution, resolution)`` loss and accuracy, the two principal directions and each
-        checkpoint's coordinates.
+        checkpoint's coordinates; with ``dry_run=True`` the :class:`~landscape.infra.estimate.JobEstimate`.
 
     Raises
     ------
@@ -323,6 +344,9 @@ def pca_plane(trajectory: Sequence[ModelLike], evaluator: PointEvaluator, *, res
         ``resolution < 2``, ``margin`` is outside ``[0, MAX_MARGIN]``, or a checkpoint differs
         from the last outside ``params``.
     """
+    if dry_run:
+        return estimate_points("pca_plane", evaluator, lambda ev: pca_plane(trajectory, ev, resolution=resolution,
+                                                                            margin=margin, params=params))
     check_margin(margin)
     full = [evaluator.vector(m) for m in trajectory]
     if len(full) < 3:

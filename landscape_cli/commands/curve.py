@@ -16,7 +16,7 @@ from landscape_cli import datafiles, runs
 from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context, check_labels
-from landscape_cli.output import emit
+from landscape_cli.output import DryRunOptions, emit, emit_estimates
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ def register(sub: Any) -> None:
                                   "barriers with the line's (Garipov et al. 2018)")
     add_option_flags(p, CurveCommandOptions)
     add_option_flags(p, CurveOptions)
+    add_option_flags(p, DryRunOptions)
 
 
 def training_data(ctx: Context, args: argparse.Namespace) -> Any:
@@ -104,6 +105,11 @@ def run(args: argparse.Namespace) -> int:
     (la, a), (lb, b) = ctx.models.items()
     training = option_values(CurveOptions, args)
     training.pop("kind")
+    if args.dry_run:
+        from landscape import curve
+
+        return emit_estimates(ctx, {"curve": curve(a, b, ctx.evaluator, kind=args.kind,
+                                                   train_data=training_data(ctx, args), **training, dry_run=True)})
     cache = ctx.evaluator.cache
     key = make_key({"command": "curve", "models": [la, lb], "kind": args.kind, "training": training,
                     "train_data": args.train_data or args.data or args.run, "evaluator": ctx.evaluator.fingerprint()})

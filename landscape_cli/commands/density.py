@@ -9,7 +9,7 @@ from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.commands.hessian import curvature_parent, density_figures, operator_options
 from landscape_cli.inputs import Context
-from landscape_cli.output import emit
+from landscape_cli.output import DryRunOptions, emit, emit_estimates
 
 
 @COMMANDS.register("density")
@@ -27,6 +27,7 @@ def register(sub: Any) -> None:
                              nmodels=(1, None),
                              help="Hessian (or GGN, Fisher) eigenvalue density (stochastic Lanczos quadrature)")
     add_option_flags(p, DensityOptions)
+    add_option_flags(p, DryRunOptions)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,8 +48,10 @@ def run(args: argparse.Namespace) -> int:
 
     ctx = Context(args)
     densities = {label: hessian_density(model, ctx.evaluator, **option_values(DensityOptions, args),
-                                        **operator_options(args))
+                                        **operator_options(args), dry_run=args.dry_run)
                  for label, model in ctx.models.items()}
+    if args.dry_run:
+        return emit_estimates(ctx, densities)
     numbers = {label: {"grid_range": [float(d.grid[0]), float(d.grid[-1])], "sigma": d.sigma,
                        "smallest_node": float(d.nodes.min()), "largest_node": float(d.nodes.max()),
                        "hvps": d.matvecs}

@@ -13,7 +13,7 @@ from landscape.infra.options import Options, option
 from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
-from landscape_cli.output import emit
+from landscape_cli.output import DryRunOptions, emit, emit_estimates
 
 #: Alphas of each pairwise path of ``--matrix`` (``landscape.barrier_matrix``'s default).
 MATRIX_ALPHAS = 11
@@ -50,6 +50,7 @@ def register(sub: Any) -> None:
     add_option_flags(p, GroupConnectivityOptions, only=("by_size",))
     add_option_flags(p, GroupCommandOptions)
     add_option_flags(p, PathOptions, defaults={"alphas": MATRIX_ALPHAS})
+    add_option_flags(p, DryRunOptions)
 
 
 def check_weights(weights: Sequence[float] | None, flag: str = "--weights") -> None:
@@ -91,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     models = list(ctx.models.values())
     if args.weights is not None and len(args.weights) != len(models):
         raise ConfigError(f"--weights: {len(args.weights)} weights for {len(models)} models")
+    if args.dry_run:
+        return emit_estimates(ctx, estimate_group(models, ctx.evaluator, args))
     group = group_barrier(models, ctx.evaluator, weights=args.weights)
     numbers: dict[str, Any] = {"size": len(models), "loss_barrier": group.loss_barrier,
                                "accuracy_barrier": group.accuracy_barrier, "fused_loss": group.fused_loss,
@@ -124,3 +127,33 @@ def run(args: argparse.Namespace) -> int:
 
     emit(ctx, numbers, results, draw)
     return 0
+
+
+def estimate_group(models: Sequence[Any], evaluator: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The dry runs of ``landscape group``: the barrier, and with ``--by-size`` / ``--matrix`` those too.
+
+    Parameters
+    ----------
+    models : Sequence
+        The group's models.
+    evaluator : landscape.Evaluator
+        The command's evaluator.
+    args : argparse.Namespace
+        Parsed arguments of ``landscape group``.
+
+    Returns
+    -------
+    dict[str, JobEstimate]
+        Part -> estimate.
+    """
+    from landscape import barrier_matrix, group_barrier, group_barrier_by_size
+    from landscape.evaluation.dry_run import estimate_points
+
+    found = {"group": group_barrier(models, evaluator, weights=args.weights, dry_run=True)}
+    if args.by_size:
+        found["by_size"] = estimate_points("group_barrier_by_size", evaluator, lambda ev: group_barrier_by_size(
+            models, ev, draws=args.draws, seed=args.seed))
+    if args.matrix:
+        found["matrix"] = estimate_points("barrier_matrix", evaluator,
+                                          lambda ev: barrier_matrix(models, ev, alphas=args.alphas))
+    return found

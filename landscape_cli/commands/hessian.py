@@ -16,7 +16,7 @@ from landscape.infra.options import Options, option
 from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
-from landscape_cli.output import emit
+from landscape_cli.output import DryRunOptions, emit, emit_estimates
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,7 @@ def register(sub: Any) -> None:
     add_option_flags(p, EigenOptions)
     add_option_flags(p, HessianCommandOptions)
     add_option_flags(p, DensityOptions, only=("iterations",))
+    add_option_flags(p, DryRunOptions)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {}
     densities = {}
     operator = operator_options(args)
+    if args.dry_run:
+        return emit_estimates(ctx, {f"{label} {part}": estimate for label, model in ctx.models.items()
+                                    for part, estimate in estimate_model(model, ctx.evaluator, args).items()})
     for label, model in ctx.models.items():
         eig = hessian_eigen(model, ctx.evaluator, **option_values(EigenOptions, args), **operator)
         entry: dict[str, Any] = {"eigenvalues": eig.values, "converged": eig.converged, "hvps": eig.matvecs}
@@ -105,6 +109,37 @@ def run(args: argparse.Namespace) -> int:
         numbers[label] = entry
     emit(ctx, numbers, results, (lambda: density_figures(densities)) if densities else None)
     return 0
+
+
+def estimate_model(model: Any, evaluator: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The dry runs of ``landscape hessian`` at one model: eigenvalues, and the trace and density asked for.
+
+    Parameters
+    ----------
+    model : model-like
+        The point.
+    evaluator : landscape.Evaluator
+        The command's evaluator.
+    args : argparse.Namespace
+        Parsed arguments of ``landscape hessian``.
+
+    Returns
+    -------
+    dict[str, JobEstimate]
+        ``"eigen"``, ``"trace"``, ``"density"`` -> estimate.
+    """
+    from landscape import hessian_density, hessian_eigen, hessian_trace
+    from landscape.curvature.options import EigenOptions
+
+    operator = operator_options(args)
+    found = {"eigen": hessian_eigen(model, evaluator, **option_values(EigenOptions, args), **operator, dry_run=True)}
+    if args.trace:
+        found["trace"] = hessian_trace(model, evaluator, tol=args.tol, max_iter=args.max_iter, seed=args.seed,
+                                       **operator, dry_run=True)
+    if args.density:
+        found["density"] = hessian_density(model, evaluator, iterations=args.iterations, seed=args.seed, **operator,
+                                           dry_run=True)
+    return found
 
 
 def operator_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
-from landscape_cli.output import emit
+from landscape_cli.output import DryRunOptions, emit, emit_estimates
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ def register(sub: Any) -> None:
                              help="loss/accuracy along the line between two models, barriers (FedGuCci Eq. 3/4)")
     add_option_flags(p, PathOptions)
     add_option_flags(p, PathCommandOptions)
+    add_option_flags(p, DryRunOptions)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     ctx = Context(args)
     alphas = np.union1d(np.linspace(lo, hi, args.alphas), [0.0, 1.0])
     (la, a), (lb, b) = ctx.models.items()
+    if args.dry_run:
+        return emit_estimates(ctx, {"path": interpolate(a, b, ctx.evaluator, alphas=alphas, dry_run=True)})
     path = interpolate(a, b, ctx.evaluator, alphas=alphas)
     ends_finite = np.isfinite(path.loss[np.isclose(alphas, 0.0) | np.isclose(alphas, 1.0)]).all()
     found = basin(path, models={la: 0.0, lb: 1.0}) if ends_finite else None  # no sublevel without endpoint losses

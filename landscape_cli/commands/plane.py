@@ -14,7 +14,7 @@ from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.inputs import Context
 from landscape_cli.limits import check_points
-from landscape_cli.output import emit
+from landscape_cli.output import DryRunOptions, emit, emit_estimates
 
 KINDS = ("through", "random", "pca")
 
@@ -48,7 +48,7 @@ def register(sub: Any) -> None:
     p = add_analysis_command(sub, "plane", func=run, default_models=["clients", "global"], keep_clients=3,
                              nmodels=(1, None),
                              help="a 2-D plane through three models (or random / PCA directions) and its basins")
-    for options in (PlaneCommandOptions, PlaneOptions, BasinOptions):
+    for options in (PlaneCommandOptions, PlaneOptions, BasinOptions, DryRunOptions):
         add_option_flags(p, options)
 
 
@@ -76,14 +76,18 @@ def run(args: argparse.Namespace) -> int:
         if len(models) < 3:
             raise ConfigError(f"a plane through models needs three of them, got {len(models)}")
         grid = plane(*models[:3], ctx.evaluator, resolution=args.resolution, margin=args.margin,
-                     labels=tuple(labels[:3]), extra=dict(zip(labels[3:], models[3:])))
+                     labels=tuple(labels[:3]), extra=dict(zip(labels[3:], models[3:])), dry_run=args.dry_run)
     elif args.kind == "random":
         grid = random_plane(models[0], ctx.evaluator, resolution=args.resolution, span=args.span,
                             normalization=args.normalization, seed=args.seed,
-                            extra=dict(zip(labels[1:], models[1:])))
-        grid = relabel(grid, {"center": labels[0]})
+                            extra=dict(zip(labels[1:], models[1:])), dry_run=args.dry_run)
     else:
-        grid = pca_plane(models, ctx.evaluator, resolution=args.resolution, margin=args.margin)
+        grid = pca_plane(models, ctx.evaluator, resolution=args.resolution, margin=args.margin, dry_run=args.dry_run)
+    if args.dry_run:
+        return emit_estimates(ctx, {"plane": grid})
+    if args.kind == "random":
+        grid = relabel(grid, {"center": labels[0]})
+    elif args.kind == "pca":
         grid = relabel(grid, {f"step {i}": label for i, label in enumerate(labels)})
     placed = {k: v for k, v in grid.models.items() if inside(grid, v)}
     found = basin(grid, models=list(placed), level=args.level)

@@ -9,7 +9,7 @@ from landscape_cli.commands import COMMANDS
 from landscape_cli.commands.base import add_analysis_command
 from landscape_cli.commands.hessian import curvature_parent, operator_options
 from landscape_cli.inputs import Context
-from landscape_cli.output import emit
+from landscape_cli.output import DryRunOptions, emit, emit_estimates
 
 
 @COMMANDS.register("trace")
@@ -27,6 +27,7 @@ def register(sub: Any) -> None:
                              nmodels=(1, None),
                              help="Hessian (or GGN, Fisher) trace (Hutchinson or Hutch++) with its standard error")
     add_option_flags(p, TraceOptions)
+    add_option_flags(p, DryRunOptions)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
     from landscape.curvature.options import TraceOptions
 
     ctx = Context(args)
+    if args.dry_run:
+        return emit_estimates(ctx, {label: hessian_trace(model, ctx.evaluator, **option_values(TraceOptions, args),
+                                                         **operator_options(args), dry_run=True)
+                                    for label, model in ctx.models.items()})
     numbers: dict[str, Any] = {}
     results: dict[str, Any] = {}
     for label, model in ctx.models.items():

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     Returns
     -------
     int
-        0 once the run is complete (or the list is printed).
+        0 once the run is complete (or the list or, with ``--dry-run``, the estimate is printed).
     """
     from fl import cli
 
@@ -50,8 +50,5 @@ def run(args: argparse.Namespace) -> int:
                                          ("--list-recipes", args.list_recipes)) if wanted]
     if listing:
         return cli.main(listing)
-    result = cli.run_from_args(args)
-    last = result.metrics[-1]
-    print(f"{result.path}: round {last['round']}, test accuracy {last['test_accuracy']:.4f}, "
-          f"test loss {last['test_loss']:.4f}")
+    cli.print_outcome(cli.run_from_args(args), convergence=False)
     return 0
