@@ -62,12 +62,12 @@ from figures import (
     spectral_density_plotly,
 )
 from figures.report import Report
+from fl.central import Trainer  # central training with the connectivity loss
 from fl.datasets import load_dataset
 from fl.realisations import realisations
 from landscape.claims.statistics import NOT_TESTABLE, Interval, below_resolution, decide
 
 from _common import EVAL_SETS, barrier_resolution, group_barriers, pairwise_barrier_values, tensors
-from transitivity import Trainer  # examples/transitivity.py: central training with the connectivity loss
 
 #: Settings shared by the three runs (derived from ``fedgucci-mnist1d``; see the module docstring).
 SETTINGS: dict[str, Any] = {"clients": 10, "participation": 1.0, "local_epochs": 3, "batch_size": 64,
