@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     if argv is None:
         argv = sys.argv[1:]
-        cpu_kernels.reexec(argv)
+        cpu_kernels.reexec(["-m", "paper_claims", *argv])
     args = parser().parse_args(argv)
     import torch
 

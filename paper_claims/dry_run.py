@@ -10,8 +10,8 @@ times the steps left. Nothing is written: no folder is created, no run is starte
 Local steps per round are ``round(participation x clients) x local_epochs x ceil(n_k / batch)``
 with ``n_k`` the mean client size (training samples / clients), times the number of pool
 members for LSS; a branched IMA run counts only the rounds after its branch point. Ditto's
-personal steps, evaluation and the analyses are not counted: the estimate is a lower bound of
-the training time.
+personal steps, evaluation and the analyses are not counted: the estimate is of the local
+training only, at the speed of the timed step.
 """
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def plan(ctx: Context, names: Sequence[str]) -> list[PlannedRun]:
     return out
 
 
-def step_seconds(ctx: Context, recipe: str, *, repeats: int = 3) -> float:
+def step_seconds(ctx: Context, recipe: str, *, repeats: int = 9) -> float:
     """Seconds of one local SGD step of ``recipe``'s model on a batch of its data (median of ``repeats``).
 
     Parameters
@@ -195,7 +195,7 @@ def report(planned: Sequence[PlannedRun], seconds: Mapping[str, float]) -> str:
     per_step = ", ".join(f"{k} {1e3 * v:.2f} ms" for k, v in seconds.items())
     lines += ["", f"{len(planned)} runs, {len(planned) - len(todo)} in the cache, {len(todo)} to train "
               f"({sum(r.steps for r in todo)} local steps); one local step: {per_step}; estimated training "
-              f"time {estimate / 60:.1f} min (a lower bound: analyses and evaluation not counted). "
+              f"time {estimate / 60:.1f} min (local training only: evaluation and analyses not counted). "
               "Nothing was written."]
     return "\n".join(lines)
 

@@ -78,8 +78,8 @@ def pinned(environ: Mapping[str, str] = os.environ) -> bool:
     return all(environ.get(k) == v for k, v in PIN.items())
 
 
-def reexec(args: Sequence[str]) -> None:
-    """Restart ``python -m paper_claims ARGS`` with :data:`PIN` in its environment unless it is there or not asked for.
+def reexec(argv: Sequence[str]) -> None:
+    """Restart this interpreter with :data:`PIN` in its environment unless it is there or ``--kernels native``.
 
     Call it before torch is imported: ``os.execve`` replaces the process, so the new one
     imports torch under the pinned variables and every worker it spawns inherits them. The
@@ -88,14 +88,14 @@ def reexec(args: Sequence[str]) -> None:
 
     Parameters
     ----------
-    args : sequence of str
-        The command's arguments (without the program).
+    argv : sequence of str
+        The interpreter's arguments: a script and its arguments (``sys.argv``), or ``-m``, a
+        module and its arguments.
     """
-    if requested(args) == "pinned" and not pinned():
+    if requested(argv[1:]) == "pinned" and not pinned():
         root = str(Path(__file__).resolve().parents[1])
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-        os.execve(sys.executable, [sys.executable, "-m", "paper_claims", *args],
-                  {**os.environ, **PIN, "PYTHONPATH": path})
+        os.execve(sys.executable, [sys.executable, *argv], {**os.environ, **PIN, "PYTHONPATH": path})
 
 
 def apply(setting: str) -> None:
