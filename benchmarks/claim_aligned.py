@@ -30,7 +30,7 @@ Setting: the engine's defaults (``fl.config.RunConfig``: Dirichlet 0.5 partition
 momentum 0.9, batch 32) with ``CLIENTS`` clients and ``LOCAL_EPOCHS`` local epochs; the clients
 train with the engine's own client update and generators, the aggregates are the algorithms' own
 ``aggregate``. Evaluation on the 1000 test signals. The verdict rule is
-``landscape.claims.statistics.decide`` on paired 95% t-intervals (``benchmarks/claim_stats.py``).
+``landscape.claims.statistics.decide`` on paired 95% t-intervals (``paper_claims.rows``).
 
 Run (about 15 seconds on one core)::
 
@@ -39,7 +39,6 @@ Run (about 15 seconds on one core)::
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -58,9 +57,7 @@ from fl.resolve import build_config
 from fl.rounds import TrainRequest, client_context
 from fl.rundir import split_clients
 from fl.template import build_template
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from claim_stats import ClaimRow, fmt, markdown_table  # noqa: E402
+from paper_claims.rows import ClaimRow, fmt, markdown_table
 
 SEEDS = 10
 CLIENTS = 4

@@ -1,10 +1,10 @@
-"""Which CPU kernel settings change the bits of a training run (the measurement behind claim_kernels.py).
+"""Which CPU kernel settings change the bits of a training run (the measurement behind paper_claims.kernels).
 
 Each setting trains the same short ``fl.run`` in a fresh interpreter (torch reads the
 variables once, at import), one thread; the final global models are compared tensor by
 tensor with the first setting's (``torch.equal`` and the largest absolute difference), and
 settings giving bit-identical models are grouped. ``pinned`` is the claims' setting
-(``claim_kernels.PIN``, oneDNN off); ``pinned, AVX2-host limits`` adds what an older host
+(``paper_claims.kernels.PIN``, oneDNN off); ``pinned, AVX2-host limits`` adds what an older host
 imposes (oneDNN and MKL capped at AVX2 and SSE4.2), so it must equal ``pinned``.
 
     .venv/bin/python benchmarks/kernel_settings.py                       # digits MLP, MNIST-1D CNN
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import claim_kernels
+from paper_claims import kernels as claim_kernels
 
 #: name -> (environment variables, --kernels of the child).
 SETTINGS = {

@@ -62,12 +62,13 @@ from figures import (
     spectral_density_plotly,
 )
 from figures.report import Report
+from fl.central import Trainer  # central training with the connectivity loss
 from fl.datasets import load_dataset
 from fl.realisations import realisations
-from landscape.claims.statistics import NOT_TESTABLE, Interval, below_resolution, decide
+from landscape.claims.outcome import Outcome
+from landscape.claims.statistics import Interval, below_resolution, decide
 
 from _common import EVAL_SETS, barrier_resolution, group_barriers, pairwise_barrier_values, tensors
-from transitivity import Trainer  # examples/transitivity.py: central training with the connectivity loss
 
 #: Settings shared by the three runs (derived from ``fedgucci-mnist1d``; see the module docstring).
 SETTINGS: dict[str, Any] = {"clients": 10, "participation": 1.0, "local_epochs": 3, "batch_size": 64,
@@ -84,7 +85,6 @@ REALISATIONS = 5
 SHARPNESS_RHO = {"l2": 0.1, "adaptive": 0.05}
 #: Tolerance of the FedGuCci-FedAvg barrier comparison: one accuracy point (docs/claims.md, claim 1).
 TOL = 0.01
-NOT_CONVERGED = "no verdict: not converged"
 SIGNS = ("Sign conventions: a pairwise barrier (Eq. 3 loss, Eq. 4 accuracy) is a supremum over the "
          "interpolation grid including the endpoints, where the excess is 0, so it is never negative; 0 "
          "means no barrier anywhere on the line. The group barrier (Eq. 10, 1 - A(centroid) / mean_k "
@@ -149,7 +149,8 @@ def connectivity_verdicts(pairs: dict[str, dict[str, np.ndarray]], resolution: d
     for e in EVAL_SETS:
         a, b = pairs["fedgucci"][e], pairs["fedavg"][e]
         interval = Interval.paired(a, b)
-        verdict = (NOT_CONVERGED if not converged else NOT_TESTABLE if below_resolution(a, b, resolution[e])
+        verdict = (Outcome.NOT_CONVERGED if not converged
+                   else Outcome.NOT_TESTABLE if below_resolution(a, b, resolution[e])
                    else decide(interval, "less", tol=TOL))
         rows.append({"evaluation data": e, "FedGuCci mean pairwise acc barrier": float(a.mean()),
                      "FedAvg mean pairwise acc barrier": float(b.mean()), "resolution": resolution[e],

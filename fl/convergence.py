@@ -9,7 +9,7 @@ has ``converged`` when the slope is below ``MAX_SLOPE`` (0.1 accuracy points per
 diagnostic of the curve alone: it cannot tell a run whose learning rate has annealed to zero
 (finished, however its last epochs rose) from one still training.
 
-**May a claim be measured on this run?** :func:`judge`, the rule ``benchmarks/claims.py``
+**May a claim be measured on this run?** :func:`judge`, the rule the claims (``python -m paper_claims``)
 gates every arm of every claim on, fixed before the claims are measured (:data:`RULE`):
 
 1. *annealed*: the learning rate of the run's last round (or step) is below

@@ -25,7 +25,7 @@ Scaling rules of the MNIST-1D recipes (the same for every paper):
 * model: the MNIST-1D paper's CNN (``mnist1d_cnn``), which plateaus at 0.8-0.9 test
   accuracy in these settings, where the MLP stops near 0.6;
 * convergence: every run records its learning rate and global test accuracy per round;
-  ``benchmarks/claims.py`` gives no verdict on an arm that has not finished training by
+  ``python -m paper_claims`` gives no verdict on an arm that has not finished training by
   :func:`fl.convergence.judge` (schedule annealed, or the claim metric settled).
 """
 from __future__ import annotations

@@ -66,7 +66,7 @@ _EXPORTS: dict[str, str] = {
     "averaging_curve": "decomposition.similarity", "cka_matrix": "decomposition.similarity",
     "linear_cka": "decomposition.similarity",
     # claims and results
-    "Verdict": "claims.verdict",
+    "Verdict": "claims.verdict", "Outcome": "claims.outcome",
     "Metrics": "results.geometry", "PathResult": "results.geometry", "GroupResult": "results.geometry",
     "BarrierMatrix": "results.geometry", "PlaneResult": "results.geometry",
     "PlaneDiagnostics": "results.plane_diagnostics",
@@ -100,6 +100,7 @@ if TYPE_CHECKING:  # the lazy exports spelled out for type checkers (tests/test_
         connected_modulo_permutation,
         group_connected_modulo_permutation,
     )
+    from .claims.outcome import Outcome
     from .claims.verdict import Verdict
     from .connectivity.curves import curve
     from .connectivity.repair import repaired_interpolate

@@ -1,4 +1,4 @@
-"""benchmarks/claims.py's finishing gate: every seed of every arm of a row is judged, and the page says why.
+"""The claims' finishing gate (paper_claims.context): every seed of every arm of a row is judged, and the page says why.
 
 Arm records hold :class:`fl.convergence.Progress` as the claims code builds it: from real short
 runs on digits (``Context.track``) or from curves with their schedule; a row built from arms of
@@ -6,9 +6,7 @@ which one has not finished gets no verdict and names that arm, its seed and its 
 """
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,13 +15,13 @@ import fl
 from fl.convergence import RULE, Progress, judge
 from fl.resolve import build_config
 from landscape import ConfigError
+from landscape.claims.outcome import Outcome
 from landscape.claims.statistics import REPRODUCED
+from paper_claims import page as claim_doc
+from paper_claims.context import ArmRecord, Context, blockers
+from paper_claims.rows import ClaimRow, markdown_table
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "examples")]
-
-from claim_context import ArmRecord, Context, blockers  # noqa: E402
-from claim_stats import NOT_CONVERGED, ClaimRow, markdown_table  # noqa: E402
+NOT_CONVERGED = Outcome.NOT_CONVERGED
 
 TOL = 0.01
 #: Schedules at their end: annealed (the last rate 1e-4 of the peak) and constant.
@@ -85,8 +83,6 @@ def test_context_gate_judges_every_tracked_run_from_real_runs(tmp_path):
 
 
 def test_the_page_prints_the_rule_and_names_the_blocking_arm(tmp_path):
-    import claim_doc
-
     ctx = Context([0, 1, 2, 3, 4], quick=False, cache=tmp_path)
     ctx.arms = [record("arm 0", ANNEALED, [0.03] * 5), record("arm 2", CONSTANT, [0.0, 0.0, 0.02, 0.0, 0.0])]
     ctx.started = time.time()

@@ -1,7 +1,7 @@
-"""benchmarks/claim_kernels.py: the pinned CPU kernels give the same bits whatever the process started with.
+"""paper_claims.kernels: the pinned CPU kernels give the same bits whatever the process started with.
 
 A tiny training (the MNIST-1D CNN, 8 SGD steps with momentum: convolutions, GEMMs, their
-gradients) runs in fresh interpreters that pin themselves as benchmarks/claims.py does
+gradients) runs in fresh interpreters that pin themselves as ``python -m paper_claims`` does
 (``reexec`` before torch is imported, then ``apply``). Started from an environment asking for
 other kernels (ATen's scalar ``default``, MKL's AUTO branch) and limiting the instruction sets
 MKL and oneDNN may use, as an older host does, the pinned runs are bit-identical; the same
@@ -21,17 +21,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from landscape import ConfigError
+from paper_claims import kernels as claim_kernels
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from landscape import ConfigError  # noqa: E402
-
-import claim_kernels  # noqa: E402
 
 TRAIN = f"""
 import json, sys
-sys.path.insert(0, {str(ROOT / "benchmarks")!r})
-import claim_kernels
+sys.path.insert(0, {str(ROOT)!r})
+from paper_claims import kernels as claim_kernels
 claim_kernels.reexec(sys.argv)
 import torch
 import torch.nn.functional as F

@@ -1,18 +1,16 @@
-"""benchmarks/claim_stats.py: effect sizes and verdict rules of the claims table."""
+"""paper_claims.rows: effect sizes and verdict rules of the claims table; p-values and Holm's adjustment."""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from landscape.claims.outcome import Outcome
+from landscape.claims.statistics import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Interval, decide
+from paper_claims.rows import ClaimRow, markdown_table, mean_std
 
-from landscape.claims.statistics import INCONCLUSIVE, NOT_REPRODUCED, NOT_TESTABLE, REPRODUCED, Interval, decide  # noqa: E402
-
-from claim_stats import NOT_CONVERGED, NOT_MEASURED, ClaimRow, markdown_table, mean_std  # noqa: E402
+NOT_CONVERGED, NOT_MEASURED = Outcome.NOT_CONVERGED, Outcome.NOT_MEASURED
 
 
 def row(a, b=(), claimed="greater", tol=0.0, bound=0.0) -> ClaimRow:

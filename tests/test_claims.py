@@ -19,7 +19,7 @@ from torch import nn
 
 from figures.verdicts import verdict_figure
 from landscape import ConfigError, Evaluator, interpolate
-from landscape.claims import Verdict, flatter, group_connectivity, replicate, shared_basin, transitivity
+from landscape.claims import Outcome, Verdict, flatter, group_connectivity, replicate, shared_basin, transitivity
 
 S = 6.0  # weight scale of the ReLU construction (large: confident, near-zero loss endpoints)
 
@@ -74,7 +74,7 @@ def test_identical_models_are_connected(permuted_pair, xor_free_data):
     w1, _ = permuted_pair
     ev = evaluator(w1, xor_free_data)
     v = transitivity(w1, w1, w1, ev)
-    assert v.holds and v.status == "holds"
+    assert v.holds and v.status == Outcome.REPRODUCED
     assert v.numbers["barrier_w1_w2"] == 0.0 and v.numbers["barrier_w1_anchor"] == 0.0
     assert v.numbers["fused_acc"] == v.numbers["ind_acc"] == 1.0
     g = group_connectivity([w1, w1, w1], ev, threshold=0.0)
@@ -98,7 +98,7 @@ def test_permutation_counterexample_makes_transitivity_fail(permuted_pair, xor_f
     ev = evaluator(w1, xor_free_data)
     anchor = midpoint(w1, w2)  # all hidden weights zero: a constant, class-0 output
     v = transitivity(w1, w2, anchor, ev, alphas=11)
-    assert v.status == "fails" and not v.holds
+    assert v.status == Outcome.NOT_REPRODUCED and not v.holds
     assert v.numbers["barrier_w1_anchor"] <= 0.05 and v.numbers["barrier_w2_anchor"] <= 0.05
     # the midpoint of w1-w2 is the anchor: accuracy 1/2 against 1 at the ends -> barrier 1/2
     labels = xor_free_data[1]
@@ -114,7 +114,7 @@ def test_premise_failure_is_not_applicable_and_baseline_reduction(permuted_pair,
     w1, w2 = permuted_pair
     ev = evaluator(w1, xor_free_data)
     v = transitivity(w1, w1, w2, ev, alphas=11)  # w1-anchor(=w2) has the barrier
-    assert v.status == "not applicable" and not v.holds
+    assert v.status == Outcome.NOT_TESTABLE and not v.holds
     # baseline pair with a barrier, tested pair identical: 100% reduction, as in Table 1's format
     v = transitivity(w1, w1, w1, ev, baseline=(w1, w2), alphas=11)
     assert v.holds and v.numbers["relative_reduction"] == pytest.approx(1.0)
@@ -122,7 +122,7 @@ def test_premise_failure_is_not_applicable_and_baseline_reduction(permuted_pair,
         v.numbers["baseline_ind_acc"] - v.numbers["baseline_fused_acc"])
     # the tested pair no better than the baseline: fails
     v = transitivity(w1, w2, midpoint(w1, w2), ev, baseline=(w1, w2), alphas=11)
-    assert v.status == "fails" and v.numbers["relative_reduction"] == pytest.approx(0.0)
+    assert v.status == Outcome.NOT_REPRODUCED and v.numbers["relative_reduction"] == pytest.approx(0.0)
 
 
 def test_group_by_size_reports_mean_per_k(xor_free_data):
@@ -211,7 +211,7 @@ def test_verdict_renders_numbers_everywhere(permuted_pair, xor_free_data):
     value = f"{v.numbers['barrier_w1_w2']:.4g}"
     for rendering in (text, md, page):
         assert value in rendering and "0.07" in rendering
-    assert "FAILS" in text and "fails" in md and "fails" in page
+    assert "NOT REPRODUCED" in text and "not reproduced" in md and "not reproduced" in page
     d = v.to_dict()
     assert d["holds"] is False and d["numbers"]["barrier_w1_w2"] == v.numbers["barrier_w1_w2"]
     assert set(v.results["paths"]) == {"w1-anchor", "w2-anchor", "w1-w2"}
@@ -237,7 +237,7 @@ def test_replicate_reports_mean_spread_and_disagreement(xor_free_data):
     half = stats.t.ppf(0.975, 2) * margins.std(ddof=1) / np.sqrt(3)
     low, high = margins.mean() - half, margins.mean() + half
     assert (rep.numbers["margin_low"], rep.numbers["margin_high"]) == pytest.approx((low, high))
-    expected = "holds" if low > 0 else "fails" if high < 0 else "inconclusive"
+    expected = "reproduced" if low > 0 else "not reproduced" if high < 0 else "inconclusive"
     assert rep.status == expected
     assert "Over 3 replicates" in str(rep) and "no spread" in str(singles[0])
     with pytest.raises(ConfigError, match="at least two cases"):
@@ -258,9 +258,9 @@ def test_replicate_decides_on_the_margin_interval_not_on_agreement(xor_free_data
     rep = replicate(group_connectivity, cases, evaluator=ev, metric="loss", threshold=just_above)
     assert rep.numbers["holds_in"] == "3/3" and rep.status == "inconclusive"
     assert replicate(group_connectivity, cases, evaluator=ev, metric="loss",
-                     threshold=float(values.max() + 10 * np.ptp(values))).status == "holds"
+                     threshold=float(values.max() + 10 * np.ptp(values))).status == "reproduced"
     assert replicate(group_connectivity, cases, evaluator=ev, metric="loss",
-                     threshold=float(values.min() - 10 * np.ptp(values))).status == "fails"
+                     threshold=float(values.min() - 10 * np.ptp(values))).status == "not reproduced"
 
 
 def test_verdicts_explain_their_numbers_and_mark_informational_ones(permuted_pair, xor_free_data):
@@ -282,7 +282,8 @@ def test_the_margin_is_printed_with_the_rule_that_makes_it(permuted_pair, xor_fr
     assert v.margin == pytest.approx(allowance - v.numbers["barrier_w1_w2"]) and v.margin > 0.05
     text = str(v)
     assert "Margin: " in text and "max(threshold, (1 - min_reduction) x baseline_barrier) - barrier_w1_w2" in text
-    assert repr(v).startswith("Verdict(transitivity: holds -- ") and "margin" in repr(v) and "numbers" not in repr(v)
+    assert repr(v).startswith("Verdict(transitivity: reproduced -- ")
+    assert "margin" in repr(v) and "numbers" not in repr(v)
     rep = replicate(group_connectivity, [([w1, w1],), ([w2, w2],)], evaluator=ev)
     assert rep.legend["margin"].startswith("mean over the replicates of threshold - group barrier")
     assert "margin: mean over the replicates" in str(rep)

@@ -5,7 +5,7 @@
   array file give bit-identical tensors, for every data set and normalisation.
 * Every malformed or hostile array file is a one-line ``DataError`` naming the problem, and
   nothing in it is ever unpickled.
-* ``benchmarks/claims.py --quick --dataset cifar10`` runs the papers' CIFAR-10 recipes on a tiny
+* ``python -m paper_claims --quick --dataset cifar10`` runs the papers' CIFAR-10 recipes on a tiny
   CIFAR-10 array file on the CPU and writes only where it is told to.
 """
 from __future__ import annotations
@@ -269,7 +269,7 @@ def test_arrays_larger_than_a_data_file_are_refused_before_they_are_read(tmp_pat
     tally("hostile files refused")
 
 
-# ---------------------------------------------------------------- benchmarks/claims.py on CIFAR-10 arrays
+# ---------------------------------------------------------------- python -m paper_claims on CIFAR-10 arrays
 
 @pytest.fixture(scope="module")
 def cifar10_root(tmp_path_factory) -> Path:
@@ -287,7 +287,7 @@ def cifar10_paths() -> set[str]:
 
 
 def run_claims(tmp_path: Path, data_root: Path, only: list[str]) -> str:
-    """``benchmarks/claims.py --quick --dataset cifar10`` from the repository root; the page it wrote.
+    """``python -m paper_claims --quick --dataset cifar10`` from the repository root; the page it wrote.
 
     Checks that it exits 0 within the timeout and writes nothing outside ``tmp_path`` (the
     repository's runs/ and docs/claims.md, the default data folder, the data root).
@@ -295,13 +295,13 @@ def run_claims(tmp_path: Path, data_root: Path, only: list[str]) -> str:
     before = cifar10_paths()
     env = {**os.environ, "LANDSCAPE_DATA": str(tmp_path / "default-data")}
     doc = tmp_path / "claims.md"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "claims.py"), "--quick", "--dataset", "cifar10",
+    cmd = [sys.executable, "-m", "paper_claims", "--quick", "--dataset", "cifar10",
            "--data-root", str(data_root), "--device", "cpu", "--seeds", "0", "1", "--only", *only,
            "--cache", str(tmp_path / "runs"), "--doc", str(doc)]
     started = time.time()
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    print(f"claims.py --only {' '.join(only)}: {time.time() - started:.1f} s")
+    print(f"paper_claims --only {' '.join(only)}: {time.time() - started:.1f} s")
     assert sorted(os.listdir(tmp_path)) == ["claims.md", "runs"]
     assert cifar10_paths() == before and str(tmp_path) not in (ROOT / "docs" / "claims.md").read_text("utf-8")
     assert sorted(os.listdir(data_root)) == ["cifar10.npz"]

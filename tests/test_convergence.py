@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,13 +9,11 @@ import pytest
 from scipy import stats
 
 import fl
+from fl.central import Trainer
 from fl.convergence import ANNEALED_FRACTION, MAX_SLOPE, Progress, assess, judge, run_progress, schedule
 from fl.datasets import load_dataset
 from fl.resolve import build_config, merge_settings
 from landscape import ConfigError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from transitivity import Trainer  # noqa: E402
 
 
 def test_slope_and_plateau_of_a_real_run_match_an_independent_fit(tmp_path):

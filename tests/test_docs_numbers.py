@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: pages generated whole by a script (``benchmarks/claims.py``, ``examples/merging.py``, ``scripts/cli_help.py``)
+#: pages generated whole by a script (``python -m paper_claims``, ``examples/merging.py``, ``scripts/cli_help.py``)
 GENERATED_PAGES = {"claims.md", "merging.md", "cli.md"}
 
 #: a number or a range of numbers, then a unit; not a shape (``1 x 28 x 28``) nor part of a name or version

@@ -6,6 +6,9 @@
   ``landscape.space``), so ``import fl`` does not load the analysis core (one import inside a
   function is allowed: the aligned algorithm's alignment, ``FL_LAZY_EXCEPTIONS``);
 * ``figures`` uses the core's results, claims and infrastructure, never the engine;
+* ``paper_claims`` (the papers' claims, measured: it trains with ``fl`` and measures with
+  ``landscape``) sits above both; nothing else in the packages imports it, and it imports
+  neither ``figures`` nor ``landscape_cli``;
 * inside the core and in ``fl``, names are imported from the modules that define them, never
   through the facade (``from landscape import ConfigError`` is for users);
 * the core's subpackages are layers, ``LAYERS`` from the bottom up: a subpackage imports only
@@ -29,7 +32,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("landscape", "fl", "figures", "landscape_cli")
+PACKAGES = ("landscape", "fl", "figures", "landscape_cli", "paper_claims")
 MAX_LINES = 420
 #: Beyond this no module is one concept.
 HARD_MAX_LINES = 700
@@ -135,6 +138,21 @@ FL_LAZY_EXCEPTIONS = {("fl.algorithms.aligned", "landscape.alignment")}
 def _top_level_lines(module: str) -> set[int]:
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
     return {node.lineno for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))}
+
+
+def test_paper_claims_sits_above_the_core_and_the_engine():
+    up = [f"{m}:{line} imports {t}" for m, imports in GRAPH.items() if m.split(".")[0] != "paper_claims"
+          for t, _, line in imports if t.split(".")[0] == "paper_claims"]
+    down = [f"{m}:{line} imports {t}" for m, imports in GRAPH.items() if m.split(".")[0] == "paper_claims"
+            for t, _, line in imports if t.split(".")[0] in ("figures", "landscape_cli")]
+    assert not up and not down, up + down
+
+
+def test_importing_paper_claims_loads_no_torch():
+    """The claims command pins the CPU kernels before torch is imported: the package and its command load none."""
+    code = "import sys, paper_claims, paper_claims.cli, paper_claims.definitions; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.strip() == "False", out
 
 
 def test_fl_uses_only_the_infrastructure_layer_of_the_core():

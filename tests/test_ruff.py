@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Everything with Python source: the packages, the tests and the runnable scripts.
-PATHS = ("landscape", "fl", "figures", "landscape_cli", "tests", "examples", "benchmarks", "scripts")
+PATHS = ("landscape", "fl", "figures", "landscape_cli", "paper_claims", "tests", "examples", "benchmarks", "scripts")
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess[str]:

@@ -34,6 +34,7 @@ from ..results.barriers import DEFAULT_THRESHOLD
 from ..results.base import Result
 from ..space.params import ModelLike
 from .options import FlatterOptions, GroupConnectivityOptions, SharedBasinOptions, TransitivityOptions
+from .outcome import Outcome
 from .verdict import Verdict
 
 TRANSITIVITY_LEGEND = {
@@ -92,7 +93,7 @@ def transitivity(w1: ModelLike, w2: ModelLike, anchor: ModelLike, evaluator: Poi
     """FedGuCci Hypothesis 3.1: w1-anchor and w2-anchor connected implies w1-w2 connected.
 
     Premise: the barriers of the paths w1-anchor and w2-anchor are both ``<= threshold``
-    (otherwise "not applicable"). Conclusion: the w1-w2 barrier is ``<= threshold`` or, given a
+    (otherwise ``not testable``). Conclusion: the w1-w2 barrier is ``<= threshold`` or, given a
     ``baseline`` pair, at least ``min_reduction`` below the baseline's (relative,
     ``(B_base - B) / B_base``; FedGuCci Table 1). Ind. Acc. and Fused Acc. (the midpoint, needs
     0.5 on the grid) are reported as in Table 1.
@@ -115,7 +116,7 @@ def transitivity(w1: ModelLike, w2: ModelLike, anchor: ModelLike, evaluator: Poi
     Returns
     -------
     Verdict
-        ``holds``, ``fails`` or ``not applicable``, with the barriers and the paths.
+        ``reproduced``, ``not reproduced`` or ``not testable``, with the barriers and the paths.
 
     Raises
     ------
@@ -148,14 +149,14 @@ def transitivity(w1: ModelLike, w2: ModelLike, anchor: ModelLike, evaluator: Poi
     else:
         conclusion = connected
     if not premise:
-        status, reason = "not applicable", (f"the premise fails: anchor barriers {b1:.4g} and {b2:.4g}, "
+        status, reason = Outcome.NOT_TESTABLE, (f"the premise fails: anchor barriers {b1:.4g} and {b2:.4g}, "
                                             f"threshold {threshold:g}")
     elif conclusion:
-        status = "holds"
+        status = Outcome.REPRODUCED
         reason = (f"w1-w2 barrier {b12:.4g} <= {threshold:g}" if connected else
                   f"w1-w2 barrier {b12:.4g} is {100 * numbers['relative_reduction']:.1f}% below the baseline's")
     else:
-        status = "fails"
+        status = Outcome.NOT_REPRODUCED
         reason = f"both models connect to the anchor, but the w1-w2 barrier is {b12:.4g} > {threshold:g}"
         if baseline is not None:
             reason += f" and only {100 * numbers['relative_reduction']:.1f}% below the baseline's"
@@ -197,7 +198,7 @@ def group_connectivity(models: Sequence[ModelLike], evaluator: PointEvaluator, *
     Returns
     -------
     Verdict
-        ``holds`` or ``fails``, with the group barrier and the fused and member metrics.
+        ``reproduced`` or ``not reproduced``, with the group barrier and the fused and member metrics.
 
     Raises
     ------
@@ -222,7 +223,7 @@ def group_connectivity(models: Sequence[ModelLike], evaluator: PointEvaluator, *
         results["by_size"] = sizes
     holds = bool(value <= threshold)
     return Verdict(
-        kind="group_connectivity", status="holds" if holds else "fails",
+        kind="group_connectivity", status=Outcome.of(holds),
         reason=f"group barrier {value:.4g} {'<=' if holds else '>'} {threshold:g}",
         claim=f"Group connectivity: the {len(models)} models share a low-{metric}-barrier region "
               "around their centroid",
@@ -273,7 +274,7 @@ def shared_basin(client_models: Sequence[ModelLike] | Mapping[str, ModelLike], g
     Returns
     -------
     Verdict
-        ``holds`` or ``fails``, with the basin, barrier and C3 numbers and the result objects.
+        ``reproduced`` or ``not reproduced``, with the basin, barrier and C3 numbers and the result objects.
 
     Raises
     ------
@@ -333,7 +334,7 @@ def shared_basin(client_models: Sequence[ModelLike] | Mapping[str, ModelLike], g
     else:
         reason = f"a client-global barrier is {worst:.4g} > {barrier_threshold:g}"
     return Verdict(
-        kind="shared_basin", status="holds" if holds else "fails", reason=reason, numbers=numbers,
+        kind="shared_basin", status=Outcome.of(holds), reason=reason, numbers=numbers,
         claim="Shared basin: the client models and the global model lie in one low-loss basin",
         thresholds={"metric": metric, "barrier_threshold": barrier_threshold, "level": found.level,
                     "plane": plane_kind, "resolution": resolution},
@@ -374,7 +375,7 @@ def flatter(model_a: ModelLike, model_b: ModelLike, evaluator: PointEvaluator, *
     Returns
     -------
     Verdict
-        ``holds`` or ``fails``, with both top eigenvalues, their ratio and convergence.
+        ``reproduced`` or ``not reproduced``, with both top eigenvalues, their ratio and convergence.
 
     Raises
     ------
@@ -396,7 +397,7 @@ def flatter(model_a: ModelLike, model_b: ModelLike, evaluator: PointEvaluator, *
             "b": hessian_density(model_b, evaluator, iterations=density_iterations, seed=seed)}
     holds = la < (1.0 - margin) * lb
     return Verdict(
-        kind="flatter", status="holds" if holds else "fails",
+        kind="flatter", status=Outcome.of(holds),
         reason=f"top Hessian eigenvalue {la:.4g} (a) {'<' if holds else '>='} "
                f"{'' if margin == 0 else f'{1 - margin:g} x '}{lb:.4g} (b)",
         claim="Flatness: model a lies in a flatter region than model b (smaller top Hessian eigenvalue)",

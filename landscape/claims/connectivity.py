@@ -23,6 +23,7 @@ from ..geometry.paths import interpolate
 from ..infra.errors import ConfigError
 from ..results.barriers import DEFAULT_THRESHOLD, METRICS
 from ..results.geometry import PathResult
+from .outcome import Outcome
 from .verdict import Verdict
 
 
@@ -89,7 +90,7 @@ def connected_modulo_permutation(a: Any, b: Any, evaluator: PointEvaluator, *, m
     best = min((k for k in paths if k != "before"), key=lambda k: _barrier(paths[k], metric))
     reason = (f"{metric} barrier {before:.4g} before alignment, {after:.4g} {best} "
               f"({'<=' if holds else '>'} {threshold:g})")
-    return Verdict(kind="connected_modulo_permutation", status="holds" if holds else "fails", reason=reason,
+    return Verdict(kind="connected_modulo_permutation", status=Outcome.of(holds), reason=reason,
                    claim="Connected modulo permutation: after aligning the hidden units of b to a, the linear "
                          "path has no barrier", numbers=numbers,
                    thresholds={"metric": metric, "threshold": threshold, "method": method},
@@ -137,7 +138,7 @@ def group_connected_modulo_permutation(models: Sequence[Any], evaluator: PointEv
                         f"fused_accuracy[{label}]": g.fused_accuracy})
     before, after = (_barrier(groups[k], metric) for k in ("before", "aligned"))
     holds = after <= threshold
-    return Verdict(kind="group_connected_modulo_permutation", status="holds" if holds else "fails",
+    return Verdict(kind="group_connected_modulo_permutation", status=Outcome.of(holds),
                    reason=f"group {metric} barrier {before:.4g} before alignment, {after:.4g} after "
                           f"({'<=' if holds else '>'} {threshold:g})",
                    claim=f"Group connected modulo permutation: after aligning the {len(models)} models "
@@ -190,7 +191,7 @@ def connected_by_curve(a: Any, b: Any, evaluator: PointEvaluator, *, train_data:
                "curve_accuracy_barrier": result.accuracy_barrier,
                "line_accuracy_barrier": result.line_accuracy_barrier,
                "curve_max_loss": float(result.loss.max()), "line_max_loss": float(result.line_loss.max())}
-    return Verdict(kind="connected_by_curve", status="holds" if holds else "fails",
+    return Verdict(kind="connected_by_curve", status=Outcome.of(holds),
                    reason=f"{kind} curve {metric} barrier {value:.4g} {'<=' if holds else '>'} {threshold:g} "
                           f"(straight line {line:.4g})",
                    claim=f"Connected by a curve: a learned {kind} curve joins a and b without a barrier",

@@ -26,10 +26,18 @@ upper end is below ``-tol``.
 >>> iv = Interval.of([0.01, 0.03, 0.02, 0.025, 0.015])
 >>> round(iv.mean, 3), round(iv.low, 4), round(iv.high, 4)
 (0.02, 0.0102, 0.0298)
->>> decide(iv, "greater", tol=0.005)
-'reproduced'
->>> decide(Interval(0.014, -0.017, 0.045, 3), "greater", tol=0.005)
-'inconclusive'
+>>> print(decide(iv, "greater", tol=0.005))
+reproduced
+>>> print(decide(Interval(0.014, -0.017, 0.045, 3), "greater", tol=0.005))
+inconclusive
+
+Many claims tested at once: :func:`p_value` gives each claim's one-sided p-value (the test
+whose 95% interval the rule reads) and :func:`holm` adjusts a family of them (Holm 1979), so
+that rejecting every claim whose adjusted value is below 0.05 keeps the family-wise error
+rate at 5%.
+
+>>> [round(p, 3) for p in holm([0.01, 0.04, 0.03, 0.005])]
+[0.03, 0.06, 0.06, 0.02]
 """
 from __future__ import annotations
 
@@ -41,9 +49,11 @@ import numpy as np
 from scipy import stats
 
 from ..infra.errors import ConfigError
+from .outcome import Outcome
 
-REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_TESTABLE = ("reproduced", "not reproduced", "inconclusive",
-                                                          "not testable")
+#: The outcomes of the rule (members of :class:`~landscape.claims.outcome.Outcome`, kept under these names).
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_TESTABLE = (Outcome.REPRODUCED, Outcome.NOT_REPRODUCED,
+                                                          Outcome.INCONCLUSIVE, Outcome.NOT_TESTABLE)
 #: The directions a claim can take (see the module docstring).
 CLAIMED = ("greater", "less", "not_less", "below", "above")
 #: Fewest paired seeds a verdict may rest on (a reviewer's minimum; the interval needs n >= 2).
@@ -133,7 +143,7 @@ class Interval:
         return f"{self.mean:+.4g} [{self.low:+.4g}, {self.high:+.4g}]"
 
 
-def decide(interval: Interval, claimed: str, *, tol: float = 0.0, bound: float = 0.0) -> str:
+def decide(interval: Interval, claimed: str, *, tol: float = 0.0, bound: float = 0.0) -> Outcome:
     """The verdict of a claim from its interval (the rule of the module docstring).
 
     Parameters
@@ -150,8 +160,8 @@ def decide(interval: Interval, claimed: str, *, tol: float = 0.0, bound: float =
 
     Returns
     -------
-    str
-        ``"reproduced"``, ``"not reproduced"`` or ``"inconclusive"``.
+    Outcome
+        ``reproduced``, ``not reproduced`` or ``inconclusive``.
 
     Raises
     ------
@@ -193,3 +203,85 @@ def below_resolution(a: Sequence[float], b: Sequence[float], resolution: float) 
     bool
     """
     return bool(len(a) and len(b) and abs(float(np.mean(a))) <= resolution and abs(float(np.mean(b))) <= resolution)
+
+
+def p_value(a: Sequence[float], b: Sequence[float] = (), claimed: str = "greater", *, tol: float = 0.0,
+            bound: float = 0.0) -> float:
+    """One-sided Student-t p-value of a claim: how likely its values are if the effect is not on the claimed side.
+
+    The null hypothesis puts the mean at the edge of the claimed side: 0 for ``"greater"`` and
+    ``"less"`` (paired differences ``a - b``), ``-tol`` for ``"not_less"``, ``bound`` for a
+    threshold claim (``"below"``/``"above"``, ``a`` alone). ``t = sign (mean - centre) /
+    (std / sqrt(n))`` with ``std`` at ddof 1 and ``p = P(T_{n-1} >= t)``; with no spread the
+    p-value is 0 or 1 (the mean on the claimed side or not).
+
+    Parameters
+    ----------
+    a, b
+        Per-seed values of the arms (``b`` empty for a threshold claim).
+    claimed
+        One of :data:`CLAIMED`.
+    tol
+        The claim's tolerance (used by ``"not_less"`` only).
+    bound
+        The bound of a threshold claim.
+
+    Returns
+    -------
+    float
+        The p-value in [0, 1].
+
+    Raises
+    ------
+    ConfigError
+        For an unknown ``claimed``, fewer than two values, or arms of different lengths.
+    """
+    if claimed not in CLAIMED:
+        raise ConfigError(f"claimed must be one of {CLAIMED}, got {claimed!r}")
+    values = np.asarray(a, dtype=np.float64)
+    if len(b):
+        if len(a) != len(b):
+            raise ConfigError(f"paired arms need one value per seed each, got {len(a)} and {len(b)}")
+        values = values - np.asarray(b, dtype=np.float64)
+    if values.size < 2:
+        raise ConfigError(f"a p-value needs at least two values, got {values.size}")
+    centre = {"not_less": -tol, "below": bound, "above": bound}.get(claimed, 0.0)
+    sign = 1.0 if claimed in ("greater", "above", "not_less") else -1.0
+    shift = sign * (float(values.mean()) - centre)
+    spread = float(values.std(ddof=1)) / math.sqrt(values.size)
+    if spread == 0.0:
+        return 0.0 if shift > 0 else 1.0
+    return float(stats.t.sf(shift / spread, values.size - 1))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values of a family of tests (Holm 1979), in the input order.
+
+    With the ``m`` p-values sorted ascending, ``p_(1) <= ... <= p_(m)``, the adjusted value of
+    ``p_(i)`` is ``max_{j <= i} min(1, (m - j + 1) p_(j))``; a test is rejected at family-wise
+    level ``alpha`` when its adjusted value is ``<= alpha``.
+
+    Parameters
+    ----------
+    p_values
+        One p-value per test, each in [0, 1].
+
+    Returns
+    -------
+    list of float
+        The adjusted p-values, in the order of ``p_values``.
+
+    Raises
+    ------
+    ConfigError
+        If a p-value lies outside [0, 1] or is not a number.
+    """
+    p = np.asarray(p_values, dtype=np.float64)
+    if not ((p >= 0.0) & (p <= 1.0)).all():
+        raise ConfigError(f"p-values must lie in [0, 1], got {p.tolist()}")
+    order = np.argsort(p, kind="stable")
+    m = p.size
+    adjusted = np.maximum.accumulate(np.minimum(1.0, (m - np.arange(m)) * p[order])) if m else p
+    out = np.empty(m)
+    out[order] = adjusted
+    return out.tolist()

@@ -17,9 +17,11 @@ import numpy as np
 
 from ..infra.errors import ConfigError
 from ..results.base import jsonable
-from .statistics import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, Interval, decide
+from .outcome import Outcome
+from .statistics import Interval, decide
 
-STATUSES = ("holds", "fails", "not applicable", "inconclusive")
+#: The outcomes a check can reach (:class:`~landscape.claims.outcome.Outcome`).
+STATUSES = (Outcome.REPRODUCED, Outcome.NOT_REPRODUCED, Outcome.INCONCLUSIVE, Outcome.NOT_TESTABLE)
 
 
 @dataclass(frozen=True)
@@ -33,8 +35,10 @@ class Verdict:
     claim
         The claim in one sentence.
     status
-        ``"holds"``, ``"fails"``, ``"not applicable"`` (a premise is not met, e.g. the models
-        are not connected to the anchor) or ``"inconclusive"`` (replicates disagree).
+        An :class:`~landscape.claims.outcome.Outcome`: ``reproduced`` (the claim holds),
+        ``not reproduced``, ``not testable`` (a premise is not met, e.g. the models are not
+        connected to the anchor) or ``inconclusive`` (replicates disagree). Given as text, it is
+        converted.
     reason
         One sentence saying why.
     numbers
@@ -61,7 +65,7 @@ class Verdict:
 
     kind: str
     claim: str
-    status: str
+    status: Outcome
     reason: str
     numbers: Mapping[str, Any]
     thresholds: Mapping[str, Any]
@@ -75,12 +79,13 @@ class Verdict:
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
-            raise ConfigError(f"status must be one of {STATUSES}, got {self.status!r}")
+            raise ConfigError(f"status must be one of {[str(s) for s in STATUSES]}, got {self.status!r}")
+        object.__setattr__(self, "status", Outcome(self.status))
 
     @property
     def holds(self) -> bool:
-        """True only for the status ``"holds"``."""
-        return self.status == "holds"
+        """True only for the status ``reproduced``."""
+        return self.status == Outcome.REPRODUCED
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (numbers, thresholds, verdict; result objects are left out).
@@ -136,8 +141,8 @@ class Verdict:
         return "\n".join(lines + self._footer())
 
     def _repr_markdown_(self) -> str:
-        mark = {"holds": "✅ holds", "fails": "❌ fails", "not applicable": "➖ not applicable",
-                "inconclusive": "❔ inconclusive"}[self.status]
+        mark = {Outcome.REPRODUCED: "✅", Outcome.NOT_REPRODUCED: "❌", Outcome.NOT_TESTABLE: "➖",
+                Outcome.INCONCLUSIVE: "❔"}[self.status] + f" {self.status}"
         lines = [f"**{self.claim}**", "", f"Verdict: **{mark}** — {self.reason}", "",
                  "| quantity | value |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in self._rows()]
@@ -145,13 +150,13 @@ class Verdict:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        colour = {"holds": "#1a7f37", "fails": "#cf222e", "not applicable": "#6e7781",
-                  "inconclusive": "#9a6700"}[self.status]
+        colour = {Outcome.REPRODUCED: "#1a7f37", Outcome.NOT_REPRODUCED: "#cf222e", Outcome.NOT_TESTABLE: "#6e7781",
+                  Outcome.INCONCLUSIVE: "#9a6700"}[self.status]
         rows = "".join(f"<tr><td style='text-align:left'>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
                        for k, v in self._rows())
         notes = "".join(f"<li>{html.escape(line)}</li>" for line in self._footer())
         return (f"<div><div><strong>{html.escape(self.claim)}</strong></div>"
-                f"<div>Verdict: <strong style='color:{colour}'>{html.escape(self.status)}</strong> — "
+                f"<div>Verdict: <strong style='color:{colour}'>{html.escape(str(self.status))}</strong> — "
                 f"{html.escape(self.reason)}</div><table><thead><tr><th>quantity</th><th>value</th></tr>"
                 f"</thead><tbody>{rows}</tbody></table><ul>{notes}</ul></div>")
 
@@ -196,10 +201,11 @@ def replicate(check: Callable[..., Verdict], cases: Sequence[Sequence[Any] | Map
         ``numbers`` holds the mean of every numeric quantity, ``<name>_std`` its standard
         deviation (ddof 1), ``holds_in`` the count of replicates that hold, and ``margin``,
         ``margin_low``, ``margin_high`` the 95% t-interval of the applicable replicates'
-        margins. The status is ``holds`` when that interval lies above 0, ``fails`` when it
-        lies below 0, ``inconclusive`` otherwise (:func:`~landscape.claims.statistics.decide`),
-        ``not applicable`` when no replicate is. Checks without a margin fall back to
-        agreement: ``holds`` / ``fails`` only when every applicable replicate agrees.
+        margins. The status is ``reproduced`` when that interval lies above 0, ``not
+        reproduced`` when it lies below 0, ``inconclusive`` otherwise
+        (:func:`~landscape.claims.statistics.decide`), ``not testable`` when no replicate is
+        applicable. Checks without a margin fall back to agreement: ``reproduced`` / ``not
+        reproduced`` only when every applicable replicate agrees.
         ``results["verdicts"]`` keeps the individual verdicts.
     """
     if len(cases) < 2:
@@ -213,22 +219,21 @@ def replicate(check: Callable[..., Verdict], cases: Sequence[Sequence[Any] | Map
             arr = np.asarray(values, dtype=np.float64)
             numbers[name] = float(np.mean(arr))
             numbers[f"{name}_std"] = float(np.std(arr, ddof=1))
-    applicable = [v for v in verdicts if v.status in ("holds", "fails")]
+    applicable = [v for v in verdicts if v.status in (Outcome.REPRODUCED, Outcome.NOT_REPRODUCED)]
     held = sum(v.holds for v in applicable)
     numbers["holds_in"] = f"{held}/{len(verdicts)}"
     margins = [v.margin for v in applicable]
     skipped = f"{len(verdicts) - len(applicable)} not applicable"
     if not applicable:
-        status, reason = "not applicable", f"no replicate is applicable ({skipped})"
+        status, reason = Outcome.NOT_TESTABLE, f"no replicate is applicable ({skipped})"
     elif len(applicable) >= 2 and all(m is not None and math.isfinite(m) for m in margins):
         interval = Interval.of(margins)
         numbers.update({"margin": interval.mean, "margin_low": interval.low, "margin_high": interval.high})
-        status = {REPRODUCED: "holds", NOT_REPRODUCED: "fails", INCONCLUSIVE: "inconclusive"}[
-            decide(interval, "above", bound=0.0)]
+        status = decide(interval, "above", bound=0.0)
         reason = (f"margin {interval} (mean and 95% t-interval over {len(applicable)} applicable replicates, "
                   f"> 0 on the claimed side; {skipped}); holds in {held} of them")
     else:  # no single deciding number (or one applicable replicate): every replicate must agree
-        status = "holds" if held == len(applicable) else "fails" if held == 0 else "inconclusive"
+        status = Outcome.of(held == len(applicable)) if held in (0, len(applicable)) else Outcome.INCONCLUSIVE
         reason = f"holds in {held} of {len(applicable)} applicable replicates ({skipped}); no margin interval"
     legend = dict(first.legend)
     if "margin" in numbers:

@@ -73,9 +73,9 @@ def register(sub: Any) -> None:
     from landscape.geometry.options import GroupOptions, PathOptions, PlaneOptions
 
     check = sub.add_parser("check", formatter_class=Formatter,
-                           help="check a paper claim on your models (exit 0: holds, 1: does not)",
-                           description="Check a claim; exit status 0 when it holds, 1 when it fails or is "
-                                       "not applicable, 2 on errors.")
+                           help="check a paper claim on your models (exit 0: reproduced, 1: not)",
+                           description="Check a claim; exit status 0 when it is reproduced, 1 when it is not "
+                                       "reproduced or not testable, 2 on errors.")
     claims = check.add_subparsers(dest="claim", metavar="CLAIM", required=True, parser_class=Parser)
     p = add_analysis_command(claims, "transitivity", func=run, default_models=None, nmodels=(3, 3),
                              help="w1, w2 connected to an anchor => connected to each other (models: W1 W2 ANCHOR)")
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     Returns
     -------
     int
-        0 when the claim holds, 1 when it does not (or is not applicable).
+        0 when the claim is reproduced, 1 when it is not (or is not testable).
     """
     from figures.verdicts import verdict_figure
     from landscape import claims

@@ -1,4 +1,4 @@
-"""Write the claims table of benchmarks/claims.py as a Markdown page (docs/claims.md)."""
+"""Write the claims table as a Markdown page (docs/claims.md): rules, convergence, rows, settings, log."""
 from __future__ import annotations
 
 import json
@@ -12,12 +12,10 @@ import torch
 from fl.convergence import RULE
 from fl.recipes import RECIPES
 
-import claim_checks
-import claim_floco
-import claim_ima
-import claim_kernels
-from claim_fedgucci import ACCURACY_TOL
-from claim_stats import ClaimRow, markdown_table
+from . import kernels as cpu_kernels
+from . import rows as claim_rows
+from .definitions import GROUPS, SETTINGS
+from .rows import ClaimRow, markdown_table
 
 PAPERS = ("fedgucci", "ima", "floco", "lss")
 
@@ -42,39 +40,32 @@ def train_minutes(ctx: Any) -> float:
 
 def kernels_line(ctx: Any) -> str:
     """The CPU kernels of this invocation and how many stored runs (and model folders) were trained with them."""
-    now = claim_kernels.record()
+    now = cpu_kernels.record()
     counts = {"with these kernels": 0, "with others": 0, "without a record": 0}
     folders = sorted(Path(ctx.cache).iterdir()) if Path(ctx.cache).is_dir() else []
     for folder in folders:
         if not folder.is_dir() or (folder.name.endswith("-quick") != bool(ctx.quick)
                                    and folder.name not in ("central", "pretrained")):
             continue
-        path = folder / claim_kernels.RECORD
+        path = folder / cpu_kernels.RECORD
         key = ("without a record" if not path.exists() else "with these kernels"
-               if claim_kernels.same_kernels(json.loads(path.read_text()), now) else "with others")
+               if cpu_kernels.same_kernels(json.loads(path.read_text()), now) else "with others")
         counts[key] += 1
-    pin = (f"pinned ({', '.join(f'{k}={v}' for k, v in claim_kernels.PIN.items())}, oneDNN off)"
+    pin = (f"pinned ({', '.join(f'{k}={v}' for k, v in cpu_kernels.PIN.items())}, oneDNN off)"
            if now["pinned"] else "native (the host's)")
     return (f"* CPU kernels: {pin}; torch runs ATen {now['aten']} on {now['threads']} thread(s) "
-            f"(`benchmarks/claim_kernels.py`); stored run folders: "
+            f"(`paper_claims.kernels`); stored run folders: "
             + ", ".join(f"{n} {k}" for k, n in counts.items()))
 
 
-#: Which metric and tolerance each claim group's rows are gated on (numbers from the claim modules).
-GATES = (
-    "Each claim group gates all its rows with one tolerance, on a metric every arm records at every round "
-    f"(epoch): claim 1, 1a's tolerance ({ACCURACY_TOL:g}) on the test-accuracy plateau (1c-1h measure barriers "
-    "among the last round's client models, which are not stored at R/2); claims 2-3, 2c's "
-    f"({claim_checks.GATE_TOL:g}) on model 0's test accuracy, recorded after every epoch of every arm (vanilla, "
-    "connectivity loss with each anchor); the vanilla arm compares R with 2R epochs, a model 0 trained twice as "
-    f"long; claim 4, 4a's ({claim_ima.GATE_TOL:g}) on the test accuracy over the last {claim_ima.LAST} rounds; "
-    f"claim 5, 5a's ({claim_floco.GATE_TOL:g}) on the test-accuracy plateau. Claim 6 measures LSS's fixed "
-    "protocol of a few rounds (the paper's), a claim about that budget: its arms are not gated. Each arm's line "
-    "below gives its plateau per seed, how far its schedule annealed (last learning rate over the peak) and its "
-    "metric's change between the two lengths.")
-
-#: Claim groups of benchmarks/claims.py and the claims they hold.
-GROUPS = {"fedgucci": "claim 1", "central": "claims 2-3", "ima": "claim 4", "floco": "claim 5", "lss": "claim 6"}
+#: Which metric and tolerance each claim group's rows are gated on (:data:`paper_claims.definitions.GROUPS`).
+GATES = ("Each claim group gates all its rows with one tolerance, on a metric every arm records at every round "
+         "(epoch): " + "; ".join(f"{g.label}, {g.gate.format(**SETTINGS)}" for g in GROUPS.values()
+                                 if g.gate_tol is not None)
+         + ". " + " ".join(f"{g.label.capitalize()} {g.gate.format(**SETTINGS)}." for g in GROUPS.values()
+                           if g.gate_tol is None)
+         + " Each arm's line below gives its plateau per seed, how far its schedule annealed (last learning rate "
+           "over the peak) and its metric's change between the two lengths.")
 
 
 def write_doc(path: Path, rows: Sequence[ClaimRow], ctx: Any, command: str, omitted: Sequence[str] = ()) -> None:
@@ -87,17 +78,15 @@ def write_doc(path: Path, rows: Sequence[ClaimRow], ctx: Any, command: str, omit
     rows : sequence of ClaimRow
         The measured claims.
     ctx : Context
-        Seeds, quick flag, data set, arm records and the log of benchmarks/claims.py.
+        Seeds, quick flag, data set, arm records and the log of the run.
     command : str
         The exact command that produced the page.
     omitted : sequence of str
         Claim groups this invocation did not measure (named on the page).
     """
-    import claim_stats
-
     elapsed = time.time() - ctx.started
     lines = [f"# The papers' claims, measured on {ctx.dataset}", "",
-             "Generated by `benchmarks/claims.py`; do not edit by hand.", "",
+             "Generated by `python -m paper_claims`; do not edit by hand.", "",
              f"* command: `{command}`",
              f"* seeds: {', '.join(map(str, ctx.seeds))}"
              f"{' (QUICK MODE: tiny settings, not a measurement)' if ctx.quick else ''}",
@@ -106,8 +95,9 @@ def write_doc(path: Path, rows: Sequence[ClaimRow], ctx: Any, command: str, omit
              f"{platform.processor() or platform.machine()}, torch {torch.__version__}, device {ctx.device}; written "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
              f"* data: `fl.datasets.load_dataset({ctx.dataset!r})`", kernels_line(ctx),
-             *([f"* NOT MEASURED on this page: {', '.join(f'{g} ({GROUPS[g]})' for g in omitted)}"] if omitted else []),
-             "", "## Verdict rules", "", claim_stats.__doc__.split("\n\n", 1)[1].strip(), "", SIGNS, "",
+             *([f"* NOT MEASURED on this page: {', '.join(f'{g} ({GROUPS[g].label})' for g in omitted)}"]
+               if omitted else []),
+             "", "## Verdict rules", "", (claim_rows.__doc__ or "").split("\n\n", 1)[1].strip(), "", SIGNS, "",
              "## Convergence: has every arm finished training?", "", RULE, "", GATES, "",
              "The plateau is the mean global test accuracy over the last 10% of rounds (at least 5); the FedAvg "
              "lines are each setting's baseline plateau.", ""]

@@ -1,4 +1,4 @@
-"""FLOCO's claims (benchmarks/claims.py, claim 5).
+"""FLOCO's claims (claim 5 of the claims page).
 
 Global accuracy against FedAvg (Table 1, "g" columns), personalised local accuracy against
 two personalised baselines (FedAvg plus local fine-tuning, and Ditto, Table 1's "l"
@@ -14,7 +14,7 @@ The FedAvg arm is the global model of the Ditto run: Ditto's global update is Fe
 for step, so with the same seed and settings its global models are bit-identical to a FedAvg
 run's (``tests/test_ditto.py`` checks this), and one run serves both baselines.
 
-Every row is gated (``Context.gate``) with 5a's tolerance (``GATE_TOL``) on the arms'
+Every row is gated (``Context.gate``) with 5a's tolerance (``FLOCO_GATE_TOL``) on the arms'
 test-accuracy plateau, the metric the runs record at every round.
 """
 from __future__ import annotations
@@ -29,14 +29,10 @@ import torch.nn.functional as F
 import landscape
 from fl.algorithms.seeds import make_generator
 
-from _common import tensors
-from claim_context import Context
-from claim_stats import ClaimRow, fmt
-
-#: Tolerance of the finishing gate of every row: 5a's (half of Table 1's global gain).
-GATE_TOL = 0.008
-#: Uniform points of the simplex whose test accuracy is compared with its centre's.
-SIMPLEX_POINTS = 20
+from .context import ArmPlan, Context
+from .definitions import CLAIMS, FLOCO_GATE_TOL, SETTINGS, SIMPLEX_POINTS
+from .measures import tensors
+from .rows import ClaimRow, fmt
 
 
 def fine_tuned_local_accuracy(run: Any, seed: int) -> float:
@@ -84,34 +80,29 @@ def simplex_drop(run: Any, seed: int) -> float:
     return float(acc[0] - acc[1:].mean())
 
 
+def arms(ctx: Context) -> dict[str, ArmPlan]:
+    """Ditto (whose global model is FedAvg's, so one run serves both baselines) and FLOCO."""
+    return {"Ditto": ctx.plan("floco", "Ditto (its global model is FedAvg's)", algorithm="ditto"),
+            "FLOCO": ctx.plan("floco", "FLOCO")}
+
+
 def claim5(ctx: Context) -> list[ClaimRow]:
     """FLOCO against FedAvg (global), FedAvg + fine-tuning and Ditto (local); the simplex."""
-    ditto = ctx.arm("floco", "Ditto (its global model is FedAvg's)", algorithm="ditto")
-    arms = {"FLOCO": ctx.arm("floco", "FLOCO"), "FedAvg": ditto, "Ditto": ditto}
-    glob = {k: [float(r.convergence().plateau) for r in rs] for k, rs in arms.items()}
-    local = {"FLOCO": [float(r.metrics[-1].get("local_accuracy", np.nan)) for r in arms["FLOCO"]],
-             "Ditto": [float(r.metrics[-1].get("local_accuracy", np.nan)) for r in arms["Ditto"]],
-             "FedAvg + fine-tuning": [fine_tuned_local_accuracy(r, s) for r, s in zip(arms["FedAvg"], ctx.seeds)]}
+    runs = {k: ctx.train(plan) for k, plan in arms(ctx).items()}
+    arms_ = {"FLOCO": runs["FLOCO"], "FedAvg": runs["Ditto"], "Ditto": runs["Ditto"]}
+    glob = {k: [float(r.convergence().plateau) for r in rs] for k, rs in arms_.items()}
+    local = {"FLOCO": [float(r.metrics[-1].get("local_accuracy", np.nan)) for r in arms_["FLOCO"]],
+             "Ditto": [float(r.metrics[-1].get("local_accuracy", np.nan)) for r in arms_["Ditto"]],
+             "FedAvg + fine-tuning": [fine_tuned_local_accuracy(r, s) for r, s in zip(arms_["FedAvg"], ctx.seeds)]}
     ctx.log("claim 5: global accuracy " + "; ".join(f"{k} {fmt(v)}" for k, v in glob.items()))
     ctx.log("claim 5: local accuracy " + "; ".join(f"{k} {fmt(v)}" for k, v in local.items()))
-    drop = [simplex_drop(r, s) for r, s in zip(arms["FLOCO"], ctx.seeds)]
+    drop = [simplex_drop(r, s) for r, s in zip(arms_["FLOCO"], ctx.seeds)]
     ctx.log(f"claim 5: simplex centre minus the mean over {SIMPLEX_POINTS} uniform points {fmt(drop)}")
-    local_metric = "mean over clients of the local test-split accuracy, last round"
-    local_tol = "half of FLOCO's local gain over Ditto in Table 1 (CIFAR-10 CNN 5-Fold, 80.92 vs 79.69)"
-    return [ClaimRow("5a", "FLOCO's global model is more accurate than FedAvg's (Table 1, global)",
-                     "global test accuracy (FLOCO: the simplex centre), mean over the convergence window",
-                     ("FLOCO", "FedAvg"), glob["FLOCO"], glob["FedAvg"], "greater", tol=GATE_TOL,
-                     rationale="half of Table 1's gain (CIFAR-10 CNN 5-Fold, 68.26 vs 66.65)",
-                     blocked=ctx.gate(GATE_TOL, arms["FLOCO"], arms["FedAvg"])),
-            ClaimRow("5b", "FLOCO's personalised models beat FedAvg plus the same local fine-tuning",
-                     local_metric + "; FedAvg: its global model fine-tuned for the run's local epochs",
-                     ("FLOCO", "FedAvg + fine-tuning"), local["FLOCO"], local["FedAvg + fine-tuning"], "greater",
-                     tol=0.006, rationale=local_tol, blocked=ctx.gate(GATE_TOL, arms["FLOCO"], arms["FedAvg"])),
-            ClaimRow("5c", "FLOCO's personalised models beat Ditto's (Table 1, local)", local_metric + "; Ditto: its "
-                     "personal models", ("FLOCO", "Ditto"), local["FLOCO"], local["Ditto"], "greater", tol=0.006,
-                     rationale=local_tol, blocked=ctx.gate(GATE_TOL, arms["FLOCO"], arms["Ditto"])),
-            ClaimRow("5d", "the simplex's loss is low across its region (Sec. 3.1)",
-                     f"test accuracy of the simplex centre minus the mean over {SIMPLEX_POINTS} uniform points, "
-                     "last round", ("FLOCO", ""), drop, claimed="below", bound=0.02,
-                     blocked=ctx.gate(GATE_TOL, arms["FLOCO"]),
-                     rationale="the whole simplex within 2 accuracy points of its centre on average")]
+    gate = FLOCO_GATE_TOL
+    return [ClaimRow.of(CLAIMS["5a"], glob["FLOCO"], glob["FedAvg"], blocked=ctx.gate(gate, arms_["FLOCO"],
+                                                                                          arms_["FedAvg"])),
+            ClaimRow.of(CLAIMS["5b"], local["FLOCO"], local["FedAvg + fine-tuning"],
+                        blocked=ctx.gate(gate, arms_["FLOCO"], arms_["FedAvg"])),
+            ClaimRow.of(CLAIMS["5c"], local["FLOCO"], local["Ditto"], blocked=ctx.gate(gate, arms_["FLOCO"],
+                                                                                       arms_["Ditto"])),
+            ClaimRow.of(CLAIMS["5d"], drop, blocked=ctx.gate(gate, arms_["FLOCO"]), **SETTINGS)]

@@ -1,4 +1,4 @@
-"""Central-training claims of benchmarks/claims.py (FedGuCci Sec. 3).
+"""Central-training claims of the claims page (claims 2-3: FedGuCci Sec. 3).
 
 Transitivity with a trained anchor (Table 1: individual accuracy, fused accuracy and
 barrier), with weak anchors (Tables 7/9), and the group barrier against the group size K
@@ -15,7 +15,7 @@ Finished training, by the rule of the FL runs (:func:`fl.convergence.judge`), fo
 (:meth:`Trainer.rates`), and a cosine schedule ends annealed. The metric the rule falls back
 on is model 0's test accuracy, recorded after every epoch of each arm (epoch R/2 against R);
 the vanilla model 0 is also trained for twice the epochs, and its arm compares R with 2R.
-Every row is gated with 2c's tolerance (``GATE_TOL``), the accuracy of the pool's models.
+Every row is gated with 2c's tolerance (``CENTRAL_GATE_TOL``), the accuracy of the pool's models.
 """
 from __future__ import annotations
 
@@ -26,23 +26,16 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 import landscape
+from fl.central import Trainer
 from fl.convergence import Progress, assess
 from fl.datasets import load_dataset
 from fl.recipes import RECIPES
 
-import claim_kernels
-from claim_context import ArmRecord, blockers
-from claim_stats import ClaimRow, fmt
-from transitivity import Trainer
+from . import kernels as cpu_kernels
+from .context import ArmRecord, blockers
+from .definitions import CENTRAL_GATE_TOL, CLAIMS, EPOCHS, POOL, SCHEDULE, WEAK_POOL
+from .rows import ClaimRow, fmt
 
-#: Models per seed in the pool (Fig. 4 goes up to K = 8) and with a weak anchor (pairs only).
-POOL, WEAK_POOL = 8, 3
-#: Epochs of central training.
-EPOCHS = 20
-#: Learning-rate schedule of central training (``Trainer.schedule``).
-SCHEDULE = "cosine"
-#: Tolerance of the finishing gate of every central row: 2c's (one accuracy point).
-GATE_TOL = 0.01
 #: The central arms: key (the anchor, or vanilla) -> label on the page.
 ARMS = {"vanilla": "vanilla CE", "trained": "connectivity loss, trained anchor",
         "random-init": "connectivity loss, random-init anchor",
@@ -102,20 +95,65 @@ def pair_metrics(models: Sequence[Mapping[str, Any]], ev: landscape.Evaluator) -
     return {"ind": float(np.mean(ind)), "fused": float(np.mean(fused)), "barrier": float(np.mean(barrier))}
 
 
+def scale(ctx: Any) -> tuple[int, int, int]:
+    """Epochs, pool size and weak-anchor pool size of the context (tiny in quick mode)."""
+    return (2, 3, 2) if ctx.quick else (EPOCHS, POOL, WEAK_POOL)
+
+
+def trainer(ctx: Any, data: Any, seed: int, epochs: int) -> Trainer:
+    """The central trainer of ``seed`` (lr 0.05, batch 32, the FedGuCci recipe's model, ``SCHEDULE``)."""
+    model = RECIPES[ctx.recipe("fedgucci")].settings["model"]  # the FL claims' model
+    return Trainer(data.train_x, data.train_y, data.input_shape, epochs, 0.05, 32, seed, model=model,
+                   schedule=SCHEDULE)
+
+
+def planned_models(ctx: Any) -> list[tuple[Path, int]]:
+    """Every model the claims train (stored under the cache's ``central`` folder) and its SGD steps.
+
+    The same models, under the same names, that :func:`transitivity_claims` trains or finds:
+    per seed the anchor, the semi-trained anchor, model 0 of every arm (with its learning
+    curve), model 0 trained twice as long, and the pools.
+
+    Parameters
+    ----------
+    ctx : Context
+        The claims context.
+
+    Returns
+    -------
+    list of (Path, int)
+        Each model's file and the SGD steps that train it.
+    """
+    data = load_dataset(ctx.dataset, root=ctx.data_root)
+    epochs, pool, weak_pool = scale(ctx)
+    folder, out = ctx.cache / "central", []
+    for seed in ctx.seeds:
+        tr, longer = trainer(ctx, data, seed, epochs), trainer(ctx, data, seed, 2 * epochs)
+        per_epoch = len(tr.rates(1, len(tr.y)))
+        names = [(tr, "anchor", "vanilla", epochs), (tr, "semi anchor", "steps20", 0),
+                 (longer, "model 0", "vanilla", 2 * epochs)]
+        names += [(tr, f"model {i}", tag, epochs) for i in range(pool)
+                  for tag in ("vanilla", "trained-anchor-beta1")]
+        names += [(tr, f"model {i}", f"{weak}-anchor-beta1", epochs) for i in range(weak_pool)
+                  for weak in ("random-init", "semi-trained")]
+        out += [(folder / f"{t.file_name(key, tag)}.safetensors", n * per_epoch if n else 20)
+                for t, key, tag, n in names]
+    return out
+
+
 def transitivity_claims(ctx: Any) -> list[ClaimRow]:
     """Claims 2 and 3 (see the module docstring)."""
     data = load_dataset(ctx.dataset, root=ctx.data_root)
     model = RECIPES[ctx.recipe("fedgucci")].settings["model"]  # the FL claims' model
-    epochs, pool, weak_pool = (2, 3, 2) if ctx.quick else (EPOCHS, POOL, WEAK_POOL)
+    epochs, pool, weak_pool = scale(ctx)
     m: dict[str, list[float]] = {}
     sizes = list(range(2, pool + 1))
     records = {arm: ArmRecord("central training", label, list(ctx.seeds), [], []) for arm, label in ARMS.items()}
     folder = ctx.cache / "central"
     folder.mkdir(parents=True, exist_ok=True)
-    claim_kernels.stamp(folder)  # its models are reused only under the kernels they were trained with
+    cpu_kernels.stamp(folder)  # its models are reused only under the kernels they were trained with
     for seed in ctx.seeds:
-        tr = Trainer(data.train_x, data.train_y, data.input_shape, epochs, 0.05, 32, seed, model=model,
-                     schedule=SCHEDULE)
+        tr = trainer(ctx, data, seed, epochs)
         ev = landscape.Evaluator(tr.init("template"), (data.test_x, data.test_y), progress=False)
         anchor = tr.cached(folder, "anchor")
         keys = [f"model {i}" for i in range(pool)]
@@ -126,8 +164,7 @@ def transitivity_claims(ctx: Any) -> list[ClaimRow]:
                                                for k, a in anchors.items()}}
         # model 0 of every arm first, recording its learning curve; the cached pools then reuse it
         curves = {arm: learning_curve(tr, folder, keys[0], ev, tag, **kw) for arm, (tag, kw) in tags.items()}
-        longer = Trainer(data.train_x, data.train_y, data.input_shape, 2 * epochs, 0.05, 32, seed,
-                         model=model, schedule=SCHEDULE).cached(folder, keys[0])
+        longer = trainer(ctx, data, seed, 2 * epochs).cached(folder, keys[0])
         doubled = float(ev.evaluate([longer]).accuracy[0])
         for arm, record in records.items():
             record.plateaus.append(assess(curves[arm]).plateau)
@@ -154,38 +191,16 @@ def transitivity_claims(ctx: Any) -> list[ClaimRow]:
         ctx.log(record.line())
     setting = (f"central SGD (lr 0.05 cosine-annealed to 0, momentum 0.9, batch 32, {epochs} epochs), beta = 1 "
                f"(the paper gives none), {model}; test set; means over all pairs of the pool")
-    base = ("vanilla CE",)
-    pair = blockers([records["trained"], records["vanilla"]], GATE_TOL)
-    row = {"blocked": pair, "note": setting}
-    rows = [ClaimRow("2a", "transitivity: models connected to one trained anchor are connected to each other "
-                     "(Table 1, barrier)", f"accuracy barrier between models from different inits ({pool} per seed)",
-                     ("with connectivity loss", *base), m["trained barrier"], m["vanilla barrier"], "less",
-                     tol=0.16, rationale="half of Table 1's CNN reduction (0.821 -> 0.495)", **row),
-            ClaimRow("2b", "... their midpoint is more accurate (Table 1, fused accuracy)",
-                     "accuracy of the pair's midpoint", ("with connectivity loss", *base), m["trained fused"],
-                     m["vanilla fused"], "greater", tol=0.10,
-                     rationale="half of Table 1's CNN gain (11.5% -> 32.1%)", **row),
-            ClaimRow("2c", "... at no cost in the models' own accuracy (Table 1, individual accuracy)",
-                     "mean accuracy of the two endpoints", ("with connectivity loss", *base), m["trained ind"],
-                     m["vanilla ind"], "not_less", tol=0.01,
-                     rationale="one point: Table 1's CNN individual accuracies differ by 0.1 point", **row)]
-    for letter, name, tol, paper in (("d", "random-init", 0.10, "0.821 -> 0.626"),
-                                     ("e", "semi-trained", 0.06, "0.821 -> 0.702")):
-        rows.append(ClaimRow(f"2{letter}", f"transitivity holds with a weak ({name}) anchor (Tables 7/9)",
-                             f"accuracy barrier between models trained against a {name} anchor ({weak_pool} per "
-                             "seed)", (f"{name} anchor", *base), m[f"{name} barrier"], m["vanilla barrier"], "less",
-                             tol=tol, rationale=f"half of the paper's CNN reduction ({paper})",
-                             blocked=blockers([records[name], records["vanilla"]], GATE_TOL),
-                             note=setting + "; semi-trained anchor: 20 SGD steps"))
-    rows.append(ClaimRow("3a", "the group barrier grows with the group size K (Fig. 4)",
-                         f"slope of the mean group accuracy barrier (Eq. 10) over K = {sizes[0]}..{sizes[-1]}, "
-                         "vanilla models", ("vanilla CE", ""), m["slope vanilla slope"], claimed="above", bound=0.0,
-                         rationale="Fig. 4 shows a rising curve; any positive slope",
-                         blocked=blockers([records["vanilla"]], GATE_TOL),
-                         note="5 random subsets per K"))
-    rows.append(ClaimRow("3b", "the connectivity loss flattens the growth of the group barrier with K (Fig. 4)",
-                         "slope of the group accuracy barrier over K", ("with connectivity loss", *base),
-                         m["slope conn slope"], m["slope vanilla slope"], "less", tol=0.005,
-                         rationale="Fig. 4 gives curves, no numbers: half a point of barrier per added model",
-                         **row))
+    gate = CENTRAL_GATE_TOL
+    pair = {"blocked": blockers([records["trained"], records["vanilla"]], gate), "note": setting}
+    rows = [ClaimRow.of(CLAIMS["2a"], m["trained barrier"], m["vanilla barrier"], pool=pool, **pair),
+            ClaimRow.of(CLAIMS["2b"], m["trained fused"], m["vanilla fused"], **pair),
+            ClaimRow.of(CLAIMS["2c"], m["trained ind"], m["vanilla ind"], **pair)]
+    for letter, name in (("d", "random-init"), ("e", "semi-trained")):
+        rows.append(ClaimRow.of(CLAIMS[f"2{letter}"], m[f"{name} barrier"], m["vanilla barrier"], weak_pool=weak_pool,
+                                blocked=blockers([records[name], records["vanilla"]], gate),
+                                note=setting + "; semi-trained anchor: 20 SGD steps"))
+    rows.append(ClaimRow.of(CLAIMS["3a"], m["slope vanilla slope"], k_min=sizes[0], k_max=sizes[-1],
+                            blocked=blockers([records["vanilla"]], gate)))
+    rows.append(ClaimRow.of(CLAIMS["3b"], m["slope conn slope"], m["slope vanilla slope"], **pair))
     return rows

@@ -1,4 +1,4 @@
-"""The CPU kernels of benchmarks/claims.py: pinned, so a rerun on another x86-64 CPU gives the same bits.
+"""The CPU kernels of the claims runs: pinned, so a rerun on another x86-64 CPU gives the same bits.
 
 On a CPU, torch picks its kernels by the host: ATen's vectorised kernels by the widest
 instruction set (``torch.backends.cpu.get_cpu_capability()``: AVX512 or AVX2), oneDNN's JIT
@@ -79,18 +79,23 @@ def pinned(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def reexec(argv: Sequence[str]) -> None:
-    """Restart this script with :data:`PIN` in its environment unless it is there or ``--kernels native``.
+    """Restart this interpreter with :data:`PIN` in its environment unless it is there or ``--kernels native``.
 
     Call it before torch is imported: ``os.execve`` replaces the process, so the new one
-    imports torch under the pinned variables and every worker it spawns inherits them.
+    imports torch under the pinned variables and every worker it spawns inherits them. The
+    package's folder is put on the new process's ``PYTHONPATH``, so the restart finds the
+    package however this process found it.
 
     Parameters
     ----------
     argv : sequence of str
-        ``sys.argv``: the script and its arguments.
+        The interpreter's arguments: a script and its arguments (``sys.argv``), or ``-m``, a
+        module and its arguments.
     """
     if requested(argv[1:]) == "pinned" and not pinned():
-        os.execve(sys.executable, [sys.executable, *argv], {**os.environ, **PIN})
+        root = str(Path(__file__).resolve().parents[1])
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        os.execve(sys.executable, [sys.executable, *argv], {**os.environ, **PIN, "PYTHONPATH": path})
 
 
 def apply(setting: str) -> None:
@@ -114,7 +119,7 @@ def apply(setting: str) -> None:
         return
     if not pinned():
         raise ConfigError(f"the pinned kernels need {PIN} in the environment before torch is imported; "
-                           "start through benchmarks/claims.py, or pass --kernels native")
+                           "start through python -m paper_claims, or pass --kernels native")
     capability = torch.backends.cpu.get_cpu_capability()
     if capability != "AVX2":
         raise ConfigError(f"the pinned kernels need a CPU with AVX2, torch runs {capability}; "

@@ -1,4 +1,4 @@
-"""The runs behind benchmarks/claims.py: recipes per setting, seeds, cache, the finishing gate.
+"""The runs behind the claims: recipes per setting, seeds, cache, the finishing gate.
 
 A claim's arms are FL runs of one recipe (``<paper>-<dataset>``, :mod:`fl.recipes`) over the
 seeds, the baseline being the same recipe run by another algorithm (``fl.run`` drops and
@@ -24,7 +24,7 @@ import landscape
 from fl.convergence import Progress, judge, plateau, run_progress
 from fl.recipes import RECIPES
 
-import claim_kernels
+from . import kernels as cpu_kernels
 
 #: Algorithms whose runs start from the stored run of the algorithm they train as until a
 #: round (``fl.branch``): IMA is FedAvg before ``start_round``. The branch equals the run
@@ -87,7 +87,7 @@ def blockers(records: Sequence[ArmRecord], tol: float) -> str:
     records : sequence of ArmRecord
         Every tracked arm behind the row (each judged once, however often it is listed).
     tol : float
-        The row's gate tolerance (see ``benchmarks/claim_doc.py``'s method section).
+        The row's gate tolerance (see :data:`paper_claims.definitions.GROUPS`).
 
     Returns
     -------
@@ -98,6 +98,34 @@ def blockers(records: Sequence[ArmRecord], tol: float) -> str:
     """
     unique = list({id(r): r for r in records}.values())
     return " / ".join(text for text in (r.failures(tol) for r in unique) if text)
+
+
+@dataclass(frozen=True)
+class ArmPlan:
+    """The runs of one arm before they are trained: what :meth:`Context.train` trains and a dry run lists.
+
+    Attributes
+    ----------
+    paper : str
+        The recipe's paper (``<paper>-<dataset>``).
+    label : str
+        The arm's name in the claims.
+    calls : tuple of dict
+        One call of :meth:`Context.run` per seed (``seed``, ``algorithm`` and overrides).
+    tracked : bool
+        Whether the arm is recorded and gated (False: a fixed-budget protocol).
+    statistic : callable
+        The arm's claim metric from per-round metrics (``fl.convergence.run_progress``).
+    metric : str
+        What ``statistic`` measures, in words.
+    """
+
+    paper: str
+    label: str
+    calls: tuple[dict[str, Any], ...]
+    tracked: bool = True
+    statistic: Callable[[Sequence[Mapping[str, Any]]], float] = plateau
+    metric: str = "test-accuracy plateau"
 
 
 class Context:
@@ -124,7 +152,7 @@ class Context:
         after the other). Claim groups measured side by side share one pool, so its workers
         stay busy with single runs however unequal the groups are.
     kernels : str
-        The CPU kernels (``claim_kernels.SETTINGS``) each worker applies; every run folder
+        The CPU kernels (``cpu_kernels.SETTINGS``) each worker applies; every run folder
         records the kernels it was trained with and is reused only under the same ones.
     """
 
@@ -167,23 +195,31 @@ class Context:
                 explicit.update({key: 3 for key in ("start_round", "tau") if key in recipe})
         return explicit
 
-    def run(self, paper: str, seed: int, *, algorithm: str | None = None, **overrides: Any) -> fl.Run:
-        """``fl.run`` of ``paper``'s recipe for ``seed``, with another ``algorithm`` and ``overrides``."""
-        alg = algorithm or RECIPES[self.recipe(paper)].settings["algorithm"]
-        explicit = self.explicit(paper, alg, overrides)
+    def algorithm(self, paper: str, algorithm: str | None) -> str:
+        """The algorithm of a run: ``algorithm``, or the recipe's own when None."""
+        return algorithm or RECIPES[self.recipe(paper)].settings["algorithm"]
+
+    def folder(self, paper: str, seed: int, algorithm: str | None = None, **overrides: Any) -> Path:
+        """The folder under the cache of :meth:`run`'s run: named by recipe, algorithm, overrides and seed."""
         tag = "-".join(f"{k}{Path(v).stem if k == 'init' else v}" for k, v in sorted(overrides.items())
                        if not isinstance(v, (dict, list)))
-        out = self.cache / (f"{self.recipe(paper)}-{alg}{'-' + tag if tag else ''}-seed{seed}"
-                            f"{'-quick' if self.quick else ''}")
+        return self.cache / (f"{self.recipe(paper)}-{self.algorithm(paper, algorithm)}{'-' + tag if tag else ''}"
+                             f"-seed{seed}{'-quick' if self.quick else ''}")
+
+    def run(self, paper: str, seed: int, *, algorithm: str | None = None, **overrides: Any) -> fl.Run:
+        """``fl.run`` of ``paper``'s recipe for ``seed``, with another ``algorithm`` and ``overrides``."""
+        alg = self.algorithm(paper, algorithm)
+        explicit = self.explicit(paper, alg, overrides)
+        out = self.folder(paper, seed, algorithm, **overrides)
         source = None
         if alg in BRANCHED:  # rounds the algorithm trains as another: copied from that run (fl.branch)
             source = self.run(paper, seed, algorithm=BRANCHED[alg], **overrides)
-        claim_kernels.check(out)  # a stored run is reused only under the kernels it was trained with
+        cpu_kernels.check(out)  # a stored run is reused only under the kernels it was trained with
         for _ in range(240):  # another claims process may be writing this run: wait for it (up to 1 h)
             try:
                 common = dict(recipe=self.recipe(paper), **explicit, seed=seed, out=out, device=self.device,
                               data_root=self.data_root, progress=False,
-                              on_round=lambda r, metrics: claim_kernels.stamp(out))
+                              on_round=lambda r, metrics: cpu_kernels.stamp(out))
                 return fl.run(alg, **common) if source is None else fl.branch(source, alg, **common)
             except landscape.ConfigError as err:
                 if "being written by another process" not in str(err):
@@ -204,16 +240,22 @@ class Context:
                 future.result()
         return [self.run(paper, **call) for call in calls]
 
-    def arm(self, paper: str, label: str, *, algorithm: str | None = None,
-            statistic: Callable[[Sequence[Mapping[str, Any]]], float] = plateau,
-            metric: str = "test-accuracy plateau", **overrides: Any) -> list[fl.Run]:
-        """One run per seed, recorded under ``label`` (:meth:`track`, claim metric ``statistic``).
+    def plan(self, paper: str, label: str, *, algorithm: str | None = None, tracked: bool = True,
+             statistic: Callable[[Sequence[Mapping[str, Any]]], float] = plateau,
+             metric: str = "test-accuracy plateau", **overrides: Any) -> ArmPlan:
+        """An arm of one run per seed: ``paper``'s recipe with ``algorithm`` and ``overrides``.
 
-        Protocols of a fixed few rounds, whose claims are about that budget, call :meth:`runs`
-        instead and are not gated.
+        A tracked arm is recorded by :meth:`train` (:meth:`track`, claim metric ``statistic``) and
+        gated; protocols of a fixed few rounds, whose claims are about that budget, are not.
         """
-        runs = self.runs(paper, [{"seed": s, "algorithm": algorithm, **overrides} for s in self.seeds])
-        self.track(self.recipe(paper), label, runs, statistic, metric)
+        calls = tuple({"seed": s, "algorithm": algorithm, **overrides} for s in self.seeds)
+        return ArmPlan(paper, label, calls, tracked, statistic, metric)
+
+    def train(self, plan: ArmPlan) -> list[fl.Run]:
+        """The runs of ``plan`` (trained or found in the cache), recorded when the arm is tracked."""
+        runs = self.runs(plan.paper, plan.calls)
+        if plan.tracked:
+            self.track(self.recipe(plan.paper), plan.label, runs, plan.statistic, plan.metric)
         return runs
 
     def track(self, setting: str, label: str, runs: Sequence[Any],
@@ -261,6 +303,6 @@ def train_run(spec: tuple[Any, ...], paper: str, call: dict[str, Any]) -> None:
 
     seeds, quick, cache, dataset, device, data_root, threads, kernels = spec
     torch.set_num_threads(threads)
-    claim_kernels.apply(kernels)
+    cpu_kernels.apply(kernels)
     Context(seeds, quick, cache, dataset=dataset, device=device, data_root=data_root, kernels=kernels).run(paper,
                                                                                                           **call)

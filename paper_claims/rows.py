@@ -1,4 +1,4 @@
-"""Seed statistics and verdicts of the claim measurements (benchmarks/claims.py).
+"""Rows of the claims table: seed statistics and verdicts (``python -m paper_claims``).
 
 A claim is measured once per seed. A comparison claim pairs the two arms by seed (same
 partition, same initialisation) and looks at the per-seed differences ``d_s = a_s - b_s``,
@@ -24,19 +24,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from landscape.claims.statistics import (
-    NOT_TESTABLE,
-    Interval,
-    below_resolution,
-    decide,
-)
+from landscape.claims.outcome import Outcome
+from landscape.claims.statistics import Interval, below_resolution, decide, holm, p_value
 
-NOT_MEASURED = "not measured"
-NOT_CONVERGED = "no verdict: not converged"
+from .definitions import ClaimDef
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -88,7 +83,7 @@ class ClaimRow:
         Why ``tol`` (or ``bound``) has its value, written with the claim before measuring.
     blocked : str
         Why the row gets no verdict: each arm and seed that has not finished training, with its
-        numbers (``claim_context.blockers``); empty when every run behind the row finished.
+        numbers (``paper_claims.context.blockers``); empty when every run behind the row finished.
     """
 
     claim: str
@@ -104,6 +99,35 @@ class ClaimRow:
     resolution: float = 0.0
     rationale: str = ""
     blocked: str = ""
+
+    @classmethod
+    def of(cls, definition: ClaimDef, a: Sequence[float], b: Sequence[float] = (), *, blocked: str = "",
+           resolution: float = 0.0, note: str | None = None, **setting: Any) -> ClaimRow:
+        """The row of a defined claim with its measured values.
+
+        Parameters
+        ----------
+        definition : ClaimDef
+            The claim (``paper_claims.definitions.CLAIMS``).
+        a, b : sequence of float
+            Per-seed values of the arms (``b`` empty for a threshold claim).
+        blocked : str
+            Why the row gets no verdict ("" when every run finished).
+        resolution : float
+            The metric's resolution (0: no floor).
+        note : str or None
+            The setting measured, replacing the definition's note when given.
+        **setting
+            Values of the definition's placeholders.
+
+        Returns
+        -------
+        ClaimRow
+        """
+        texts = definition.filled(**setting)
+        if note is not None:
+            texts["note"] = note
+        return cls(a=list(a), b=list(b), blocked=blocked, resolution=resolution, **texts)
 
     @property
     def effect(self) -> float:
@@ -124,16 +148,23 @@ class ClaimRow:
         return Interval.paired(self.a, self.b) if self.b else Interval.of(self.a)
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Outcome:
         """See the module docstring."""
         interval = self.interval
         if interval is None:
-            return NOT_MEASURED
+            return Outcome.NOT_MEASURED
         if self.blocked:
-            return NOT_CONVERGED
+            return Outcome.NOT_CONVERGED
         if self.b and self.resolution > 0 and below_resolution(self.a, self.b, self.resolution):
-            return NOT_TESTABLE
+            return Outcome.NOT_TESTABLE
         return decide(interval, self.claimed, tol=self.tol, bound=self.bound)
+
+    @property
+    def p_value(self) -> float:
+        """One-sided p-value of the claim (``landscape.claims.statistics.p_value``; ``nan`` with fewer than 2 seeds)."""
+        if len(self.a) < 2:
+            return math.nan
+        return p_value(self.a, self.b, self.claimed, tol=self.tol, bound=self.bound)
 
 
 def fmt(values: Sequence[float], digits: int = 3) -> str:
@@ -170,3 +201,28 @@ def markdown_table(rows: Sequence[ClaimRow]) -> str:
         lines.append(f"| {r.claim} | {r.statement} | {r.metric} | {a} | {b} | {ci} | {effect} | {r.tol:g} | "
                      f"{verdict} |")
     return "\n".join(lines)
+
+
+def holm_column(rows: Sequence[ClaimRow]) -> list[float]:
+    """Holm-adjusted p-values of the rows that reach a decision, as one family (``nan`` for the others).
+
+    The family is every row whose verdict is a decision (``Outcome.decided``: reproduced, not
+    reproduced, inconclusive) and that has at least two seeds; rows without a verdict (not
+    converged, not testable, not measured) are left out of the family and get ``nan``.
+
+    Parameters
+    ----------
+    rows : sequence of ClaimRow
+        The table's rows.
+
+    Returns
+    -------
+    list of float
+        One value per row, in the rows' order: the adjusted p-value (Holm 1979, over the family),
+        ``nan`` outside the family.
+    """
+    family = [i for i, r in enumerate(rows) if r.verdict.decided and len(r.a) >= 2]
+    out = [math.nan] * len(rows)
+    for i, p in zip(family, holm([rows[i].p_value for i in family])):
+        out[i] = p
+    return out

@@ -1,0 +1,260 @@
+"""The papers' claims as data: every row of the claims page, fixed before measuring.
+
+A :class:`ClaimDef` is one row: its paper, the statement in the direction measured, the
+metric, the two arms (method and baseline; one arm against a bound for a threshold claim),
+the claimed direction, the tolerance (or bound) with the reason it has its value, and notes.
+Texts may hold ``{placeholders}`` that the measurement fills with its setting (the pool
+size, the participation of the recipe, ...): what a claim *is* never depends on what was
+measured. A :class:`GroupDef` is a claim group: its paper and recipe, the tolerance and metric
+of its finishing gate, and how it is run. The measurement of each group lives in its own
+module (``paper_claims.fedgucci``, ``.transitivity``, ``.ima``, ``.floco``, ``.lss``) and builds
+its rows from :data:`CLAIMS` (:meth:`paper_claims.rows.ClaimRow.of`).
+
+>>> CLAIMS["1a"].tol, CLAIMS["1a"].claimed
+(0.009, 'greater')
+>>> sorted({c.group for c in CLAIMS.values()}) == sorted(GROUPS)
+True
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import product
+from typing import Any
+
+#: Evaluation data of the client-model barriers (claims 1c-1h), in the order of the rows.
+GLOBAL_TEST, UNION, OWN = "global test set", "union of the clients' training data", "each client's own data"
+EVAL_SETS = (GLOBAL_TEST, UNION, OWN)
+
+
+@dataclass(frozen=True)
+class ClaimDef:
+    """One claim of the table, as fixed before measuring.
+
+    Attributes
+    ----------
+    id : str
+        Claim number and letter (``"1a"``).
+    group : str
+        The claim group (a key of :data:`GROUPS`).
+    statement : str
+        What the paper claims, in the direction measured (with the paper's table or figure).
+    metric : str
+        What is measured, on which data (may hold ``{placeholders}``).
+    arms : tuple of str
+        Arm A (the method) and arm B (the baseline; ``""`` for a threshold claim).
+    claimed : str
+        ``"greater"`` / ``"less"`` (A against B), ``"not_less"`` (A >= B - tol), ``"below"`` /
+        ``"above"`` (A against ``bound``); see ``landscape.claims.statistics.decide``.
+    tol : float
+        Practical tolerance of a comparison.
+    bound : float
+        Bound of a threshold claim.
+    rationale : str
+        Why ``tol`` (or ``bound``) has its value.
+    note : str
+        What was tried, caveats (a measurement may replace it with the setting it ran).
+    """
+
+    id: str
+    group: str
+    statement: str
+    metric: str
+    arms: tuple[str, str]
+    claimed: str = "greater"
+    tol: float = 0.0
+    bound: float = 0.0
+    rationale: str = ""
+    note: str = ""
+
+    def filled(self, **setting: Any) -> dict[str, Any]:
+        """The row's texts and numbers with the placeholders filled from ``setting``.
+
+        Parameters
+        ----------
+        **setting
+            Values of the placeholders (``pool=8``, ``part=0.25``, ...).
+
+        Returns
+        -------
+        dict
+            ``claim``, ``statement``, ``metric``, ``arms``, ``claimed``, ``tol``, ``bound``,
+            ``rationale`` and ``note``: the keyword arguments of a ``ClaimRow``.
+        """
+        return {"claim": self.id, "statement": self.statement.format(**setting),
+                "metric": self.metric.format(**setting), "arms": tuple(a.format(**setting) for a in self.arms),
+                "claimed": self.claimed, "tol": self.tol, "bound": self.bound, "rationale": self.rationale,
+                "note": self.note.format(**setting)}
+
+
+@dataclass(frozen=True)
+class GroupDef:
+    """A claim group: the claims of one paper measured by one protocol.
+
+    Attributes
+    ----------
+    name : str
+        Key (``--only``).
+    label : str
+        The claims it holds, as the page names them (``"claim 1"``).
+    paper : str
+        The recipe stem of :mod:`fl.recipes` (``<paper>-<dataset>``).
+    gate_tol : float or None
+        Tolerance of the finishing gate of every row (None: a fixed-budget protocol, not gated).
+    gate : str
+        What the gate judges, in the page's words.
+    """
+
+    name: str
+    label: str
+    paper: str
+    gate_tol: float | None
+    gate: str
+
+
+# ----------------------------------------------------------------------------- settings
+#: Half of FedGuCci Table 2's CIFAR-10 gain at Dir 0.5 (+1.81 points): 1a's tolerance and claim 1's gate.
+ACCURACY_TOL = 0.009
+#: Central training (claims 2-3): models per seed in the pool (Fig. 4 goes up to K = 8), with a weak anchor.
+POOL, WEAK_POOL = 8, 3
+#: Epochs of central training and its learning-rate schedule (``fl.central.Trainer``).
+EPOCHS, SCHEDULE = 20, "cosine"
+#: Tolerance of the finishing gate of every central row: 2c's (one accuracy point).
+CENTRAL_GATE_TOL = 0.01
+#: IMA: rounds of IMA Table 1's late accuracy; 4a's tolerance and the gate; the lower participation;
+#: points of the FedAvg -> IMA line.
+LAST, IMA_GATE_TOL, LOW_PARTICIPATION, LINE_ALPHAS = 10, 0.025, 0.1, 21
+#: FLOCO: 5a's tolerance and the gate (half of Table 1's global gain); uniform points of the simplex.
+FLOCO_GATE_TOL, SIMPLEX_POINTS = 0.008, 20
+#: LSS: both arms' optimiser (the engine's FedAvg has no Adam); pretraining epochs; Hessian samples.
+LSS_SGD = {"optimizer": "sgd", "lr": 0.04, "momentum": 0.9}
+PRETRAIN_EPOCHS, HESSIAN_SAMPLES = 5, 2000
+
+GROUPS: dict[str, GroupDef] = {g.name: g for g in (
+    GroupDef("fedgucci", "claim 1", "fedgucci", ACCURACY_TOL, "1a's tolerance ({ACCURACY_TOL:g}) on the "
+             "test-accuracy plateau (1c-1h measure barriers among the last round's client models, which are not "
+             "stored at R/2)"),
+    GroupDef("central", "claims 2-3", "fedgucci", CENTRAL_GATE_TOL,
+             "2c's ({CENTRAL_GATE_TOL:g}) on model 0's test accuracy, recorded after every epoch of every arm "
+             "(vanilla, connectivity loss with each anchor); the vanilla arm compares R with 2R epochs, a model 0 "
+             "trained twice as long"),
+    GroupDef("ima", "claim 4", "ima", IMA_GATE_TOL,
+             "4a's ({IMA_GATE_TOL:g}) on the test accuracy over the last {LAST} rounds"),
+    GroupDef("floco", "claim 5", "floco", FLOCO_GATE_TOL, "5a's ({FLOCO_GATE_TOL:g}) on the test-accuracy plateau"),
+    GroupDef("lss", "claim 6", "lss", None, "measures LSS's fixed protocol of a few rounds (the paper's), a claim "
+             "about that budget: its arms are not gated"),
+)}
+
+# ----------------------------------------------------------------------------- texts shared by rows
+_ACC_1 = "half of FedGuCci Table 2's CIFAR-10 gain over FedAvg at Dir 0.5 (+1.81 points)"
+_CONN = ("with connectivity loss", "vanilla CE")
+_LOCAL = "mean over clients of the local test-split accuracy, last round"
+_LOCAL_TOL = "half of FLOCO's local gain over Ditto in Table 1 (CIFAR-10 CNN 5-Fold, 80.92 vs 79.69)"
+_LINE = ("training loss on (1 - t) FedAvg + t IMA (final global models, {LINE_ALPHAS} points, union "
+         "of the clients' training data)")
+_ACC_6 = "half of Table 1's CIFAR-10 gain over FedAvg (+7.6 points)"
+_FLAT_6 = "half of Table 7's drop in log eigenvalue, FedAvg 193.18 -> LSS (4 members) 119.14"
+#: Client-model barriers of claims 1c-1h, by kind.
+BARRIER_KINDS = {"pair": "mean pairwise accuracy barrier (Eq. 4)", "group": "group accuracy barrier (Eq. 10)"}
+#: Claims 1c-1h: (barrier kind, evaluation data) by letter.
+BARRIER_ROWS = dict(zip("cdefgh", product(BARRIER_KINDS, EVAL_SETS)))
+
+_DEFS = [
+    ClaimDef("1a", "fedgucci", "FedGuCci's global model is more accurate than FedAvg's (Table 2)",
+             "global test accuracy, mean over the convergence window", ("FedGuCci", "FedAvg"), "greater",
+             tol=ACCURACY_TOL, rationale=_ACC_1),
+    ClaimDef("1b", "fedgucci", "... also against FedAvg at the matched step size (control)",
+             "as 1a; FedAvg's lr x {factor:.2f}, the connectivity step's extra gradient",
+             ("FedGuCci", "FedAvg lr x {factor:.2f}"), "greater", tol=ACCURACY_TOL, rationale=_ACC_1,
+             note="the official code's connectivity step adds beta * alpha = 0.05 of a gradient step per batch; "
+                  "this arm gives FedAvg the same step size"),
+    *[ClaimDef(f"1{letter}", "fedgucci", "FedGuCci's client models form a more connected group (Sec. 3.3, Fig. 3)",
+               f"{BARRIER_KINDS[kind]} among the final-round client models; data: {data}", ("FedGuCci", "FedAvg"),
+               "less", tol=0.01,
+               rationale="the paper reports the group barrier only in figures; 0.01 = one accuracy point")
+      for letter, (kind, data) in BARRIER_ROWS.items()],
+    ClaimDef("2a", "central", "transitivity: models connected to one trained anchor are connected to each other "
+             "(Table 1, barrier)", "accuracy barrier between models from different inits ({pool} per seed)",
+             _CONN, "less", tol=0.16, rationale="half of Table 1's CNN reduction (0.821 -> 0.495)"),
+    ClaimDef("2b", "central", "... their midpoint is more accurate (Table 1, fused accuracy)",
+             "accuracy of the pair's midpoint", _CONN, "greater", tol=0.10,
+             rationale="half of Table 1's CNN gain (11.5% -> 32.1%)"),
+    ClaimDef("2c", "central", "... at no cost in the models' own accuracy (Table 1, individual accuracy)",
+             "mean accuracy of the two endpoints", _CONN, "not_less", tol=0.01,
+             rationale="one point: Table 1's CNN individual accuracies differ by 0.1 point"),
+    *[ClaimDef(f"2{letter}", "central", f"transitivity holds with a weak ({name}) anchor (Tables 7/9)",
+               f"accuracy barrier between models trained against a {name} anchor ({{weak_pool}} per seed)",
+               (f"{name} anchor", "vanilla CE"), "less", tol=tol,
+               rationale=f"half of the paper's CNN reduction ({paper})")
+      for letter, name, tol, paper in (("d", "random-init", 0.10, "0.821 -> 0.626"),
+                                       ("e", "semi-trained", 0.06, "0.821 -> 0.702"))],
+    ClaimDef("3a", "central", "the group barrier grows with the group size K (Fig. 4)",
+             "slope of the mean group accuracy barrier (Eq. 10) over K = {k_min}..{k_max}, vanilla models",
+             ("vanilla CE", ""), "above", bound=0.0, rationale="Fig. 4 shows a rising curve; any positive slope",
+             note="5 random subsets per K"),
+    ClaimDef("3b", "central", "the connectivity loss flattens the growth of the group barrier with K (Fig. 4)",
+             "slope of the group accuracy barrier over K", _CONN, "less", tol=0.005,
+             rationale="Fig. 4 gives curves, no numbers: half a point of barrier per added model"),
+    ClaimDef("4a", "ima", "IMA gains late-round global accuracy over FedAvg (Table 1; participation {part})",
+             "global test accuracy, mean of the last {LAST} rounds (IMA Table 1's reading)", ("IMA", "FedAvg"),
+             "greater", tol=IMA_GATE_TOL, rationale="half of the ~5-point gain at Dir 0.1 (IMA Fig. 6a)"),
+    ClaimDef("4b", "ima", "the gain is larger at lower participation (Fig. 6b)",
+             "IMA - FedAvg as 4a, at participation {LOW_PARTICIPATION} against {part}",
+             ("gain at {LOW_PARTICIPATION}", "gain at {part}"), "greater", tol=0.01,
+             rationale="Fig. 6b gives a ratio (the gain at 0.05 is about twice the gain at 0.2), no points: one "
+                       "accuracy point"),
+    ClaimDef("4c", "ima", "IMA's model sits at the bottom of the basin whose wall FedAvg's sits on (Fig. 5c/7c): "
+             "the loss minimum is on IMA's side", "argmin t of the " + _LINE, ("IMA", ""), "above", bound=0.5,
+             rationale="closer to IMA (t = 1) than to FedAvg (t = 0)"),
+    ClaimDef("4d", "ima", "... and FedAvg's end is higher above that minimum than IMA's end",
+             "loss above the line's minimum at each end; " + _LINE, ("FedAvg end", "IMA end"), "greater", tol=0.01,
+             rationale="Fig. 5c/7c are drawings without numbers: 0.01 nats"),
+    ClaimDef("5a", "floco", "FLOCO's global model is more accurate than FedAvg's (Table 1, global)",
+             "global test accuracy (FLOCO: the simplex centre), mean over the convergence window",
+             ("FLOCO", "FedAvg"), "greater", tol=FLOCO_GATE_TOL,
+             rationale="half of Table 1's gain (CIFAR-10 CNN 5-Fold, 68.26 vs 66.65)"),
+    ClaimDef("5b", "floco", "FLOCO's personalised models beat FedAvg plus the same local fine-tuning",
+             _LOCAL + "; FedAvg: its global model fine-tuned for the run's local epochs",
+             ("FLOCO", "FedAvg + fine-tuning"), "greater", tol=0.006, rationale=_LOCAL_TOL),
+    ClaimDef("5c", "floco", "FLOCO's personalised models beat Ditto's (Table 1, local)",
+             _LOCAL + "; Ditto: its personal models", ("FLOCO", "Ditto"), "greater", tol=0.006, rationale=_LOCAL_TOL),
+    ClaimDef("5d", "floco", "the simplex's loss is low across its region (Sec. 3.1)",
+             "test accuracy of the simplex centre minus the mean over {SIMPLEX_POINTS} uniform points, last round",
+             ("FLOCO", ""), "below", bound=0.02,
+             rationale="the whole simplex within 2 accuracy points of its centre on average"),
+    ClaimDef("6a", "lss", "LSS is more accurate than FedAvg from a pretrained start (Table 1)",
+             "global test accuracy after 3 rounds; FedAvg at the paper's protocol (8 local epochs)",
+             ("LSS", "FedAvg"), "greater", tol=0.038, rationale=_ACC_6),
+    ClaimDef("6b", "lss", "... also against FedAvg at matched compute", "as 6a; FedAvg trains members x 8 local epochs",
+             ("LSS", "FedAvg compute-matched"), "greater", tol=0.038, rationale=_ACC_6),
+    ClaimDef("6c", "lss", "LSS is more accurate than FedAvg from a random initialisation (Table 11)",
+             "global test accuracy after 3 rounds from the model's random init; FedAvg at 8 local epochs",
+             ("LSS", "FedAvg"), "greater", tol=0.079, rationale="half of Table 11's gain at R = 1 (30.64 vs 14.83)"),
+    ClaimDef("6d", "lss", "LSS's global model is flatter than FedAvg's (Table 7)",
+             "log top Hessian eigenvalue of the training loss (Lanczos, 2000 training signals), final global model; "
+             "FedAvg at the paper's protocol", ("LSS", "FedAvg"), "less", tol=0.24, rationale=_FLAT_6),
+    ClaimDef("6e", "lss", "... also against FedAvg at matched compute", "as 6d; FedAvg members x 8 local epochs",
+             ("LSS", "FedAvg compute-matched"), "less", tol=0.24, rationale=_FLAT_6),
+    ClaimDef("6f", "lss", "... and against FedAvg at matched training loss",
+             "as 6d; per seed the FedAvg arm ({fedavg_epochs} local epochs) whose training loss is nearest LSS's",
+             ("LSS", "FedAvg loss-matched"), "less", tol=0.24, rationale=_FLAT_6),
+    ClaimDef("6g", "lss", "more members give a flatter soup (Table 7, N = 2, 3, 4)",
+             "per-seed slope of the log top eigenvalue over the number of members", ("LSS", ""), "below", bound=0.0,
+             rationale="Table 7 falls monotonically; any negative slope"),
+    ClaimDef("6h", "lss", "the affinity and diversity terms improve accuracy (Fig. 5)",
+             "global test accuracy after 3 rounds, pretrained start", ("LSS", "LSS with lambda = 0"), "greater",
+             tol=0.01, rationale="Fig. 5 is a heat map without a stated effect: one accuracy point"),
+    ClaimDef("6i", "lss", "the regularisers change the pool's spread (by more than 10%)",
+             "|log| of the members' mean pairwise distance with the regularisers over lambda = 0, last round",
+             ("LSS", ""), "above", bound=math.log(1.1), rationale="a 10% change: regularisers that act"),
+    ClaimDef("6j", "lss", "the members of a client's pool are linearly connected (Sec. 3.3)",
+             "mean accuracy barrier (Eq. 4) over all member pairs of every client's last-round pool, on that client's "
+             "training data", ("LSS", ""), "below", bound=0.02,
+             rationale="no pair loses more than 2 accuracy points along its line, on average"),
+]
+#: Every claim of the page by id, in the page's order.
+CLAIMS: dict[str, ClaimDef] = {c.id: c for c in _DEFS}
+#: Values of the settings the texts name (``{LAST}``, ``{SIMPLEX_POINTS}``, ...).
+SETTINGS = {"ACCURACY_TOL": ACCURACY_TOL, "CENTRAL_GATE_TOL": CENTRAL_GATE_TOL, "IMA_GATE_TOL": IMA_GATE_TOL,
+            "FLOCO_GATE_TOL": FLOCO_GATE_TOL, "LAST": LAST, "LOW_PARTICIPATION": LOW_PARTICIPATION,
+            "LINE_ALPHAS": LINE_ALPHAS, "SIMPLEX_POINTS": SIMPLEX_POINTS}
