@@ -7,11 +7,13 @@ folder, no lock file). It counts, for each round left, the sampled clients' loca
 (``local_epochs x ceil(samples / batch_size)`` each) and the global test set's forward passes
 (``ceil(test samples / eval_batch_size)`` per round, round 0 included) and the files each round
 writes (the kept client models, the global model and :data:`ROUND_RECORDS` small records, each
-fsynced), times one client update (the first sampled client's local epochs, divided by its local
-steps), one evaluation and one checkpoint write (into a temporary folder of the system's, removed at
-once) after a warm-up (:func:`landscape.infra.estimate.time_once`), and estimates the memory from the model's state,
-the data on the device and one minibatch's activations. Algorithms that train more than the
-sampled clients' local epochs (a server-side phase, extra local passes) take longer than estimated.
+fsynced), times one client update (the first sampled client's, after round 1's server work,
+``begin_round``, as the engine runs it; its time divided by its nominal local steps, so an
+algorithm's extra local passes count in the time), one evaluation and one checkpoint write (into a
+temporary folder of the system's, removed at once) after a warm-up
+(:func:`landscape.infra.estimate.time_once`), and estimates the memory from the model's state, the
+data on the device and one minibatch's activations. Server work of later rounds (FLOCO's probe at
+``tau``, a personalisation phase) is not counted.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from landscape.infra.devices import resolve_device
 from landscape.infra.estimate import CacheLookup, JobEstimate, Work, output_bytes, plural, tensor_bytes, time_once
 from landscape.space.checkpoints import save_state_dict
 
+from .algorithms.base import LocalContext, State
+from .algorithms.contexts import RoundContext
 from .evaluation import evaluate
 from .federation import Federation, sample_clients
 from .resolved_run import ResolvedRun, resolve_run
@@ -140,9 +144,18 @@ def _measure(resolved: ResolvedRun, data: Federation, device: torch.device, clie
     config, alg = resolved.config, resolved.algorithm
     module = alg.build_module(resolved.template).to(device)
     sent = {k: v.detach().to(device).clone() for k, v in module.state_dict().items()}
-    server_state = alg.init_server_state(sent)
-    ctx = client_context(config, alg, module, data, device, TrainRequest(1, [client], "client", sent, server_state,
-                                                                         {client: {}}), client)
+
+    def context(k: int, tag: str, server_state: State) -> LocalContext:
+        return client_context(config, alg, module, data, device, TrainRequest(1, [k], tag, sent, server_state,
+                                                                              {k: {}}), k)
+
+    initial = alg.init_server_state(sent)
+    sampled = sample_clients(int(config["seed"]), 1, int(config["clients"]), float(config["participation"]))
+    server_state = alg.begin_round(RoundContext(  # the round's server work, as the engine runs it first
+        1, sent, initial, list(sampled), int(config["clients"]),
+        lambda ids, tag: {k: alg.client_update(context(k, tag, initial)) for k in ids},
+        [len(i) for i in data.client_train]))
+    ctx = context(client, "client", server_state)
     size = int(config["batch_size"])
     steps = max(1, ctx.local_epochs * math.ceil(len(ctx.y) / size))
     step = time_once(lambda: alg.client_update(dataclasses.replace(ctx)), device) / steps

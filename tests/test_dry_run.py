@@ -16,6 +16,7 @@ from torch import nn
 
 import fl
 import landscape
+from fl.algorithms.registry import registry
 from landscape import ConfigError, Evaluator, JobEstimate
 from landscape.curvature.operators import CurvatureOperator
 from landscape.infra.estimate import CacheLookup, Work, combined
@@ -182,6 +183,17 @@ def test_fl_run_dry_run_counts_the_local_steps_and_writes_no_folder(tmp_path, mo
     assert est.count("forward pass") == 3  # rounds 0, 1, 2 on a test set of one evaluation batch
     done = fl.run("fedavg", dry_run=True, **settings)
     assert [(c.found, c.total) for c in done.cache] == [(2, 2)] and done.todo("local step") == 0
+
+
+@pytest.mark.parametrize("name", sorted(registry()))
+def test_every_algorithm_dry_runs_without_writing(tmp_path, name):
+    """The dry run runs the algorithm's round preparation (FedGuCci's anchors, IMA's window...) before timing."""
+    out = tmp_path / "run"
+    est = fl.run(name, dataset="digits", clients=3, rounds=2, local_epochs=1, out=out, progress=False,
+                 dry_run=True)
+    assert not out.exists() and not any(tmp_path.iterdir())
+    assert [(c.found, c.total) for c in est.cache] == [(0, 2)]
+    assert est.todo("local step") > 0 and est.seconds > 0
 
 
 def test_bad_combinations_are_one_line_errors(digits):
