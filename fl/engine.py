@@ -34,7 +34,7 @@ from .evaluation import evaluate
 from .federation import Federation, sample_clients
 from .manifest import record_round, verify
 from .reader import Run
-from .rounds import RoundPlan, TrainRequest, client_context
+from .rounds import RoundPlan, TrainRequest, client_context, client_metrics
 from .rundir import saves_clients
 from .store import RunStore, check_round_finite
 from .tracker import tracker_for
@@ -281,7 +281,7 @@ class Engine:
         if refused:
             record.update(dropped=sorted(refused),
                           dropped_reasons=[f"client {k}: {refused[k]}" for k in sorted(refused)])
-        record.update(_client_metrics(updates))
+        record.update(client_metrics(updates))
         record.update(self.alg.local_metrics(EvalContext(
             r, self.global_state, self.server_state, self.client_states, updates, self._local_test(),
             (self.data.test_x, self.data.test_y), self._evaluate_with, self.module, self.device)))
@@ -413,12 +413,3 @@ class Engine:
         st.mark(r, complete=r == int(self.config["rounds"]))
         st.prune_client_states(r)
 
-
-def _client_metrics(updates: Mapping[int, ClientUpdate]) -> dict[str, float]:
-    """Sample-weighted means of the numeric metrics every client reported."""
-    if not updates:
-        return {}
-    keys = set.intersection(*(set(u.metrics) for u in updates.values()))
-    total = sum(u.num_samples for u in updates.values()) or 1
-    return {key: sum(float(u.metrics[key]) * u.num_samples for u in updates.values()) / total
-            for key in sorted(keys)}

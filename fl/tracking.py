@@ -16,6 +16,7 @@ like any other change of configuration.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -144,8 +145,9 @@ def resolve_track(value: Any) -> dict[str, Any] | None:
 
     Parameters
     ----------
-    value : Track, Mapping, bool or None
-        A :class:`Track`, a dict of its fields, True (the defaults), or False/None (off).
+    value : Track, Mapping, str, bool or None
+        A :class:`Track`, a dict of its fields (or its JSON text, as a Flower run configuration
+        or a command line gives it), True (the defaults), or False/None (off).
 
     Returns
     -------
@@ -163,9 +165,14 @@ def resolve_track(value: Any) -> dict[str, Any] | None:
         return Track().to_dict()
     if isinstance(value, Track):
         return value.to_dict()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ConfigError(f"track must be JSON text of fl.Track's fields, got {value!r}") from None
     if isinstance(value, Mapping):
         return Track.from_mapping(value, owner="track option ").to_dict()
-    raise ConfigError(f"track must be an fl.Track, a dict of its fields, True or None, got {type(value).__name__}")
+    raise ConfigError(f"track must be an fl.Track, a dict of its fields, True or None, got {value!r}")
 
 
 def evaluation_indices(client_train: Sequence[np.ndarray], samples: int, seed: int) -> np.ndarray:
