@@ -164,3 +164,13 @@ def test_an_untracked_run_has_no_table(tmp_path: Path) -> None:
     run = fl.run("fedavg", out=tmp_path / "plain", progress=False, **{**SETTINGS, "rounds": 1})
     with pytest.raises(ConfigError, match="not tracked"):
         run.track()
+
+
+def test_the_report_of_a_tracked_run_shows_the_tracking(tracked: fl.Run, tmp_path: Path, capsys) -> None:
+    from landscape_cli.main import main
+
+    code = main(["report", "--run", str(tracked.path), "--out", str(tmp_path / "report"), "--resolution", "3",
+                 "--alphas", "3", "--models", "client:0", "client:1", "global"])
+    capsys.readouterr()
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert code == 0 and "Landscape during training" in page and "Measured at rounds 0, 2, 3" in page
