@@ -98,7 +98,7 @@ class Track(Options):
 
     every: int = option(10, ge=1, le=1_000_000, help="track rounds r with r % every == 0, round 0 and the last")
     measures: list[str] = option(list(MEASURES), help=f"measures to record, from {', '.join(MEASURES)}")
-    samples: int = option(512, ge=2, le=10_000_000, help="size of the fixed evaluation set of training samples")
+    samples: int = option(256, ge=2, le=10_000_000, help="size of the fixed evaluation set of training samples")
     points: int = option(5, ge=3, le=1001, help="points on each client-to-global line (ends included)")
     iterations: int = option(20, ge=1, le=10_000, help="Lanczos Hessian-vector products (top eigenvalue)")
     probes: int = option(10, ge=2, le=10_000, help="Hutchinson probes (Hessian trace)",
