@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from plotly.subplots import make_subplots
 
 from landscape.infra.errors import ConfigError
@@ -112,9 +113,10 @@ def tracking_figure(tables: Tables, *, title: str | None = None, columns: int = 
     panels = _panels(runs)
     cols = max(1, min(columns, len(panels)))
     rows = -(-len(panels) // cols)
+    every_round = np.concatenate([t["round"] for ts in runs.values() for t in ts])
     with style_context():
         fig = new_figure(width, panel_height * rows + 0.6)
-        axes = fig.subplots(rows, cols, squeeze=False).reshape(-1)
+        axes = fig.subplots(rows, cols, squeeze=False, sharex=True).reshape(-1)
         for ax, column in zip(axes, panels):
             for i, (label, seeds) in enumerate(runs.items()):
                 rounds, mean, low, high = seed_band(seeds, column)
@@ -124,6 +126,10 @@ def tracking_figure(tables: Tables, *, title: str | None = None, columns: int = 
                     ax.fill_between(rounds, low, high, color=color(i), alpha=0.25, linewidth=0)
             ax.set_title(PANELS[column], fontsize=8)
             ax.set_xlabel("round")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.xaxis.set_tick_params(labelbottom=True)
+            if every_round.size:
+                ax.set_xlim(every_round.min(), every_round.max())
         for ax in axes[len(panels):]:
             ax.set_visible(False)
         if panels:
