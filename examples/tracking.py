@@ -6,7 +6,9 @@ with ``Run.track()``: each client's barrier to the global model and the clients'
 (FedGuCci Eq. 3 and 9), the global model's top Hessian eigenvalue, Hessian trace and L2 sharpness,
 and the spread of the client updates, on a fixed set of training samples. Prints the last tracked
 round of each run, the cost of tracking against the run's training time, and draws the measures
-over the rounds with the seeds as bands (``figures.tracking_figure``).
+over the rounds with the seeds as bands (``figures.tracking_figure``). The first table is each
+run's ``fl.convergence``, which says whether the runs still learn at the last round: the
+trajectory, not the end point, is what this example shows.
 
 Fewer rounds than the recipe's 150 (``--rounds``, default 50, with the recipe's per-round
 learning-rate decay): two algorithms times two seeds of 150 rounds take too long on two shared
@@ -26,7 +28,7 @@ import numpy as np
 import fl
 from figures import tracking_figure, tracking_plotly
 
-from _common import Example
+from _common import Example, report_convergence
 from _docs import add_doc_option, conditions, doc_refusal, markdown_table, publish
 
 TITLE = "Last tracked round (mean over seeds)"
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     track = fl.Track(every=every, **({"samples": 64, "iterations": 5, "probes": 3} if ex.quick else {}))
     quick = {"clients": 4, "local_epochs": 1} if ex.quick else {}
     tables: dict[str, list] = {}
-    rows, cost = [], []
+    rows, cost, trained = [], [], {}
     for name in ALGORITHMS:
         runs = []
         for seed in range(ex.seed, ex.seed + a.seeds):
@@ -84,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(fl.run(name, recipe=a.recipe, rounds=rounds, seed=seed, track=track, save_clients="none",
                                progress=False, out=ex.out / "runs" / f"{name}-r{rounds}-every{every}-seed{seed}",
                                **quick))
+        trained.update({f"{name} seed {seed}": r for seed, r in zip(range(ex.seed, ex.seed + a.seeds), runs)})
         tables[name] = [r.track() for r in runs]
         last = {c: float(np.mean([t[c][-1] for t in tables[name]])) for c in tables[name][0].columns[1:]}
         rows.append({"algorithm": name, "round": int(tables[name][0]["round"][-1]),
@@ -93,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         measured = float(np.mean([np.nansum(t["time"]) for t in tables[name]]))
         cost.append({"algorithm": name, "tracked rounds": len(tables[name][0]), "training s": train,
                      "tracking s": measured, "added (%)": 100 * measured / train})
+    report_convergence(ex, trained)
     ex.table(TITLE, rows, note="client barriers: mean over the round's clients; update cosine: mean over pairs.")
     ex.table(COST, cost, note="training s: the rounds' recorded times (without tracking); tracking s: the time "
                               "spent measuring, the first tracked round included (it loads the analysis core)")

@@ -73,6 +73,7 @@ EXPECTED: dict[str, tuple[dict[str, tuple[str, ...]], tuple[str, ...]]] = {
         "Merges of the two LoRA adapters": ("merge", "test loss", "test acc (%)", "loss barrier A"),
     }, ("merging_plane", "merging_lora_paths")),
     "tracking": ({
+        "Training:": CONVERGENCE,
         "Last tracked round": ("algorithm", "round", "mean_client_barrier", "group_barrier", "top_eigenvalue",
                                "trace", "sharpness", "update_distance", "update_cosine"),
         "Cost of tracking": ("algorithm", "tracked rounds", "training s", "tracking s", "added (%)"),
