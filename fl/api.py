@@ -187,7 +187,7 @@ def _documented_signature() -> inspect.Signature:
     explicitly (those override a recipe's settings).
     """
     own = inspect.signature(run).parameters
-    types_ = {**RunConfig.types(), "track": Track | dict[str, Any] | bool | None}  # what fl.tracking.resolve_track takes
+    types_ = {**RunConfig.types(), "track": Track | dict[str, Any] | bool | None}
     fields = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=field_default(f), annotation=types_[n])
               for n, f in RunConfig.fields().items() if n not in own]
     head = [own["algorithm"].replace(default="fedavg")] + [own[n] for n in ("recipe", "model", "out")]
