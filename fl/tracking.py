@@ -66,8 +66,11 @@ class Track(Options):
     as missing (NaN in the table). Curvature is of the loss over the whole evaluation set,
     evaluated in float32 on the run's device, BatchNorm statistics interpolated with the weights.
 
-    Defaults: cheap measures, small probe counts. Measured on the MNIST-1D recipe
-    (``benchmarks/bench_track.py``), the default cadence adds at most 15% to a run's time.
+    Defaults: cheap measures, small probe counts, every 10th round. On the MNIST-1D recipe
+    (``fedgucci-mnist1d``, 150 rounds) they add about 8% to a FedAvg run's time and under 3% to a
+    FedGuCci run's, whose rounds cost more (``benchmarks/bench_track.py``, its table in
+    ``benchmarks/README.md``); a run of few rounds tracks a larger share of them, and the first
+    tracked round of a process also loads the analysis core.
 
     Parameters
     ----------
