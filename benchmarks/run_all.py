@@ -18,11 +18,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 #: Arguments of the GPU runs: an 11x11 ResNet-20 plane on 10,000 CIFAR-sized inputs (every contender
-#: side by side; the full 51x51 target is timed by gpu_plane_target.py); 50 clients of the FedGuCci CNN.
+#: side by side; the full 51x51 target is timed by gpu_plane_target.py); 50 clients of the FedGuCci CNN;
+#: the cost of landscape tracking on the GPU.
 GPU_ARGS: dict[str, list[str]] = {
     "plane": ["--models", "resnet20", "--resolution", "11", "--samples", "10000", "--batch-size", "10000",
               "--device", "cuda", "--bf16", "--compile", "--max-points", "16", "--repeats", "2"],
     "fl": ["--device", "cuda", "--clients", "50", "--samples", "500", "--run-clients", "50"],
+    "track": ["--device", "cuda"],
 }
 
 

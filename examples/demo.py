@@ -38,6 +38,7 @@ after 70 rounds and the plateau (mean of rounds 189-210) are FedAvg 0.583 / 0.58
 FedGuCci 0.585 / 0.592 and IMA 0.574 / 0.581, each within 0.01 of its plateau.
 
     python examples/demo.py --out report
+    python examples/demo.py --out report --track 10   # also the landscape during training (fl.Track)
 """
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ from figures import (
     plane_plotly,
     sharpness_plotly,
     spectral_density_plotly,
+    tracking_plotly,
 )
 from figures.report import Report
 from fl.central import Trainer  # central training with the connectivity loss
@@ -97,26 +99,28 @@ def log(message: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def run_settings(out: Path, dataset: str, rounds: int, seed: int) -> dict[str, dict[str, Any]]:
+def run_settings(out: Path, dataset: str, rounds: int, seed: int, track: int = 0) -> dict[str, dict[str, Any]]:
     """The ``fl.run`` arguments of FedAvg, FedGuCci and IMA in the setting :data:`SETTINGS`.
 
     IMA starts at its default round 0.75 R; each run has its own run folder under
-    ``<out>/runs``.
+    ``<out>/runs``. With ``track`` > 0, the runs record the landscape every ``track`` rounds
+    (``fl.Track``'s other defaults) in folders of their own.
     """
     options = {"fedavg": {}, "fedgucci": FEDGUCCI, "ima": {}}
+    tracked = {"track": fl.Track(every=track)} if track else {}
     return {name: {"algorithm": name, "dataset": dataset, "model": MODELS[dataset], "rounds": rounds, **SETTINGS,
-                   **extra, "seed": seed, "out": out / "runs" / f"{name}-{dataset}-r{rounds}-seed{seed}",
-                   "save_clients": "last", "progress": False}
+                   **extra, "seed": seed, "save_clients": "last", "progress": False, **tracked,
+                   "out": out / "runs" / f"{name}-{dataset}-r{rounds}-seed{seed}{f'-track{track}' if track else ''}"}
             for name, extra in options.items()}
 
 
-def train(out: Path, dataset: str, rounds: int, seed: int) -> dict[str, fl.Run]:
+def train(out: Path, dataset: str, rounds: int, seed: int, track: int = 0) -> dict[str, fl.Run]:
     """Train the three runs of :func:`run_settings` and log each run's convergence.
 
     A finished run in its folder is reopened.
     """
     runs = {}
-    for name, kwargs in run_settings(out, dataset, rounds, seed).items():
+    for name, kwargs in run_settings(out, dataset, rounds, seed, track).items():
         log(f"FL run {name} ({kwargs['clients']} clients, {rounds} rounds, Dirichlet {kwargs['alpha']}; "
             "a finished run is reopened)")
         runs[name] = fl.run(**kwargs)
@@ -169,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--central-epochs", type=int, default=10,
                         help="epochs of central training in the transitivity check")
+    parser.add_argument("--track", type=int, default=0, metavar="EVERY",
+                        help="record the landscape during training every EVERY rounds (fl.Track; 0: off)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads; 1 is fastest for these tiny models")
     args = parser.parse_args(argv)
@@ -179,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
 
-    runs = train(out, args.dataset, args.rounds, args.seed)
+    runs = train(out, args.dataset, args.rounds, args.seed, args.track)
     reference = runs["fedavg"]
     cfg = reference.config
     ev = landscape.Evaluator(reference.module(), tensors(reference.test_dataset()), cache=out / "cache")
@@ -197,6 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_table(convergence_rows(runs))
     rep.add_plotly(fl_curves_plotly({k: r.metrics for k, r in runs.items()}),
                    caption="Test loss and accuracy of the global model.")
+    if args.track:
+        rep.section("Landscape during training", "Measured while training (fl.Track, docs/tracking.md) on a fixed "
+                    "set of training samples: client-to-global and group barriers, top Hessian eigenvalue, Hessian "
+                    "trace, L2 sharpness and the spread of the client updates.")
+        rep.add_plotly(tracking_plotly({k: r.track() for k, r in runs.items()}),
+                       caption="Landscape measures of each run at its tracked rounds.")
 
     # ---------------------------------------------------------- connectivity
     log("client connectivity: group barriers, barrier matrices, paths")

@@ -33,6 +33,7 @@ from .report import Report
 from .sharpness import sharpness_figure, sharpness_plotly
 from .simplex import simplex_figure, simplex_plotly, simplex_projection
 from .style import OKABE_ITO, ROLES, role_of, style_context
+from .tracking import tracking_figure, tracking_plotly
 
 __all__ = [
     "FIGURES", "FigureKind", "draw", "kind_of", "OKABE_ITO", "ROLES", "Report", "averaging_figure", "averaging_plotly",
@@ -44,5 +45,5 @@ __all__ = [
     "merge_plotly", "path_figure", "path_plotly", "plane_figure", "plane_plotly",
     "plotly_bundle", "plotly_div", "role_of", "save", "simplex_figure", "simplex_plotly", "simplex_projection",
     "spectral_density_figure", "spectral_density_plotly", "style_context", "to_standalone_html",
-    "sharpness_figure", "sharpness_plotly",
+    "sharpness_figure", "sharpness_plotly", "tracking_figure", "tracking_plotly",
 ]

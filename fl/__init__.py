@@ -13,7 +13,8 @@ configuration), ``rundir``/``store`` (the run folder), ``template`` (the model),
 pretraining on data disjoint from the federation's), ``reader`` (``Run``),
 ``engine``/``vectorized`` (the round loop), ``algorithms/`` (one file per algorithm, found
 by the registry; ``algorithms.robust``: the robust aggregation rules any algorithm uses),
-``aggregates`` (``fl.plain_aggregate``: a round's FedAvg mean beside a robust run's model),
+``tracking``/``tracker`` (``fl.Track``: landscape measures recorded during training, read back by
+``Run.track()``), ``aggregates`` (``fl.plain_aggregate``: a round's FedAvg mean beside a robust run's model),
 ``recipes`` (papers' settings), ``branching`` (``fl.branch``: a run whose first rounds are
 copied from a stored run of the algorithm it trains as until then, IMA from FedAvg), ``cli``
 (``fl-run``), ``flower`` (Flower's Message API: records any Flower strategy's run as a run
@@ -28,6 +29,7 @@ from .manifest import seal as seal_run
 from .pretrain import pretrain
 from .reader import Run, load_run
 from .recipes import RECIPES, Recipe
+from .tracking import Track
 
-__all__ = ["RECIPES", "Recipe", "Run", "RunConfig", "branch", "load_run", "plain_aggregate", "pretrain", "run",
-           "seal_run"]
+__all__ = ["RECIPES", "Recipe", "Run", "RunConfig", "Track", "branch", "load_run", "plain_aggregate", "pretrain",
+           "run", "seal_run"]

@@ -29,6 +29,7 @@ from .resolve import build_config, make_algorithm
 from .resolved_run import resolve_run
 from .rundir import checked_partition, prepare_dir, refuse_foreign, split_clients
 from .store import RunStore
+from .tracking import Track
 
 
 def run(algorithm: str | None = None, *, recipe: str | None = None, model: str | nn.Module | None = None,
@@ -64,7 +65,8 @@ def run(algorithm: str | None = None, *, recipe: str | None = None, model: str |
         ``weight_decay``, ``lr_decay``, ``partition``, ``alpha``, ``partition_options``,
         ``local_test_fraction``, ``seed``, ``device``, ``backend``, ``n_jobs``,
         ``save_clients``, ``eval_batch_size``, ``data_root``, ``download``, ``ima``,
-        ``aggregator``, ``aggregator_options``, ``clip_norm``: :mod:`fl.algorithms.robust`) and
+        ``aggregator``, ``aggregator_options``, ``clip_norm``: :mod:`fl.algorithms.robust`; ``track``:
+        an :class:`fl.Track`, landscape measures recorded during training, :mod:`fl.tracking`) and
         the algorithm's options (its ``Options`` dataclass, e.g. ``mu`` for FedProx).
 
     Returns
@@ -170,7 +172,7 @@ def _documented_signature() -> inspect.Signature:
     explicitly (those override a recipe's settings).
     """
     own = inspect.signature(run).parameters
-    types_ = RunConfig.types()
+    types_ = {**RunConfig.types(), "track": Track | dict[str, Any] | bool | None}
     fields = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=field_default(f), annotation=types_[n])
               for n, f in RunConfig.fields().items() if n not in own]
     head = [own["algorithm"].replace(default="fedavg")] + [own[n] for n in ("recipe", "model", "out")]

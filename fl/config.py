@@ -10,8 +10,9 @@ number is finite, counts are positive and below sizes no run on one machine reac
 (100 000 clients, 10^6 rounds), seeds lie in ``[0, 2^63)`` (torch's generator range).
 
 Robust aggregation (``aggregator``, ``aggregator_options``, ``clip_norm``;
-:mod:`fl.algorithms.robust`) was added after version 1 of config.json: a stored configuration
-without these keys reads with their defaults (plain FedAvg averaging), and they enter the
+:mod:`fl.algorithms.robust`) and landscape tracking (``track``, :mod:`fl.tracking`) were added
+after version 1 of config.json: a stored configuration without these keys reads with their
+defaults (plain FedAvg averaging, no tracking), and they enter the
 configuration digest only when they differ from their defaults, so the digest (the default
 folder name) of every earlier run is unchanged.
 
@@ -34,6 +35,7 @@ from landscape.infra.options import Options, check_value, did_you_mean, option
 
 from .partition import METHODS
 from .partition import partition as partition_clients
+from .tracking import Track
 from .update_checks import BAD_CLIENT_POLICIES
 
 #: Version written to config.json; this version reads only its own.
@@ -54,7 +56,7 @@ AGGREGATOR_KEYS: dict[str, tuple[str, ...]] = {"mean": (), "median": (), "trimme
                                                "krum": ("f",), "multi_krum": ("f", "m")}
 #: Settings that enter the configuration digest only when they differ from their default (added
 #: after configurations of version 1 were first written: the digests of earlier runs stay).
-DIGEST_WHEN_SET = ("aggregator", "aggregator_options", "clip_norm")
+DIGEST_WHEN_SET = ("aggregator", "aggregator_options", "clip_norm", "track")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +182,7 @@ class RunConfig(Options):
     algorithm, dataset, model, init, clients, rounds, participation, local_epochs, batch_size, lr,
     momentum, weight_decay, lr_decay, partition, alpha, partition_options,
     local_test_fraction, seed, device, backend, n_jobs, save_clients, bad_clients, eval_batch_size,
-    data_root, download, ima, aggregator, aggregator_options, clip_norm
+    data_root, download, ima, aggregator, aggregator_options, clip_norm, track
         See each field's help (``fl-run --help`` prints them).
     """
 
@@ -238,6 +240,8 @@ class RunConfig(Options):
     clip_norm: float | None = option(None, gt=0, le=1e12, help="scale each client update w_k - w to L2 norm "
                                                                "at most C before aggregating (None: off)",
                                      source="Sun et al. 2019 (norm thresholding)")
+    track: dict[str, Any] | None = option(None, help="landscape tracking during training: fl.Track's fields as JSON, "
+                                                     "e.g. {\"every\": 10} (None: off; docs/tracking.md)")
 
     def check(self) -> None:
         """Rounds named by ``save_clients`` exist.
@@ -260,6 +264,8 @@ class RunConfig(Options):
                 raise ConfigError(f"unknown partition option {key!r}{did_you_mean(key, sorted(accepted))}; "
                                   f"valid: {', '.join(sorted(accepted))}")
         check_aggregator(self.aggregator, self.aggregator_options, sample_size(self.clients, self.participation))
+        if self.track is not None:
+            Track.from_mapping(self.track, owner="track option ")
 
 
 def volatile_keys() -> tuple[str, ...]:

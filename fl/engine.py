@@ -34,9 +34,10 @@ from .evaluation import evaluate
 from .federation import Federation, sample_clients
 from .manifest import record_round, verify
 from .reader import Run
-from .rounds import RoundPlan, TrainRequest, client_context
+from .rounds import RoundPlan, TrainRequest, client_context, client_metrics
 from .rundir import saves_clients
 from .store import RunStore, check_round_finite
+from .tracker import tracker_for
 from .update_checks import enforce_policy, update_problem
 from .vectorized import train_clients, unsupported_reason
 
@@ -107,6 +108,7 @@ class Engine:
             if reason is not None:
                 raise ConfigError(f"the vectorized back end cannot train this run: {reason}; "
                                   "use backend='sequential'")
+        self.tracker = tracker_for(config, template, data.train_x, data.train_y, data.client_train, device, store)
 
     # --------------------------------------------------------------------- run
     def run(self) -> None:
@@ -179,6 +181,8 @@ class Engine:
         start = time.perf_counter()
         loss, acc = self._evaluate(self.global_state)
         record = {"round": 0, "test_loss": loss, "test_accuracy": acc, "time": time.perf_counter() - start}
+        if self.tracker is not None:
+            record.update(self.tracker.record(0, self.alg.export_state(self.global_state, self.server_state), {}))
         self._write(0, {}, {}, record)
 
     def _resume(self, last: int) -> None:
@@ -277,14 +281,17 @@ class Engine:
         if refused:
             record.update(dropped=sorted(refused),
                           dropped_reasons=[f"client {k}: {refused[k]}" for k in sorted(refused)])
-        record.update(_client_metrics(updates))
+        record.update(client_metrics(updates))
         record.update(self.alg.local_metrics(EvalContext(
             r, self.global_state, self.server_state, self.client_states, updates, self._local_test(),
             (self.data.test_x, self.data.test_y), self._evaluate_with, self.module, self.device)))
         record["time"] = time.perf_counter() - plan.start
+        saved, tracked = saves_clients(self.config, r), self.tracker is not None and self.tracker.due(r)
         exported = {k: self._trained(self.alg.export_state(u.state, plan.server_state, k, self.client_states.get(k)))
-                    for k, u in updates.items()} if saves_clients(self.config, r) else {}
-        self._write(r, exported, self.client_states, record)
+                    for k, u in updates.items()} if saved or tracked else {}
+        if tracked:  # measured on the models as stored, after the round's own time
+            record.update(self.tracker.record(r, self.alg.export_state(self.global_state, self.server_state), exported))
+        self._write(r, exported if saved else {}, self.client_states, record)
         return record
 
     def refusals(self, sent: State, updates: Mapping[int, ClientUpdate],
@@ -406,12 +413,3 @@ class Engine:
         st.mark(r, complete=r == int(self.config["rounds"]))
         st.prune_client_states(r)
 
-
-def _client_metrics(updates: Mapping[int, ClientUpdate]) -> dict[str, float]:
-    """Sample-weighted means of the numeric metrics every client reported."""
-    if not updates:
-        return {}
-    keys = set.intersection(*(set(u.metrics) for u in updates.values()))
-    total = sum(u.num_samples for u in updates.values()) or 1
-    return {key: sum(float(u.metrics[key]) * u.num_samples for u in updates.values()) / total
-            for key in sorted(keys)}

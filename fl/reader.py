@@ -23,6 +23,7 @@ from .manifest import Manifest, verify
 from .rundir import checked_partition, saves_clients
 from .store import RunStore, State
 from .template import build_template
+from .tracking import track_table
 
 
 def load_run(path: str | os.PathLike, *, module: nn.Module | None = None) -> "Run":
@@ -97,6 +98,22 @@ class Run:
     def metrics(self) -> list[dict[str, Any]]:
         """One dict per complete round: ``round``, ``test_loss``, ``test_accuracy``, ...."""
         return self.store.read_metrics()
+
+    def track(self) -> Any:
+        """The landscape measures tracked during training (``fl.run(..., track=fl.Track())``).
+
+        Returns
+        -------
+        TrackTable
+            One row per tracked round (:class:`landscape.results.tracking.TrackTable`):
+            ``table["trace"]``, ``table.columns``, ``table.to_pandas()``.
+
+        Raises
+        ------
+        ConfigError
+            When the run was not tracked.
+        """
+        return track_table(self.metrics, self.config)
 
     def convergence(self) -> Convergence:
         """Whether the global test accuracy has stopped rising (:func:`fl.convergence.assess`).

@@ -20,6 +20,7 @@ from . import algorithms
 from .algorithms.base import Algorithm
 from .config import CONFIG_VERSION, RunConfig
 from .recipes import RECIPES
+from .tracking import resolve_track
 
 #: Wrapper composed around the algorithm by the RunConfig field ``ima``.
 IMA_WRAPPER = "ima"
@@ -142,6 +143,8 @@ def build_config(algorithm: str = "fedavg", *, options: Mapping[str, Any] | None
     run_values = {k: v for k, v in given.items() if k in run_fields}
     if isinstance(run_values.get("init"), os.PathLike):  # stored as the text of the path
         run_values["init"] = os.fspath(run_values["init"])
+    if "track" in run_values:  # an fl.Track or a dict of its fields, stored with every field
+        run_values["track"] = resolve_track(run_values["track"])
     unknown = sorted(set(given) - set(own) - set(run_values))
     if unknown:
         raise ConfigError(_unknown_message(unknown, cls))

@@ -2,7 +2,7 @@
 
 The server's plan of a round (:class:`RoundPlan`), what a client receives to train
 (:class:`TrainRequest`) and the :class:`~fl.algorithms.base.LocalContext` built from it
-(:func:`client_context`).
+(:func:`client_context`), and the round's mean client metrics (:func:`client_metrics`).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from .algorithms.base import Algorithm, LocalContext, State, make_generator
+from .algorithms.base import Algorithm, ClientUpdate, LocalContext, State, make_generator
 from .federation import Federation
 
 
@@ -102,3 +102,24 @@ def client_context(config: Mapping[str, Any], algorithm: Algorithm, module: nn.M
         local_epochs=algorithm.local_epochs(r), batch_size=int(config["batch_size"]),
         momentum=float(config["momentum"]), weight_decay=float(config["weight_decay"]), module=module,
         options=algorithm.opts, config=config, device=device, num_classes=data.num_classes)
+
+
+def client_metrics(updates: Mapping[int, ClientUpdate]) -> dict[str, float]:
+    """Sample-weighted means of the numeric metrics every client of a round reported.
+
+    Parameters
+    ----------
+    updates : Mapping[int, ClientUpdate]
+        Client id -> update (its ``metrics`` and ``num_samples``).
+
+    Returns
+    -------
+    dict[str, float]
+        Metric -> mean weighted by the clients' sample counts, for the metrics all of them report.
+    """
+    if not updates:
+        return {}
+    keys = set.intersection(*(set(u.metrics) for u in updates.values()))
+    total = sum(u.num_samples for u in updates.values()) or 1
+    return {key: sum(float(u.metrics[key]) * u.num_samples for u in updates.values()) / total
+            for key in sorted(keys)}

@@ -72,7 +72,8 @@ def load_example(name: str):
 
 @pytest.mark.parametrize("name, page, table, key", [
     ("sharpness", "sharpness.md", "Worst-case sharpness (best over restarts)", "sharpness"),
-    ("curvature_views", "curvature-views.md", "Hessian curvature by block (mnist1d_mlp)", "trace")])
+    ("curvature_views", "curvature-views.md", "Hessian curvature by block (mnist1d_mlp)", "trace"),
+    ("tracking", "tracking.md", "Last tracked round (mean over seeds)", "top_eigenvalue")])
 def test_page_shows_what_the_example_stored_with_its_current_defaults(name, page, table, key):
     from _common import build_parser
 

@@ -72,6 +72,12 @@ EXPECTED: dict[str, tuple[dict[str, tuple[str, ...]], tuple[str, ...]]] = {
         "Align first": ("merge", "test loss", "max loss barrier", "max acc barrier"),
         "Merges of the two LoRA adapters": ("merge", "test loss", "test acc (%)", "loss barrier A"),
     }, ("merging_plane", "merging_lora_paths")),
+    "tracking": ({
+        "Training:": CONVERGENCE,
+        "Last tracked round": ("algorithm", "round", "mean_client_barrier", "group_barrier", "top_eigenvalue",
+                               "trace", "sharpness", "update_distance", "update_cosine"),
+        "Cost of tracking": ("algorithm", "tracked rounds", "training s", "tracking s", "added (%)"),
+    }, ("tracking",)),
     "compare_algorithms": ({
         "Training:": CONVERGENCE,
         "All algorithms": ("algorithm", "final acc (%)", "client group acc barrier", "lambda_max (test)"),

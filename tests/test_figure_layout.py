@@ -285,6 +285,12 @@ def test_fl_curves_layout_and_single_legend(fl_run):
     assert len(pf.data) == 4  # each algorithm drawn in both panels
 
 
+def test_tracking_figure_layout():
+    from test_figures import _track_table
+
+    check_layout(F.tracking_figure({"fedavg": [_track_table(0.0), _track_table(1.0)], "fedgucci": _track_table(0.5)}))
+
+
 # ---------------------------------------------------------------- curvature and decomposition
 
 def test_curvature_figures_layout(models, evaluator):

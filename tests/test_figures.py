@@ -38,6 +38,7 @@ from landscape.results import (
     PlaneResult,
     SpectralDensity,
 )
+from landscape.results.tracking import TrackTable
 
 BUNDLE_HEAD = plotly.offline.get_plotlyjs()[:300]
 CDN_SRC = re.compile(r"<script[^>]*src=[\"'][^\"']*cdn\.", re.I)
@@ -576,3 +577,36 @@ def test_report_builds_valid_html_with_everything(tmp_path):
     assert base64.b64decode(src.split(",", 1)[1]).startswith(b"\x89PNG")
     no_plotly = F.Report("static only").add_table([{"a": 1}]).to_html()
     assert BUNDLE_HEAD not in no_plotly
+
+
+def _track_table(shift: float, rounds: tuple[int, ...] = (0, 5, 10)) -> TrackTable:
+    """A tracked run: no clients at round 0, one client missing at round 5, sharpness never measured."""
+    n = len(rounds)
+    clients = np.array([[np.nan] * 3, [0.1, 0.3, np.nan], [0.2, 0.2, 0.2]])[:n] + shift
+    values = np.arange(1.0, n + 1) + shift
+    return TrackTable(rounds=np.array(rounds), client_barrier=clients, client_accuracy_barrier=clients,
+                      group_barrier=np.r_[np.nan, values[1:]], group_accuracy_barrier=values, top_eigenvalue=2 * values,
+                      trace=10 * values, trace_stderr=values, sharpness=np.full(n, np.nan), update_distance=values,
+                      update_cosine=values / 10, time=values, samples=np.arange(4), spec={"algorithm": "fedavg"})
+
+
+def test_tracking_figure_draws_the_seed_mean_and_band():
+    from figures.tracking import PANELS, seed_band
+
+    seeds = [_track_table(0.0), _track_table(1.0)]
+    rounds, mean, low, high = seed_band(seeds, "mean_client_barrier")
+    assert rounds.tolist() == [0, 5, 10] and np.isnan(mean[0])  # no client at round 0 in any seed
+    np.testing.assert_allclose(mean[1:], [0.7, 0.7])  # seeds 0.2 and 1.2 at round 5, 0.2 and 1.2 at round 10
+    np.testing.assert_allclose(low[1:], [0.2, 0.2]) and np.testing.assert_allclose(high[1:], [1.2, 1.2])
+    fig = F.tracking_figure({"fedavg": seeds, "fedgucci": _track_table(0.5)})
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert titles == [t for c, t in PANELS.items() if c != "sharpness"]  # never measured: no panel
+    eig = fig.axes[titles.index("top Hessian eigenvalue")]
+    np.testing.assert_allclose(eig.lines[0].get_ydata(), [3.0, 5.0, 7.0])  # 2 x mean of (1, 2, 3) and (2, 3, 4)
+    assert len(eig.collections) == 1  # one band: the single-seed label has none
+    pf = F.tracking_plotly({"fedavg": seeds})
+    band = [t for t in pf.data if t.fill == "toself"][list(PANELS).index("top_eigenvalue")]  # one per panel
+    np.testing.assert_allclose(band.y, [4.0, 6.0, 8.0, 6.0, 4.0, 2.0])  # high, then low reversed
+    assert F.kind_of(seeds[0]) == "track" and F.draw(seeds, backend="plotly").data
+    with pytest.raises(ConfigError, match="TrackTable"):
+        F.tracking_figure({"x": [RUNS["fedavg"]]})

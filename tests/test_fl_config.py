@@ -78,7 +78,7 @@ def test_every_option_declares_help_and_every_algorithm_option_a_source():
 
 def test_digest_is_the_hash_of_the_non_volatile_settings():
     config, _ = build_config("fedavg", clients=2, rounds=1)
-    later = {"aggregator": "mean", "aggregator_options": {}, "clip_norm": None}  # in the digest only when set
+    later = {"aggregator": "mean", "aggregator_options": {}, "clip_norm": None, "track": None}  # digested when set
     assert set(DIGEST_WHEN_SET) == set(later) and all(config[k] == v for k, v in later.items())
     volatile = {"device", "data_root", "download", "backend", "n_jobs", "init", "recipe", "recipe_dropped",
                 "bad_clients"}  # init's weights enter the digest as init_digest; bad_clients acts only on a fault,
@@ -89,6 +89,7 @@ def test_digest_is_the_hash_of_the_non_volatile_settings():
     assert config_digest({**config, "lr": 0.2}) != config_digest(config)
     assert config_digest({**config, "aggregator": "median"}) != config_digest(config)
     assert config_digest({**config, "clip_norm": 1.0}) != config_digest(config)
+    assert config_digest({**config, "track": {"every": 5}}) != config_digest(config)
 
 
 def test_stored_config_schema(stored):

@@ -86,8 +86,8 @@ class RecordingStrategy(Strategy):
         if parameters is not None:
             numeric = {k: v for k, v in _mean_fit_metrics(kept).items() if k != PARTITION_KEY}
             self.recorder.record(server_round, parameters_to_ndarrays(parameters),
-                                 models if self.recorder.saves_clients(server_round) else {}, numeric,
-                                 dropped=refused)
+                                 models if self.recorder.saves_clients(server_round) or
+                                 self.recorder.tracks(server_round) else {}, numeric, dropped=refused)
         return parameters, metrics
 
     def screen(self, results: list[Result]) -> tuple[list[Result], dict[int, dict[str, Tensor]], dict[str, str]]:

@@ -196,7 +196,8 @@ class RecordedStrategy(Strategy):
             numeric = {k: float(v) for k, v in (metrics or {}).items()
                        if k not in (PARTITION_ID, NUM_EXAMPLES) and isinstance(v, (int, float))}
             recorder.record(server_round, arrays.to_torch_state_dict(),
-                            models if recorder.saves_clients(server_round) else {}, numeric, dropped=refused)
+                            models if recorder.saves_clients(server_round) or recorder.tracks(server_round) else {},
+                            numeric, dropped=refused)
         return arrays, metrics
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,

@@ -33,6 +33,7 @@ from ..resolve import build_config
 from ..rundir import prepare_dir, refuse_foreign, saves_clients, split_clients
 from ..store import RunStore, check_round_finite
 from ..template import build_template, check_model_fits
+from ..tracker import tracker_for
 from ..update_checks import is_server_field
 
 #: the table of a Flower app's run configuration that holds ``fl``'s settings
@@ -117,6 +118,8 @@ class FlowerRecorder:
             self.store.write_config(config)
             self.store.write_partition(train_parts, test_parts)
         self.keys = list(self.module.state_dict())
+        self.tracker = tracker_for(config, self.module, bundle.train_x, bundle.train_y, train_parts,
+                                   torch.device("cpu"), self.store)
         self.manifest: dict[str, Any] | None = None  # as last recorded (record_round's ``previous``)
 
     @classmethod
@@ -217,6 +220,21 @@ class FlowerRecorder:
         """
         return saves_clients(self.config, round)
 
+    def tracks(self, round: int) -> bool:
+        """Whether ``round`` is tracked (``track`` setting, :class:`fl.Track`): its client models are needed.
+
+        Parameters
+        ----------
+        round : int
+            A round.
+
+        Returns
+        -------
+        bool
+            True when the run is tracked and ``round`` is one of its tracked rounds.
+        """
+        return self.tracker is not None and self.tracker.due(round)
+
     def record(self, round: int, global_model: Arrays, clients: Mapping[int, Arrays] | None = None,
                fit_metrics: Mapping[str, float] | None = None, dropped: Mapping[Any, str] | None = None) -> None:
         """Write round ``round``: client models (when stored), the global model, metrics, progress.
@@ -231,7 +249,9 @@ class FlowerRecorder:
         global_model : list of np.ndarray or Mapping[str, array-like]
             The aggregated model (see :meth:`state`).
         clients : Mapping[int, arrays], optional
-            Partition id -> the client's model trained in this round.
+            Partition id -> the client's model trained in this round (stored when ``save_clients``
+            names the round; on a tracked round, the tracked barriers and spread are theirs and the
+            record lists them as ``clients``).
         fit_metrics : Mapping[str, float], optional
             Aggregated client metrics, stored in the round's record; the server's own fields
             (``test_accuracy``, ``round``, ...: :func:`fl.update_checks.is_server_field`) are
@@ -261,10 +281,16 @@ class FlowerRecorder:
             record.update(dropped=ids, dropped_reasons=[f"client {k}: {v}" for k, v in sorted(dropped.items())])
         record["time"] = time.perf_counter() - start
         check_round_finite(round, state, record)
-        stored = {k: self.state(arrays) for k, arrays in (clients or {}).items()} if self.saves_clients(round) else {}
+        tracked = self.tracks(round)
+        stored = {k: self.state(arrays) for k, arrays in (clients or {}).items()} \
+            if self.saves_clients(round) or tracked else {}
         bad = [k for k in stored if not (isinstance(k, int) and 0 <= k < int(self.config["clients"]))]
         if bad:
             raise ConfigError(f"client {bad[0]!r} is not a partition id of the run's {self.config['clients']} clients")
+        if tracked and self.tracker is not None:
+            stored = dict(sorted(stored.items()))
+            record.update({"clients": list(stored)} if round else {}, **self.tracker.record(round, state, stored))
+        stored = stored if self.saves_clients(round) else {}
         for k, client_state in stored.items():
             self.store.write_state(self.store.client_path(round, k), client_state)
         self.store.write_state(self.store.global_path(round), state)

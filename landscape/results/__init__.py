@@ -10,7 +10,8 @@
 * ``decomposition`` -- the IMA decomposition, averaging curves, CKA matrices;
 * ``sharpness`` -- worst-case sharpness in a ball around the weights;
 * ``merging`` -- a merged model and its measurements on the landscape;
-* ``alignment`` -- whether permutation alignment is valid for an architecture (a permutation check).
+* ``alignment`` -- whether permutation alignment is valid for an architecture (a permutation check);
+* ``tracking`` -- the landscape measures a federated run recorded at its tracked rounds (``fl.Track``).
 """
 from .alignment import AlignmentCheck
 from .base import RESULT_TYPES, Result, register
@@ -23,8 +24,10 @@ from .geometry import BarrierMatrix, GroupResult, Metrics, PathResult, PlaneResu
 from .group_size import GroupSizeResult
 from .merging import MergeResult
 from .sharpness import SharpnessResult
+from .tracking import TrackTable
 
 __all__ = ["RESULT_TYPES", "AlignmentCheck", "AveragingCurve", "BarrierMatrix", "BasinResult", "BlockCurvature",
            "CKAMatrix", "CurvaturePlane", "CurvatureProfile", "CurveResult", "Decomposition", "EigenLine",
            "Eigenvalues", "GroupResult", "GroupSizeResult", "HessianEigen", "MergeResult", "Metrics", "PathResult",
-           "PlaneResult", "Result", "SharpnessResult", "SimplexResult", "SpectralDensity", "TraceEstimate", "register"]
+           "PlaneResult", "Result", "SharpnessResult", "SimplexResult", "SpectralDensity", "TraceEstimate",
+           "TrackTable", "register"]

@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from figures.paths import path_figure
     from figures.planes import plane_figure
     from figures.report import Report
+    from figures.tracking import tracking_figure
     from landscape import claims, group_barrier, interpolate
 
     if not args.run:
@@ -74,8 +75,14 @@ def run(args: argparse.Namespace) -> int:
                  subtitle=f"run {ctx.run.path}, round {ctx.run.rounds[args.round]}; evaluation data: {args.split}")
     rep.section("Configuration").add_table([{"option": k, "value": json.dumps(v) if not isinstance(v, str) else v}
                                              for k, v in cfg.items()])
-    rep.section("Training").add_image(fl_curves_figure({cfg.get("algorithm", "run"): ctx.run.metrics}))
     numbers: dict[str, Any] = {}
+    rep.section("Training").add_image(fl_curves_figure({cfg.get("algorithm", "run"): ctx.run.metrics}))
+    if cfg.get("track"):  # measured during training (fl.Track)
+        table = ctx.run.track()
+        rep.section("Landscape during training", f"Measured at rounds {', '.join(map(str, table['round']))} on "
+                    f"{len(table.samples)} fixed training samples (fl.Track, docs/tracking.md).")
+        rep.add_image(tracking_figure(table))
+        numbers["track"] = {c: [None if not np.isfinite(v) else float(v) for v in table[c]] for c in table.columns}
     names = list(clients)
     if len(names) >= 2:
         paths = {f"{names[0]} → {names[1]}": interpolate(clients[names[0]], clients[names[1]], ctx.evaluator,
