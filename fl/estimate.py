@@ -39,6 +39,8 @@ from .resolved_run import ResolvedRun, resolve_run
 from .rounds import TrainRequest, client_context
 from .rundir import prepare_dir, refuse_foreign, saves_clients, split_clients
 from .store import RunStore
+from .tracker import tracker_for
+from .tracking import Track
 
 #: Files a round writes besides its checkpoints: the metrics line, the manifest and the progress marker.
 ROUND_RECORDS = 3
@@ -82,7 +84,9 @@ def estimate_run(algorithm: str | None = None, *, recipe: str | None = None, mod
     first = 1 if done is None else done + 1
     eval_batches = math.ceil(len(data.test_y) / int(config["eval_batch_size"]))
     timed = next((k for k in (clients[0] if clients else []) if len(train_parts[k])), 0)
-    step, evaluation, write, memory = _measure(resolved, data, device, timed)
+    step, evaluation, write, tracking, memory = _measure(resolved, data, device, timed)
+    track = Track.from_mapping(config["track"]) if config.get("track") else None
+    tracked = [r for r in range(rounds + 1) if track is not None and track.due(r, rounds)]
     evaluations_left = rounds + 1 - (0 if done is None else done + 1)  # round 0 is the initial model's evaluation
     work = (Work("local step", sum(steps), sum(steps[first - 1:]), step,
                  f"{rounds} rounds, local epochs x minibatches of the sampled clients"),
@@ -91,6 +95,10 @@ def estimate_run(algorithm: str | None = None, *, recipe: str | None = None, mod
                  f"{rounds + 1} evaluations x {eval_batches} {plural('batch', eval_batches)}"),
             Work("file write", sum(writes), sum(writes[0 if done is None else first:]), write,
                  "kept client models, global models and round records, each fsynced"))
+    if tracked:
+        work += (Work("tracked round", len(tracked), sum(r >= first for r in tracked) + (0 in tracked and done is None),
+                      tracking, f"rounds 0, {track.every}, {2 * track.every}, ... and {rounds}: "
+                      f"{', '.join(track.measures)}"),)
     cache = (CacheLookup(f"run folder {resolved.path}", 0 if done is None else done, rounds),)
     notes = ("the time of a file write is measured on the system's temporary folder",) + (
         ("the run is complete: fl.run only reopens it",) if done is not None and done >= rounds else ())
@@ -163,9 +171,41 @@ def _measure(resolved: ResolvedRun, data: Federation, device: torch.device, clie
                                             batch_size=int(config["eval_batch_size"])), device)
     with tempfile.TemporaryDirectory() as scratch:  # removed at once: the run folder is not touched
         write = time_once(lambda: save_state_dict(sent, Path(scratch) / "probe.safetensors"))
+    tracked = _tracked_round_seconds(resolved, data, device, alg.export_state(sent, server_state), len(sampled))
     activations = 2 * output_bytes(module, lambda: module(ctx.x[:size]))
     state = tensor_bytes(sent)
     participants = max(1, round(int(config["clients"]) * float(config["participation"])))
     memory = {"parameters": state * (3 + participants),
               "data": tensor_bytes([data.train_x, data.train_y, data.test_x, data.test_y]), "activations": activations}
-    return step, evaluation, write, memory
+    return step, evaluation, write, tracked, memory
+
+
+class _PreviousGlobal:
+    """Stands in for the run folder a tracker reads the previous global model from (nothing is read or written)."""
+
+    def __init__(self, state: State):
+        self.state = state
+
+    def global_path(self, round: int) -> int:
+        return round
+
+    def read_state(self, path: Any) -> State:
+        return self.state
+
+
+def _tracked_round_seconds(resolved: ResolvedRun, data: Federation, device: torch.device, exported: State,
+                           participants: int) -> float:
+    """Seconds of one tracked round's measures (0 when the run is not tracked).
+
+    Timed on the initial model standing in for the global model and for each of the round's
+    ``participants`` client models: the measures' cost depends on the number of models and of
+    probes, not on the weights.
+    """
+    config = resolved.config
+    tracker = tracker_for(config, resolved.template, data.train_x, data.train_y, data.client_train, device,
+                          _PreviousGlobal(exported))  # type: ignore[arg-type]
+    if tracker is None:
+        return 0.0
+    clients = {k: exported for k in range(participants)}
+    first_tracked = min(tracker.track.every, int(config["rounds"]))  # a round with client measures
+    return time_once(lambda: tracker.record(first_tracked, exported, clients), device)

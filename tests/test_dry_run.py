@@ -196,6 +196,18 @@ def test_every_algorithm_dry_runs_without_writing(tmp_path, name):
     assert est.todo("local step") > 0 and est.seconds > 0
 
 
+def test_tracked_run_dry_run_counts_the_tracked_rounds(tmp_path):
+    settings = dict(dataset="digits", clients=3, rounds=3, local_epochs=1, out=tmp_path / "run", progress=False,
+                    track=fl.Track(every=2, measures=("barriers", "trace"), probes=2, samples=64))
+    est = fl.run("fedavg", dry_run=True, **settings)
+    assert not (tmp_path / "run").exists()
+    run = fl.run("fedavg", **settings)
+    tracked = [m["round"] for m in run.metrics if "track_time" in m]
+    assert tracked == [0, 2, 3]
+    assert est.count("tracked round") == est.todo("tracked round") == len(tracked)
+    assert fl.run("fedavg", dry_run=True, **settings).todo("tracked round") == 0
+
+
 def test_bad_combinations_are_one_line_errors(digits):
     a, b = make_mlp(0), make_mlp(1)
     ev = evaluator(a, digits)
