@@ -1,7 +1,7 @@
 """The landscape during federated training: FedAvg and FedGuCci on MNIST-1D, tracked with ``fl.Track``.
 
 Trains FedAvg and FedGuCci in the ``fedgucci-mnist1d`` recipe (10 clients, Dirichlet(0.5), the
-MNIST-1D CNN) with ``track=fl.Track(every=...)`` for two seeds each, then reads the measures back
+MNIST-1D CNN) with ``track=fl.Track(every=...)`` for three seeds each, then reads the measures back
 with ``Run.track()``: each client's barrier to the global model and the clients' group barrier
 (FedGuCci Eq. 3 and 9), the global model's top Hessian eigenvalue, Hessian trace and L2 sharpness,
 and the spread of the client updates, on a fixed set of training samples. Prints the last tracked
@@ -10,9 +10,7 @@ over the rounds with the seeds as bands (``figures.tracking_figure``). The first
 run's ``fl.convergence``, which says whether the runs still learn at the last round: the
 trajectory, not the end point, is what this example shows.
 
-Fewer rounds than the recipe's 150 (``--rounds``, default 50, with the recipe's per-round
-learning-rate decay): two algorithms times two seeds of 150 rounds take too long on two shared
-CPU cores for a docs page.
+Defaults: the recipe's 150 rounds, the default cadence (``every=10``), seeds 0 to 2.
 
     python examples/tracking.py              # the table and figure of docs/tracking.md
     python examples/tracking.py --quick      # a smoke test, seconds
@@ -39,9 +37,9 @@ ALGORITHMS = ("fedavg", "fedgucci")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add this example's options to ``parser``."""
     parser.add_argument("--recipe", default="fedgucci-mnist1d", help="fl.RECIPES key (FedAvg runs it too)")
-    parser.add_argument("--rounds", type=int, default=50, help="FL rounds (the recipe has 150)")
-    parser.add_argument("--seeds", type=int, default=2, help="run seeds per algorithm (the figure's bands)")
-    parser.add_argument("--every", type=int, default=5, help="fl.Track(every=...)")
+    parser.add_argument("--rounds", type=int, default=150, help="FL rounds (the recipe's 150)")
+    parser.add_argument("--seeds", type=int, default=3, help="run seeds per algorithm (the figure's bands)")
+    parser.add_argument("--every", type=int, default=10, help="fl.Track(every=...), the default cadence")
     add_doc_option(parser, "tracking.md")
 
 

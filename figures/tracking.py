@@ -126,7 +126,7 @@ def tracking_figure(tables: Tables, *, title: str | None = None, columns: int = 
                     ax.fill_between(rounds, low, high, color=color(i), alpha=0.25, linewidth=0)
             ax.set_title(PANELS[column], fontsize=8)
             ax.set_xlabel("round")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
             ax.xaxis.set_tick_params(labelbottom=True)
             if every_round.size:
                 ax.set_xlim(every_round.min(), every_round.max())
