@@ -1,16 +1,18 @@
 """Dry runs against the real jobs: the estimated time beside the time the job takes (within 2x?).
 
-Six jobs on the digits CNN (scikit-learn's 1,797 images, :mod:`_workloads`): a plane, top
+Seven jobs: on the digits CNN (scikit-learn's 1,797 images, :mod:`_workloads`) a plane, top
 eigenvalues (Lanczos held to its budget by ``tol=0``), a spectral density, a group barrier, a learned
-curve and a short FL run. Each runs first with ``dry_run=True`` (its own cost is the "dry run"
-column), then for real without a cache; the table gives the estimate, the actual time and
-their ratio. Times depend on the machine and its load: run it twice on a shared machine.
+curve and a short FL run; and ten rounds of the FedGuCci MNIST-1D recipe. Each runs first with
+``dry_run=True`` (its own cost is the "dry run" column), then for real without a cache; the table
+gives the estimate, the actual time and their ratio. Times depend on the machine and its load: run
+it twice on a shared machine.
 
     OMP_NUM_THREADS=1 nice .venv/bin/python benchmarks/bench_dry_run.py
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -52,6 +54,9 @@ def jobs(args: argparse.Namespace, folder: Path) -> dict[str, Callable[..., Any]
         "fl.run (10 clients, 3 rounds)": lambda dry_run: fl.run(
             "fedavg", dataset="digits", clients=10, rounds=3, local_epochs=1, out=fl_out,
             device=args.device, progress=False, dry_run=dry_run),
+        "fl.run (fedgucci-mnist1d, 10 rounds)": lambda dry_run: fl.run(
+            recipe="fedgucci-mnist1d", rounds=10, out=folder / "recipe", save_clients="none", device=args.device,
+            progress=False, dry_run=dry_run),
     }
 
 
@@ -61,9 +66,11 @@ def main() -> None:
     parser.add_argument("--resolution", type=int, default=21)
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--figure", type=Path, default=None,
+                        help="also draw the estimates against the actual times (PNG) here")
     args = parser.parse_args()
     torch.manual_seed(0)
-    rows = []
+    rows, points = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name, job in jobs(args, Path(tmp)).items():
             start = time.perf_counter()
@@ -72,11 +79,38 @@ def main() -> None:
             start = time.perf_counter()
             job(False)
             actual = time.perf_counter() - start
+            points.append((name, actual, estimate.seconds))
             rows.append([name, f"{estimate.seconds:.2f}", f"{actual:.2f}", f"{estimate.seconds / actual:.2f}",
                          f"{dry:.2f}"])
     print(f"dry runs against real jobs on {args.device}; load {machine_load()}; torch threads "
           f"{torch.get_num_threads()}")
     print(format_table(["job", "estimate (s)", "actual (s)", "estimate / actual", "dry run (s)"], rows))
+    if args.figure is not None:
+        draw(points, args.figure, f"{args.device}, 1-minute load {os.getloadavg()[0]:.1f}, "
+                                  f"{torch.get_num_threads()} torch thread(s)")
+
+
+def draw(points: list[tuple[str, float, float]], path: Path, note: str) -> None:
+    """Estimated against actual seconds per job, log-log, with the diagonal and the band of a factor 2."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    values = [v for _, a, e in points for v in (a, e)]
+    low, high = min(values) / 3, max(values) * 3
+    fig, ax = plt.subplots(figsize=(5.2, 4.4), layout="constrained")
+    ax.fill_between([low, high], [low / 2, high / 2], [low * 2, high * 2], color="0.9", label="within 2x")
+    ax.plot([low, high], [low, high], color="0.4", linewidth=1, label="estimate = actual")
+    for i, (name, actual, estimate) in enumerate(points):
+        ax.scatter([actual], [estimate], color=f"C{i}", zorder=3, label=name)
+    ax.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high), xlabel="actual time (s)",
+           ylabel="dry run's estimate (s)", title=f"dry runs against the real jobs\n({note})")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7, loc="upper left")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import dataclasses
 import math
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,7 @@ def estimate_run(algorithm: str | None = None, *, recipe: str | None = None, mod
     ConfigError, CheckpointError, DataError, InitMismatchError
         As ``fl.run`` raises them before training (a bad setting, a folder of another run).
     """
+    start = time.perf_counter()
     resolved = resolve_run(algorithm, recipe=recipe, model=model, out=out, **settings)
     config = resolved.config
     store = RunStore(resolved.path)
@@ -77,6 +79,7 @@ def estimate_run(algorithm: str | None = None, *, recipe: str | None = None, mod
     train_parts, test_parts = split_clients(config, resolved.bundle.train_y.numpy())
     device = resolve_device(config["device"])
     data = Federation.build(resolved.bundle, train_parts, test_parts, device)
+    setup = time.perf_counter() - start  # the real run repeats this: configuration, data set, model, partition
     clients = [round_clients(resolved, r) for r in range(1, rounds + 1)]
     steps = [round_steps(resolved, [len(p) for p in train_parts], r, ids) for r, ids in enumerate(clients, 1)]
     writes = [SETUP_RECORDS + 1 + ROUND_RECORDS] + [
@@ -88,7 +91,8 @@ def estimate_run(algorithm: str | None = None, *, recipe: str | None = None, mod
     track = Track.from_mapping(config["track"]) if config.get("track") else None
     tracked = [r for r in range(rounds + 1) if track is not None and track.due(r, rounds)]
     evaluations_left = rounds + 1 - (0 if done is None else done + 1)  # round 0 is the initial model's evaluation
-    work = (Work("local step", sum(steps), sum(steps[first - 1:]), step,
+    work = (Work("set-up", 1, 1, setup, "configuration, data set, initial model, partition (timed in this dry run)"),
+            Work("local step", sum(steps), sum(steps[first - 1:]), step,
                  f"{rounds} rounds, local epochs x minibatches of the sampled clients"),
             Work("forward pass", (rounds + 1) * eval_batches, evaluations_left * eval_batches,
                  evaluation / eval_batches,
