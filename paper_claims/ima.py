@@ -149,9 +149,8 @@ def claim4(ctx: Context) -> list[ClaimRow]:
     failed, summary = premises(ctx, "FedAvg", runs["FedAvg"], runs["IMA"])
     failed_low, summary_low = premises(ctx, f"FedAvg, participation {LOW_PARTICIPATION}", runs["FedAvg low"],
                                        runs["IMA low"])
-    recipe = RECIPES[ctx.recipe("ima")].settings
-    setting = {"part": recipe["participation"], "rounds": recipe["rounds"], "double": 2 * recipe["rounds"],
-               **SETTINGS}
+    setting = {"part": RECIPES[ctx.recipe("ima")].settings["participation"],
+               "rounds": runs["IMA"][0].config["rounds"], "double": runs["FedAvg 2R"][0].config["rounds"], **SETTINGS}
 
     def blocked(*arms: Sequence[Any], low_participation: bool = False) -> str:
         """The gate of the arms and the premise (at both participations for 4b)."""
@@ -162,7 +161,7 @@ def claim4(ctx: Context) -> list[ClaimRow]:
                         **setting),
             ClaimRow.of(CLAIMS["4b"], gain_low, gain, blocked=blocked(*main.values(), *low.values(),
                                                                       low_participation=True),
-                        note=f"{summary}. {summary_low}", **setting)]
+                        note=f"{summary_low}; at the recipe's participation: as 4a", **setting)]
     where, wall, bottom = [], [], []
     for f, i in zip(main["FedAvg"], main["IMA"]):
         t, at_fedavg, at_ima = line(f, i)

@@ -24,8 +24,16 @@ from landscape.claims import Outcome, Verdict
 from landscape.claims.statistics import CLAIMED, holm, p_value
 from paper_claims import cli, dry_run
 from paper_claims.context import Context
-from paper_claims.definitions import (CLAIMS, GROUPS, IMA_GATE_TOL, LR_FACTORS, PREMISE_TOL, SETTINGS,
-                                      VALIDATION_FRACTION, VARIANTS)
+from paper_claims.definitions import (
+    CLAIMS,
+    GROUPS,
+    IMA_GATE_TOL,
+    LR_FACTORS,
+    PREMISE_TOL,
+    SETTINGS,
+    VALIDATION_FRACTION,
+    VARIANTS,
+)
 from paper_claims.fedgucci import sweep, tuned_lr
 from paper_claims.ima import premise, premise_failures, premise_summary
 from paper_claims.rows import ClaimRow, holm_column
