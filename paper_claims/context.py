@@ -1,13 +1,13 @@
 """The runs behind the claims: recipes per setting, seeds, cache, the finishing gate.
 
-A claim's arms are FL runs of one recipe (``<paper>-<dataset>``, :mod:`fl.recipes`) over the
-seeds, the baseline being the same recipe run by another algorithm (``fl.run`` drops and
-records the recipe's own algorithm options). Every run is stored under the cache folder and
-reused by a rerun. :meth:`Context.arm` returns an arm's runs and records, per seed, its
-plateau and its :class:`fl.convergence.Progress` (schedule at the end, claim metric at R/2
-and R); :meth:`Context.gate` judges every seed of every arm of a row by
-:func:`fl.convergence.judge` and names the arms that have not finished, so the row gets no
-verdict. The FedAvg arm of each setting is reported as that setting's plateau.
+A claim's arms are FL runs of one recipe (``<paper>-<dataset>``, or the variant its group
+names, :mod:`fl.recipes`) over the seeds, the baseline being the same recipe run by another
+algorithm (``fl.run`` drops and records the recipe's own algorithm options). Every run is
+stored under the cache folder and reused by a rerun. :meth:`Context.arm` returns an arm's
+runs and records, per seed, its plateau and its :class:`fl.convergence.Progress` (schedule
+at the end, claim metric at R/2 and R); :meth:`Context.gate` judges every seed of every arm
+of a row by :func:`fl.convergence.judge` and names the arms that have not finished, so the
+row gets no verdict. The FedAvg arm of each setting is reported as that setting's plateau.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from fl.convergence import Progress, judge, plateau, run_progress
 from fl.recipes import RECIPES
 
 from . import kernels as cpu_kernels
+from .definitions import VARIANTS
 
 #: Algorithms whose runs start from the stored run of the algorithm they train as until a
 #: round (``fl.branch``): IMA is FedAvg before ``start_round``. The branch equals the run
@@ -174,8 +175,15 @@ class Context:
         self.log_lines.append(line)
 
     def recipe(self, paper: str) -> str:
-        """The recipe of ``paper`` (``"fedgucci"``, ``"ima"``, ...) on this context's data set."""
+        """The recipe of ``paper`` (``"fedgucci"``, ``"ima"``, ...) on this context's data set.
+
+        ``<paper>-<dataset>-<variant>`` where the paper's group names a variant
+        (:data:`paper_claims.definitions.VARIANTS`) and the data set has it, else ``<paper>-<dataset>``.
+        """
         name = f"{paper}-{self.dataset}"
+        variant = f"{name}-{VARIANTS[paper]}" if paper in VARIANTS else ""
+        if variant in RECIPES:
+            return variant
         if name not in RECIPES:
             raise landscape.ConfigError(f"no recipe {name!r}: the claims run on {sorted(RECIPES)}")
         return name

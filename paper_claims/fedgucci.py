@@ -1,27 +1,35 @@
 """FedGuCci's FL claims (claim 1 of the claims page).
 
-Accuracy against FedAvg, with a step-size control, and the connectivity of the final
-client models.
+Accuracy against FedAvg, with two controls: FedAvg at the matched step size (1b) and FedAvg
+at a learning rate tuned on held-out client data (1c).
 
-Every row is gated (``Context.gate``) with 1a's tolerance on the arms' test-accuracy plateau:
-the barriers of 1c-1h are among the last round's client models, which are not stored at R/2.
+Every row is gated (``Context.gate``) with 1a's tolerance on the arms' test-accuracy plateau.
 
 The official code's FedGuCci (the recipe's reading) adds, after each cross-entropy step, a
 step on ``beta * L(alpha w + (1 - alpha) w_anc)`` at ``alpha = 0.5``, whose gradient with
 respect to ``w`` is ``alpha * beta = 0.05`` times a task gradient: it acts partly like a 5%
-larger step. The control arm is FedAvg with ``lr x (1 + beta * alpha)``.
+larger step. The control arm of 1b is FedAvg with ``lr x (1 + beta * alpha)``.
+
+1c's FedAvg learning rate is chosen per seed from ``LR_FACTORS`` times the recipe's, on runs
+that hold out ``VALIDATION_FRACTION`` of each client's training data (the run's local test
+split): the lr whose global model is most accurate on those held-out data over the
+convergence window (:func:`tuned_lr`; the global test set plays no part). Arm B is then
+FedAvg at that lr on the full training data, trained only for the seeds that chose it.
+FedGuCci keeps its recipe's lr (the paper's setting).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
+import torch
 
+import landscape
 from fl.recipes import RECIPES
 
-from .context import ArmPlan, Context
-from .definitions import ACCURACY_TOL, BARRIER_KINDS, BARRIER_ROWS, CLAIMS, EVAL_SETS
-from .measures import barrier_resolution, group_barriers, pairwise_barriers
+from .context import ArmPlan, Context, blockers
+from .definitions import ACCURACY_TOL, CLAIMS, LR_FACTORS, SETTINGS, VALIDATION_FRACTION
+from .measures import tensors
 from .rows import ClaimRow, fmt
 
 
@@ -36,45 +44,99 @@ def step_factor(ctx: Context) -> float:
     return 1.0 + settings["beta"] * settings.get("fixed_alpha", 0.5)
 
 
+def sweep(ctx: Context) -> list[float]:
+    """FedAvg's learning rates of 1c: ``LR_FACTORS`` times the recipe's."""
+    lr = RECIPES[ctx.recipe("fedgucci")].settings["lr"]
+    return [round(lr * f, 6) for f in LR_FACTORS]
+
+
+def validation_metrics(run: Any) -> list[dict[str, float]]:
+    """Accuracy of the run's global model on the clients' held-out data, each round of its convergence window.
+
+    Parameters
+    ----------
+    run : fl.Run
+        A run trained with ``local_test_fraction`` > 0.
+
+    Returns
+    -------
+    list of dict
+        ``{"round": r, "validation_accuracy": a}`` for the last ``run.convergence().window`` rounds.
+    """
+    held = [d for d in run.client_test_datasets().values() if len(d)]
+    if not held:
+        raise landscape.ConfigError(f"run {run.path} holds out no client data (local_test_fraction is 0)")
+    x, y = (torch.cat([tensors(d)[i] for d in held]) for i in (0, 1))
+    ev = landscape.Evaluator(run.module(), (x, y), progress=False)
+    window = [int(m["round"]) for m in run.metrics[-run.convergence().window:]]
+    return [{"round": r, "validation_accuracy": float(ev.evaluate([run.global_state(r)]).accuracy[0])}
+            for r in window]
+
+
+def tuned_lr(curves: Mapping[float, Sequence[Mapping[str, Any]]]) -> float:
+    """The learning rate whose validation accuracy, mean over its records, is highest (ties: the first given).
+
+    Parameters
+    ----------
+    curves : mapping
+        Learning rate -> records of :func:`validation_metrics`; only ``"validation_accuracy"`` is read.
+
+    Returns
+    -------
+    float
+        The chosen learning rate.
+    """
+    scores = {lr: float(np.mean([m["validation_accuracy"] for m in records])) for lr, records in curves.items()}
+    return max(scores, key=lambda lr: scores[lr])  # max keeps the first of equal scores
+
+
 def arms(ctx: Context) -> dict[str, ArmPlan]:
-    """FedGuCci, FedAvg and FedAvg at the matched step size, by label."""
+    """FedGuCci, FedAvg, FedAvg at the matched step size, 1c's validation runs and its candidate arms B, by label.
+
+    The candidates at the learning rates other than the recipe's are trained only for the seeds
+    that choose them (:func:`claim1`); a dry run lists them all.
+    """
     lr = RECIPES[ctx.recipe("fedgucci")].settings["lr"]
     factor = step_factor(ctx)
     control = "FedAvg lr x %.2f" % factor
-    return {"FedGuCci": ctx.plan("fedgucci", "FedGuCci"),
-            "FedAvg": ctx.plan("fedgucci", "FedAvg", algorithm="fedavg"),
-            control: ctx.plan("fedgucci", control, algorithm="fedavg", lr=round(lr * factor, 6))}
+    out = {"FedGuCci": ctx.plan("fedgucci", "FedGuCci"),
+           "FedAvg": ctx.plan("fedgucci", "FedAvg", algorithm="fedavg"),
+           control: ctx.plan("fedgucci", control, algorithm="fedavg", lr=round(lr * factor, 6))}
+    for rate in sweep(ctx):
+        out[f"FedAvg lr {rate:g}, validation"] = ctx.plan(
+            "fedgucci", f"FedAvg lr {rate:g}, {100 * VALIDATION_FRACTION:g}% held out", algorithm="fedavg",
+            lr=rate, local_test_fraction=VALIDATION_FRACTION, tracked=False)
+    for rate in sweep(ctx):
+        if rate != lr:
+            out[f"FedAvg lr {rate:g}"] = ctx.plan("fedgucci", f"FedAvg lr {rate:g} (if chosen)", algorithm="fedavg",
+                                                  lr=rate, tracked=False)
+    return out
 
 
 def claim1(ctx: Context) -> list[ClaimRow]:
-    """FedGuCci against FedAvg (and FedAvg at the matched step size).
-
-    Global accuracy; pairwise and group barriers of the final client models on three choices of
-    evaluation data.
-    """
+    """FedGuCci against FedAvg, FedAvg at the matched step size and FedAvg at the learning rate tuned per seed."""
     factor = step_factor(ctx)
-    runs = {k: ctx.train(plan) for k, plan in arms(ctx).items()}
-    control = list(runs)[2]
+    plans = arms(ctx)
+    control = list(plans)[2]
+    runs = {k: ctx.train(plans[k]) for k in ("FedGuCci", "FedAvg", control)}
     acc = {k: [plateau(r) for r in rs] for k, rs in runs.items()}
     ctx.log("claim 1: plateau accuracy " + "; ".join(f"{k} {fmt(v)}" for k, v in acc.items()))
-    blocked = ctx.gate(ACCURACY_TOL, runs["FedGuCci"], runs["FedAvg"])
-    rows = [ClaimRow.of(CLAIMS["1a"], acc["FedGuCci"], acc["FedAvg"], blocked=blocked),
+    rows = [ClaimRow.of(CLAIMS["1a"], acc["FedGuCci"], acc["FedAvg"],
+                        blocked=ctx.gate(ACCURACY_TOL, runs["FedGuCci"], runs["FedAvg"])),
             ClaimRow.of(CLAIMS["1b"], acc["FedGuCci"], acc[control], factor=factor,
                         blocked=ctx.gate(ACCURACY_TOL, runs["FedGuCci"], runs[control]))]
-    values: dict[str, dict[str, dict[str, list[float]]]] = {}
-    for alg in ("FedGuCci", "FedAvg"):
-        per = values.setdefault(alg, {"pair": {e: [] for e in EVAL_SETS}, "group": {e: [] for e in EVAL_SETS}})
-        for r in runs[alg]:
-            for e, v in pairwise_barriers(r, EVAL_SETS).items():
-                per["pair"][e].append(v)
-            for e, v in group_barriers(r, EVAL_SETS).items():
-                per["group"][e].append(v)
-    for letter, (kind, e) in BARRIER_ROWS.items():
-        resolution = float(np.mean([barrier_resolution(r)[e] for r in runs["FedAvg"]])) if kind == "pair" else 0.0
-        a, b = values["FedGuCci"][kind][e], values["FedAvg"][kind][e]
-        ctx.log(f"claim 1: {BARRIER_KINDS[kind]} on {e}: FedGuCci {fmt(a)}, FedAvg {fmt(b)}")
-        rows.append(ClaimRow.of(
-            CLAIMS[f"1{letter}"], a, b, resolution=resolution, blocked=blocked,
-            note=(f"resolution {resolution:.4f}: one sample at the plateau accuracy; clients start every round from "
-                  "the broadcast model, so their pairwise barriers sit near this floor" if resolution else "")))
+    rates = sweep(ctx)
+    held = {rate: ctx.train(plans[f"FedAvg lr {rate:g}, validation"]) for rate in rates}
+    curves = [{rate: validation_metrics(held[rate][i]) for rate in rates} for i in range(len(ctx.seeds))]
+    chosen = [tuned_lr(c) for c in curves]
+    for seed, c in zip(ctx.seeds, curves):
+        ctx.log(f"claim 1c: seed {seed} validation accuracy by lr: "
+                + ", ".join(f"{rate:g} {np.mean([m['validation_accuracy'] for m in c[rate]]):.4f}" for rate in rates))
+    candidates = {rate: plans.get(f"FedAvg lr {rate:g}", plans["FedAvg"]) for rate in rates}
+    tuned = ctx.runs("fedgucci", [candidates[rate].calls[i] for i, rate in enumerate(chosen)])
+    record = ctx.track(ctx.recipe("fedgucci"), "FedAvg, lr tuned on held-out data", tuned)
+    blocked = blockers([ctx.owners[r.path] for r in runs["FedGuCci"]] + [record], ACCURACY_TOL)
+    text = ", ".join(f"seed {s}: lr {rate:g}" for s, rate in zip(ctx.seeds, chosen))
+    rows.append(ClaimRow.of(CLAIMS["1c"], acc["FedGuCci"], [plateau(r) for r in tuned], blocked=blocked,
+                            lrs=", ".join(f"{rate:g}" for rate in rates), chosen=text, **SETTINGS))
     return rows

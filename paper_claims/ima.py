@@ -1,15 +1,21 @@
 """IMA's claims (claim 4 of the claims page).
 
-The late-round gain over FedAvg, its dependence on participation (Fig. 6b), and where IMA's
-model sits on the line from FedAvg's (Fig. 5c/7c).
+The late-round gain over FedAvg, its dependence on participation (Fig. 6b), where IMA's
+model sits on the line from FedAvg's (Fig. 5c/7c), and a control: the gain against FedAvg
+trained twice as long.
 
-IMA and FedAvg of one seed share the partition, the initialisation and every round before
-IMA starts (round 300 of 400), so each seed's difference is the effect of the IMA phase. The
-IMA runs copy those rounds from the FedAvg runs (``fl.branch``) instead of training them again.
+The group runs the recipe's ``plateau`` variant where the data set has one
+(``ima-mnist1d-plateau``: the paper's 50 local steps per round, R = 800, t_s = 600), in which
+FedAvg has plateaued before IMA starts, IMA's premise. IMA and FedAvg of one seed share the
+partition, the initialisation and every round before IMA starts, so each seed's difference
+is the effect of the IMA phase. The IMA runs copy those rounds from the FedAvg runs
+(``fl.branch``) instead of training them again.
 
 Every arm is tracked on the late accuracy of 4a (its value at R/2 and R) and every row is gated
 (``Context.gate``) with 4a's tolerance (``IMA_GATE_TOL``): 4b compares gains of those accuracies,
-and 4c-4d's line between final global models is not measured at R/2.
+and 4c-4d's line between final global models is not measured at R/2. Every row is also gated on
+the premise (:func:`premise_failures`): on each seed FedAvg's late accuracy up to t_s and up to
+R differ by less than ``PREMISE_TOL``.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ import landscape
 from fl.recipes import RECIPES
 
 from .context import ArmPlan, Context
-from .definitions import CLAIMS, IMA_GATE_TOL, LAST, LINE_ALPHAS, LOW_PARTICIPATION, SETTINGS
+from .definitions import CLAIMS, IMA_GATE_TOL, LAST, LINE_ALPHAS, LOW_PARTICIPATION, PREMISE_TOL, SETTINGS
 from .measures import tensors
 from .rows import ClaimRow, fmt
 
@@ -30,6 +36,59 @@ from .rows import ClaimRow, fmt
 def late_accuracy(metrics: Sequence[Mapping[str, Any]], rounds: int = LAST) -> float:
     """Mean global test accuracy over the last ``rounds`` of per-round ``metrics`` (``Run.metrics``)."""
     return float(np.mean([m["test_accuracy"] for m in metrics[-rounds:]]))
+
+
+def premise(metrics: Sequence[Mapping[str, Any]], start_round: int) -> tuple[float, float]:
+    """FedAvg's late accuracy (:func:`late_accuracy`) over the rounds up to ``start_round`` (t_s) and up to R.
+
+    Parameters
+    ----------
+    metrics : sequence of mapping
+        FedAvg's per-round metrics (``Run.metrics``), rounds 1..R.
+    start_round : int
+        t_s, the round IMA starts averaging.
+
+    Returns
+    -------
+    tuple of float
+        ``(at t_s, at R)``.
+    """
+    return late_accuracy([m for m in metrics if int(m["round"]) <= start_round]), late_accuracy(metrics)
+
+
+def premise_failures(label: str, seeds: Sequence[int], values: Sequence[tuple[float, float]]) -> str:
+    """Why IMA's premise fails for the FedAvg arm ``label``: each seed whose accuracy moved after t_s ("" if none).
+
+    The premise holds on a seed when ``|at R - at t_s| < PREMISE_TOL`` (half of 4a's tolerance).
+
+    Parameters
+    ----------
+    label : str
+        The FedAvg arm, as the page names it.
+    seeds : sequence of int
+        The seeds, in the order of ``values``.
+    values : sequence of tuple of float
+        :func:`premise` per seed.
+
+    Returns
+    -------
+    str
+        ``"IMA's premise fails for <label> ...: seed s (a -> b, +d); ..."``; empty when it holds on every seed.
+    """
+    bad = [(s, a, b) for s, (a, b) in zip(seeds, values) if not abs(b - a) < PREMISE_TOL]
+    if not bad:
+        return ""
+    return (f"IMA's premise fails for {label}: its accuracy over the last {LAST} rounds moves by {PREMISE_TOL:g} "
+            "or more from t_s to R on " + "; ".join(f"seed {s} ({a:.4f} -> {b:.4f}, {b - a:+.4f})"
+                                                    for s, a, b in bad))
+
+
+def premise_summary(label: str, seeds: Sequence[int], values: Sequence[tuple[float, float]]) -> str:
+    """How many seeds satisfy IMA's premise for the FedAvg arm ``label``, with every seed's numbers."""
+    held = sum(abs(b - a) < PREMISE_TOL for a, b in values)
+    return (f"IMA's premise ({label}: late accuracy at t_s and at R differ by less than {PREMISE_TOL:g}) holds on "
+            f"{held} of {len(values)} seeds; at t_s / at R / difference: "
+            + "; ".join(f"seed {s} {a:.4f} / {b:.4f} / {b - a:+.4f}" for s, (a, b) in zip(seeds, values)))
 
 
 def line(fedavg: object, ima: object) -> tuple[float, float, float]:
@@ -47,8 +106,13 @@ def line(fedavg: object, ima: object) -> tuple[float, float, float]:
     return float(path.alphas[int(loss.argmin())]), float(loss[0] - low), float(loss[-1] - low)
 
 
+def rounds(ctx: Context) -> int:
+    """R, the rounds of the group's recipe (before a quick run shrinks them)."""
+    return int(RECIPES[ctx.recipe("ima")].settings["rounds"])
+
+
 def arms(ctx: Context) -> dict[str, ArmPlan]:
-    """FedAvg and IMA at the recipe's participation and at ``LOW_PARTICIPATION``, FedAvg first.
+    """FedAvg and IMA at the recipe's participation and at ``LOW_PARTICIPATION``, FedAvg first; FedAvg to 2R.
 
     Each IMA run branches from the FedAvg run of its seed at round ``start_round - 1``.
     """
@@ -58,25 +122,46 @@ def arms(ctx: Context) -> dict[str, ArmPlan]:
             "FedAvg low": ctx.plan("ima", f"FedAvg, participation {LOW_PARTICIPATION}", algorithm="fedavg",
                                    **low, **late),
             "IMA": ctx.plan("ima", "IMA", **late),
-            "IMA low": ctx.plan("ima", f"IMA, participation {LOW_PARTICIPATION}", **low, **late)}
+            "IMA low": ctx.plan("ima", f"IMA, participation {LOW_PARTICIPATION}", **low, **late),
+            "FedAvg 2R": ctx.plan("ima", "FedAvg, 2R rounds", algorithm="fedavg", rounds=2 * rounds(ctx), **late)}
+
+
+def premises(ctx: Context, label: str, fedavg: Sequence[Any], ima: Sequence[Any]) -> tuple[str, str]:
+    """The premise's blocker and summary for one FedAvg arm (its runs and the IMA runs branched from them)."""
+    values = [premise(f.metrics, int(i.config["options"]["start_round"])) for f, i in zip(fedavg, ima)]
+    summary = premise_summary(label, ctx.seeds, values)
+    ctx.log(f"claim 4: {summary}")
+    return premise_failures(label, ctx.seeds, values), summary
 
 
 def claim4(ctx: Context) -> list[ClaimRow]:
-    """IMA against FedAvg at the recipe's participation and at a lower one; the FedAvg -> IMA line."""
+    """IMA against FedAvg at the recipe's participation and at a lower one; the FedAvg -> IMA line; FedAvg at 2R."""
     runs = {k: ctx.train(plan) for k, plan in arms(ctx).items()}
     main = {"IMA": runs["IMA"], "FedAvg": runs["FedAvg"]}
     low = {"IMA": runs["IMA low"], "FedAvg": runs["FedAvg low"]}
     acc = {k: [late_accuracy(r.metrics) for r in rs] for k, rs in main.items()}
     acc_low = {k: [late_accuracy(r.metrics) for r in rs] for k, rs in low.items()}
+    acc_2r = [late_accuracy(r.metrics) for r in runs["FedAvg 2R"]]
     gain = list(np.subtract(acc["IMA"], acc["FedAvg"]))
     gain_low = list(np.subtract(acc_low["IMA"], acc_low["FedAvg"]))
-    ctx.log(f"claim 4: IMA {fmt(acc['IMA'])}, FedAvg {fmt(acc['FedAvg'])}; at participation {LOW_PARTICIPATION}: "
-            f"IMA {fmt(acc_low['IMA'])}, FedAvg {fmt(acc_low['FedAvg'])}")
-    setting = {"part": RECIPES[ctx.recipe("ima")].settings["participation"], **SETTINGS}
-    blocked = ctx.gate(IMA_GATE_TOL, *main.values())
-    rows = [ClaimRow.of(CLAIMS["4a"], acc["IMA"], acc["FedAvg"], blocked=blocked, **setting),
-            ClaimRow.of(CLAIMS["4b"], gain_low, gain, blocked=ctx.gate(IMA_GATE_TOL, *main.values(), *low.values()),
-                        **setting)]
+    ctx.log(f"claim 4: IMA {fmt(acc['IMA'])}, FedAvg {fmt(acc['FedAvg'])}, FedAvg at 2R {fmt(acc_2r)}; at "
+            f"participation {LOW_PARTICIPATION}: IMA {fmt(acc_low['IMA'])}, FedAvg {fmt(acc_low['FedAvg'])}")
+    failed, summary = premises(ctx, "FedAvg", runs["FedAvg"], runs["IMA"])
+    failed_low, summary_low = premises(ctx, f"FedAvg, participation {LOW_PARTICIPATION}", runs["FedAvg low"],
+                                       runs["IMA low"])
+    setting = {"part": RECIPES[ctx.recipe("ima")].settings["participation"],
+               "rounds": runs["IMA"][0].config["rounds"], "double": runs["FedAvg 2R"][0].config["rounds"], **SETTINGS}
+
+    def blocked(*arms: Sequence[Any], low_participation: bool = False) -> str:
+        """The gate of the arms and the premise (at both participations for 4b)."""
+        reasons = (ctx.gate(IMA_GATE_TOL, *arms), failed, failed_low if low_participation else "")
+        return " / ".join(r for r in reasons if r)
+
+    rows = [ClaimRow.of(CLAIMS["4a"], acc["IMA"], acc["FedAvg"], blocked=blocked(*main.values()), note=summary,
+                        **setting),
+            ClaimRow.of(CLAIMS["4b"], gain_low, gain, blocked=blocked(*main.values(), *low.values(),
+                                                                      low_participation=True),
+                        note=f"{summary_low}; at the recipe's participation: as 4a", **setting)]
     where, wall, bottom = [], [], []
     for f, i in zip(main["FedAvg"], main["IMA"]):
         t, at_fedavg, at_ima = line(f, i)
@@ -85,6 +170,8 @@ def claim4(ctx: Context) -> list[ClaimRow]:
         bottom.append(at_ima)
     ctx.log(f"claim 4: FedAvg -> IMA line: argmin t {fmt(where)}, loss above the minimum at FedAvg {fmt(wall, 4)}, "
             f"at IMA {fmt(bottom, 4)}")
-    rows += [ClaimRow.of(CLAIMS["4c"], where, blocked=blocked, **setting),
-             ClaimRow.of(CLAIMS["4d"], wall, bottom, blocked=blocked, **setting)]
+    rows += [ClaimRow.of(CLAIMS["4c"], where, blocked=blocked(*main.values()), **setting),
+             ClaimRow.of(CLAIMS["4d"], wall, bottom, blocked=blocked(*main.values()), **setting),
+             ClaimRow.of(CLAIMS["4e"], acc["IMA"], acc_2r, blocked=blocked(runs["IMA"], runs["FedAvg 2R"]),
+                         **setting)]
     return rows

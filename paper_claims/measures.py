@@ -1,4 +1,4 @@
-"""Measures of stored FL runs shared by the claims and the examples: client-model barriers and data.
+"""Measures of stored FL runs: client-model barriers (the examples) and the data of a run (the claims too).
 
 The barriers among a run's final-round client models (FedGuCci Eq. 4, pairwise, and Eq. 10,
 the group) on three choices of evaluation data (:data:`~paper_claims.definitions.EVAL_SETS`),

@@ -114,7 +114,7 @@ def write_doc(path: Path, rows: Sequence[ClaimRow], ctx: Any, command: str, omit
     lines += ["", "## Settings (recipes of `fl.recipes`)", "",
               "FL claims run each recipe as is for the method and with `algorithm` replaced (its options "
               "removed) for the FedAvg baseline; claim-specific overrides are in the notes above.", ""]
-    for name in [f"{p}-{ctx.dataset}" for p in PAPERS]:
+    for name in [ctx.recipe(p) for p in PAPERS]:
         r = RECIPES[name]
         settings = ", ".join(f"{k}={v!r}" for k, v in r.settings.items())
         lines += [f"* `{name}`: {settings}. {r.notes}"]

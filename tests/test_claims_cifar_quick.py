@@ -315,8 +315,11 @@ def test_claims_quick_runs_the_fedgucci_and_floco_cifar10_recipes(tmp_path, cifa
     assert "fedgucci-cifar10" in text and "floco-cifar10" in text
     assert "\n| 1a |" in text and "\n| 5a |" in text and "\n| 4a |" not in text
     runs = sorted(os.listdir(tmp_path / "runs"))
-    # 2 seeds x (FedGuCci, FedAvg, FedAvg lr x 1.05; FLOCO, Ditto whose global model is FedAvg's)
-    assert len(runs) == 10 and all(r.endswith("-quick") and "-cifar10-" in r for r in runs)
+    # 2 seeds x (FedGuCci, FedAvg, FedAvg lr x 1.05, FedAvg at 3 lrs with held-out data; FLOCO, Ditto whose global
+    # model is FedAvg's), and FedAvg on the full data at each lr a seed chose other than the recipe's (0 to 2 runs)
+    held_out = [r for r in runs if "local_test_fraction0.1" in r]
+    assert len(held_out) == 6 and 16 <= len(runs) <= 18
+    assert all(r.endswith("-quick") and "-cifar10-" in r for r in runs)
     assert not [r for r in runs if r.startswith("floco-cifar10-fedavg")]
 
 

@@ -3,6 +3,8 @@
 * Holm's adjustment against a family worked by hand, and the one-sided p-value against scipy's
   t-test;
 * every claim definition is complete and consistent with its group's gate;
+* IMA's premise rule on synthetic FedAvg curves; 1c's learning rate chosen on validation
+  accuracy alone;
 * the dry run lists every arm x seed under the folder a measurement trains into, sees a run
   once it is in the cache, counts the local steps from the resolved configuration and writes
   nothing.
@@ -22,7 +24,18 @@ from landscape.claims import Outcome, Verdict
 from landscape.claims.statistics import CLAIMED, holm, p_value
 from paper_claims import cli, dry_run
 from paper_claims.context import Context
-from paper_claims.definitions import CLAIMS, GROUPS, SETTINGS
+from paper_claims.definitions import (
+    CLAIMS,
+    GROUPS,
+    IMA_GATE_TOL,
+    LR_FACTORS,
+    PREMISE_TOL,
+    SETTINGS,
+    VALIDATION_FRACTION,
+    VARIANTS,
+)
+from paper_claims.fedgucci import sweep, tuned_lr
+from paper_claims.ima import premise, premise_failures, premise_summary
 from paper_claims.rows import ClaimRow, holm_column
 
 
@@ -73,7 +86,8 @@ def test_one_vocabulary_for_checks_rules_and_rows():
 def test_every_definition_is_complete_and_its_group_gates_with_one_of_its_tolerances():
     assert list(CLAIMS) == sorted(CLAIMS, key=lambda c: (int(c[0]), c[1:]))
     setting = {**SETTINGS, "factor": 1.05, "pool": 8, "weak_pool": 3, "k_min": 2, "k_max": 8, "part": 0.25,
-               "fedavg_epochs": "8, 16, 32"}
+               "fedavg_epochs": "8, 16, 32", "lrs": "0.02, 0.04, 0.08", "chosen": "seed 0: lr 0.04", "rounds": 800,
+               "double": 1600}
     for c in CLAIMS.values():
         texts = c.filled(**setting)
         assert c.group in GROUPS and c.claimed in CLAIMED and c.tol >= 0 and c.rationale
@@ -84,11 +98,72 @@ def test_every_definition_is_complete_and_its_group_gates_with_one_of_its_tolera
                      "floco": CLAIMS["5a"].tol}
 
 
+def test_claim_1_keeps_accuracy_rows_and_claim_4_has_its_control_and_premise():
+    assert [c for c in CLAIMS if c.startswith("1")] == ["1a", "1b", "1c"]  # no client-model barriers in FL
+    assert "near zero by construction" in CLAIMS["1a"].note and "2a-3b" in CLAIMS["1a"].note
+    assert (CLAIMS["1c"].tol, CLAIMS["1c"].claimed) == (CLAIMS["1a"].tol, "greater")
+    assert "global test set plays no part" in CLAIMS["1c"].note and "untuned" in CLAIMS["1c"].note
+    assert [c for c in CLAIMS if c.startswith("4")] == ["4a", "4b", "4c", "4d", "4e"]
+    assert (CLAIMS["4e"].arms, CLAIMS["4e"].claimed, CLAIMS["4e"].tol) == (("IMA at R", "FedAvg at 2R"), "greater",
+                                                                           IMA_GATE_TOL)
+    assert PREMISE_TOL == IMA_GATE_TOL / 2 and f"{PREMISE_TOL:g}" in GROUPS["ima"].gate.format(**SETTINGS)
+    assert LR_FACTORS == (0.5, 1.0, 2.0) and VALIDATION_FRACTION == 0.1
+
+
+def test_each_group_names_its_recipe_and_only_ima_has_a_variant(tmp_path):
+    for paper in {g.paper for g in GROUPS.values()}:  # groups that share a paper share its variant
+        assert len({g.variant for g in GROUPS.values() if g.paper == paper}) == 1, paper
+    assert VARIANTS == {"ima": "plateau"}
+    ctx = Context([0], quick=True, cache=tmp_path, kernels="native")
+    assert [ctx.recipe(p) for p in ("fedgucci", "ima", "floco", "lss")] == [
+        "fedgucci-mnist1d", "ima-mnist1d-plateau", "floco-mnist1d", "lss-mnist1d"]
+    assert Context([0], quick=True, cache=tmp_path, dataset="cifar10").recipe("ima") == "ima-cifar10"  # no variant
+    assert sweep(ctx) == [0.02, 0.04, 0.08]
+
+
+def curve(values, start=1):
+    """Per-round metrics with test accuracies ``values`` from round ``start``."""
+    return [{"round": start + i, "test_accuracy": v} for i, v in enumerate(values)]
+
+
+def test_the_premise_holds_on_a_seed_whose_fedavg_stopped_moving_before_t_s():
+    flat = curve([0.5] * 20 + [0.87] * 40)                             # plateau from round 21, t_s = 40, R = 60
+    rising = curve([0.5] * 20 + list(np.linspace(0.80, 0.90, 40)))    # still climbing after t_s
+    assert premise(flat, 40) == pytest.approx((0.87, 0.87))
+    at_ts, at_r = premise(rising, 40)
+    assert at_ts == pytest.approx(np.mean(np.linspace(0.80, 0.90, 40)[10:20]))   # rounds 31..40
+    assert at_r == pytest.approx(np.mean(np.linspace(0.80, 0.90, 40)[-10:]))     # rounds 51..60
+    assert at_r - at_ts >= PREMISE_TOL
+    assert premise_failures("FedAvg", [0, 1], [premise(flat, 40), premise(flat, 40)]) == ""
+    text = premise_failures("FedAvg", [0, 1], [premise(flat, 40), premise(rising, 40)])
+    assert "seed 1 (" in text and "seed 0" not in text and "|" not in text
+    edge = (0.8, 0.8 + PREMISE_TOL + 1e-12)                            # the rule is strict: |difference| < tol
+    assert "seed 3" in premise_failures("FedAvg", [3], [edge]) and not premise_failures("FedAvg", [3], [(0.8, 0.79)])
+    assert "holds on 1 of 2 seeds" in premise_summary("FedAvg", [0, 1], [premise(flat, 40), premise(rising, 40)])
+    row = ClaimRow("4a", "s", "m", ("IMA", "FedAvg"), [0.9, 0.91], [0.8, 0.8], blocked=text)
+    assert row.verdict is Outcome.NOT_CONVERGED  # a failed premise: no verdict, with the reason
+
+
+def test_the_tuned_learning_rate_is_the_validation_argmax_and_ignores_test_accuracy():
+    def records(val, test):
+        return [{"round": r, "validation_accuracy": v, "test_accuracy": test} for r, v in enumerate(val)]
+
+    curves = {0.02: records([0.70, 0.72], test=0.99), 0.04: records([0.80, 0.82], test=0.10),
+              0.08: records([0.75, 0.76], test=0.50)}
+    assert tuned_lr(curves) == 0.04  # test accuracy would pick 0.02
+    flipped = {lr: [{**m, "test_accuracy": 1 - m["test_accuracy"]} for m in rs] for lr, rs in curves.items()}
+    assert tuned_lr(flipped) == 0.04
+    no_test = {lr: [{"validation_accuracy": m["validation_accuracy"]} for m in rs] for lr, rs in curves.items()}
+    assert tuned_lr(no_test) == 0.04
+    assert tuned_lr({0.02: records([0.5], 0.0), 0.04: records([0.5], 1.0)}) == 0.02  # ties: the first (smaller) lr
+
+
 def test_the_dry_run_lists_every_arm_and_seed_and_sees_the_cache(tmp_path):
     ctx = Context([0, 1], quick=True, cache=tmp_path / "cache", kernels="native")
     planned = dry_run.plan(ctx, ["fedgucci"])
-    assert [(r.arm, r.seed) for r in planned] == [(a, s) for a in ("FedGuCci", "FedAvg", "FedAvg lr x 1.05")
-                                                  for s in (0, 1)]
+    arms = ("FedGuCci", "FedAvg", "FedAvg lr x 1.05", *[f"FedAvg lr {lr:g}, 10% held out" for lr in (0.02, 0.04, 0.08)],
+            "FedAvg lr 0.02 (if chosen)", "FedAvg lr 0.08 (if chosen)")
+    assert [(r.arm, r.seed) for r in planned] == [(a, s) for a in arms for s in (0, 1)]
     assert not (tmp_path / "cache").exists() and not any(r.cached for r in planned)
     config = dry_run.fl_config(ctx, "fedgucci", {"seed": 0, "algorithm": None})
     samples = 4000  # MNIST-1D's training signals
@@ -97,12 +172,12 @@ def test_the_dry_run_lists_every_arm_and_seed_and_sees_the_cache(tmp_path):
     assert (config["rounds"], planned[0].steps_per_round) == (4, per_round) and planned[0].steps == 4 * per_round
     ctx.train(ctx.plan("fedgucci", "FedAvg", algorithm="fedavg"))  # the FedAvg arm, both seeds, into the cache
     again = dry_run.plan(ctx, ["fedgucci"])
-    assert [r.cached for r in again] == [False, False, True, True, False, False]
+    assert [r.cached for r in again] == [False, False, True, True] + [False] * 12
     assert [r.folder for r in again[2:4]] == [ctx.folder("fedgucci", s, "fedavg") for s in (0, 1)]
     text = dry_run.report(again, {"fedgucci-mnist1d": 0.002})
     assert "fedgucci / FedAvg seed 0: cached" in text
-    assert f"6 runs, 2 in the cache, 4 to train ({4 * 4 * per_round} local steps)" in text
-    assert f"estimated training time {4 * 4 * per_round * 0.002 / 60:.1f} min" in text
+    held = sum(r.steps for r in again[6:12])  # the validation runs (as the dry run counts them)
+    assert f"16 runs, 2 in the cache, 14 to train ({8 * 4 * per_round + held} local steps)" in text
 
 
 def test_the_dry_run_command_writes_nothing(tmp_path, capsys):
