@@ -182,7 +182,7 @@ def test_a_stored_config_without_the_new_keys_keeps_its_digest(tmp_path):
     stored = json.loads((tmp_path / "config.json").read_text())
     earlier = {k: v for k, v in stored.items() if k not in DIGEST_WHEN_SET}  # what an earlier version wrote
     filled = check_stored_config(earlier, "config.json")
-    defaults = {"aggregator": "mean", "aggregator_options": {}, "clip_norm": None}
+    defaults = {"aggregator": "mean", "aggregator_options": {}, "clip_norm": None, "track": None}
     assert {k: filled[k] for k in DIGEST_WHEN_SET} == defaults
     formula = {k: v for k, v in earlier.items() if k not in volatile_keys()}  # the formula of that version
     digest = hashlib.sha256(json.dumps(formula, sort_keys=True).encode()).hexdigest()[:10]
