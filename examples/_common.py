@@ -28,7 +28,6 @@ from paper_claims.measures import (  # noqa: F401 - re-exported for the examples
     barrier_resolution,
     group_barriers,
     pairwise_barrier_values,
-    pairwise_barriers,
     tensors,
 )
 

@@ -85,8 +85,12 @@ def seed_band(tables: Sequence[TrackTable], column: str) -> tuple[np.ndarray, np
     return rounds, mean, low, high
 
 
-def _panels(runs: dict[str, list[TrackTable]]) -> list[str]:
-    return [c for c in PANELS if any(np.isfinite(t[c]).any() for ts in runs.values() for t in ts)]
+def _layout(tables: Tables, columns: int) -> tuple[dict[str, list[TrackTable]], list[str], int, int]:
+    """The labelled runs, the measures any of them holds (one panel each), and the grid's rows and columns."""
+    runs = labelled(tables)
+    panels = [c for c in PANELS if any(np.isfinite(t[c]).any() for ts in runs.values() for t in ts)]
+    cols = max(1, min(columns, len(panels)))
+    return runs, panels, max(1, -(-len(panels) // cols)), cols
 
 
 def tracking_figure(tables: Tables, *, title: str | None = None, columns: int = 4, width: float = 9.0,
@@ -109,10 +113,7 @@ def tracking_figure(tables: Tables, *, title: str | None = None, columns: int = 
     matplotlib.figure.Figure
         The figure.
     """
-    runs = labelled(tables)
-    panels = _panels(runs)
-    cols = max(1, min(columns, len(panels)))
-    rows = -(-len(panels) // cols)
+    runs, panels, rows, cols = _layout(tables, columns)
     every_round = np.concatenate([t["round"] for ts in runs.values() for t in ts])
     with style_context():
         fig = new_figure(width, panel_height * rows + 0.6)
@@ -155,10 +156,7 @@ def tracking_plotly(tables: Tables, *, title: str | None = None, columns: int = 
     plotly.graph_objects.Figure
         The figure.
     """
-    runs = labelled(tables)
-    panels = _panels(runs)
-    cols = max(1, min(columns, len(panels)))
-    rows = max(1, -(-len(panels) // cols))
+    runs, panels, rows, cols = _layout(tables, columns)
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=[PANELS[c] for c in panels])
     for p, column in enumerate(panels):
         row, col = p // cols + 1, p % cols + 1

@@ -106,26 +106,6 @@ def barrier_resolution(run: Any) -> dict[str, float]:
     return {e: 1.0 / (n * max(run.convergence().plateau, 1e-3)) for e, n in zip(EVAL_SETS, counts)}
 
 
-def pairwise_barriers(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options: Any) -> dict[str, float]:
-    """Mean of :func:`pairwise_barrier_values` over the pairs, per evaluation set.
-
-    Parameters
-    ----------
-    run : fl.Run
-        A run stored with the last round's client models.
-    eval_sets : sequence of str
-        Members of :data:`EVAL_SETS`.
-    **options
-        Keyword arguments of every ``landscape.Evaluator`` (e.g. ``cache``).
-
-    Returns
-    -------
-    dict
-        Evaluation set -> mean pairwise accuracy barrier.
-    """
-    return {e: float(v.mean()) for e, v in pairwise_barrier_values(run, eval_sets, **options).items()}
-
-
 def group_barriers(run: Any, eval_sets: Sequence[str] = EVAL_SETS, **options: Any) -> dict[str, float]:
     """Group accuracy barrier of the final-round client models per evaluation set.
 

@@ -31,7 +31,7 @@ from fl.datasets import load_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from _common import mean_std  # noqa: E402
-from _docs import conditions, differences, publish  # noqa: E402
+from _docs import conditions, doc_refusal, publish  # noqa: E402
 
 MODES = ("interpolate", "keep", "recompute")
 #: the page's name for each mode's row
@@ -156,9 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    changed = differences(args, parser)
-    if args.doc and changed:
-        print(f"--doc writes the page from a run with the defaults; given {', '.join(changed)}", file=sys.stderr)
+    refusal = doc_refusal(args, parser)
+    if refusal:
+        print(refusal, file=sys.stderr)
         return 2
     started, load = time.time(), os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     torch.set_num_threads(1)

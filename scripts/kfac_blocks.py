@@ -31,7 +31,7 @@ import landscape
 from fl.datasets import load_dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from _docs import conditions, differences, publish  # noqa: E402
+from _docs import conditions, doc_refusal, publish  # noqa: E402
 
 SCRIPT = "scripts/kfac_blocks.py"
 FIGURE = "kfac_spectra.png"
@@ -189,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    changed = differences(args, parser)
-    if args.doc and changed:
-        print(f"--doc writes the page from a run with the defaults; given {', '.join(changed)}", file=sys.stderr)
+    refusal = doc_refusal(args, parser)
+    if refusal:
+        print(refusal, file=sys.stderr)
         return 2
     started, load = time.time(), os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     torch.set_num_threads(1)
