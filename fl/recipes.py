@@ -158,7 +158,8 @@ _RECIPES = [
          "partition": "FLOCO Sec. 4.1 (5-Fold)", "partition_options": "FLOCO Sec. 4.1 (5 groups, 80%)",
          "local_test_fraction": "FLOCO Flower baseline", "vertices": "FLOCO App. D (M = 6: 7 vertices)",
          "tau": "FLOCO App. D (tau = 100)", "rho": "FLOCO App. D"},
-        "floco-cifar10 on MNIST-1D: 15 clients in 5 folds (4 sampled per round), the paper's 500 rounds and "
+        "floco-cifar10 on MNIST-1D: 15 clients in 5 folds (5 sampled per round: 30% of 15 is 4.5, rounded half "
+        "up), the paper's 500 rounds and "
         "tau = 100."),
     # ----------------------------------------------------------------------- IMA
     Recipe(

@@ -25,7 +25,7 @@ from fl.convergence import Progress, judge, plateau, run_progress
 from fl.recipes import RECIPES
 
 from . import kernels as cpu_kernels
-from .definitions import VARIANTS
+from .definitions import GROUPS, VARIANTS
 
 #: Algorithms whose runs start from the stored run of the algorithm they train as until a
 #: round (``fl.branch``): IMA is FedAvg before ``start_round``. The branch equals the run
@@ -168,6 +168,28 @@ class Context:
         self.owners: dict[Path, ArmRecord] = {}
         self.started = time.time()
 
+    def group(self, name: str) -> Context:
+        """A context for the claim group ``name``: its seeds continued up to the group's fewest.
+
+        The next integers after the largest seed are added until the group has
+        ``GROUPS[name].seeds`` of them; a quick run keeps its seeds.
+
+        Parameters
+        ----------
+        name : str
+            A claim group (key of :data:`paper_claims.definitions.GROUPS`).
+
+        Returns
+        -------
+        Context
+            A new context sharing the cache, device and pool (with its own log and arm records).
+        """
+        seeds = list(self.seeds)
+        while not self.quick and len(seeds) < GROUPS[name].seeds:
+            seeds.append(max(seeds) + 1)
+        return Context(seeds, self.quick, self.cache, dataset=self.dataset, device=self.device,
+                       data_root=self.data_root, threads=self.threads, pool=self.pool, kernels=self.kernels)
+
     def log(self, text: str) -> None:
         """Print ``text`` with the elapsed time and keep it for the page's log."""
         line = f"[{time.time() - self.started:7.1f}s] {text}"
@@ -250,13 +272,15 @@ class Context:
 
     def plan(self, paper: str, label: str, *, algorithm: str | None = None, tracked: bool = True,
              statistic: Callable[[Sequence[Mapping[str, Any]]], float] = plateau,
-             metric: str = "test-accuracy plateau", **overrides: Any) -> ArmPlan:
+             metric: str = "test-accuracy plateau", seeds: Sequence[int] | None = None, **overrides: Any) -> ArmPlan:
         """An arm of one run per seed: ``paper``'s recipe with ``algorithm`` and ``overrides``.
 
         A tracked arm is recorded by :meth:`train` (:meth:`track`, claim metric ``statistic``) and
         gated; protocols of a fixed few rounds, whose claims are about that budget, are not.
+        ``seeds`` (default: the context's) lets an arm run on a subset of them.
         """
-        calls = tuple({"seed": s, "algorithm": algorithm, **overrides} for s in self.seeds)
+        calls = tuple({"seed": s, "algorithm": algorithm, **overrides}
+                      for s in (self.seeds if seeds is None else seeds))
         return ArmPlan(paper, label, calls, tracked, statistic, metric)
 
     def train(self, plan: ArmPlan) -> list[fl.Run]:
@@ -289,7 +313,8 @@ class Context:
         ArmRecord
             The record, also appended to :attr:`arms` and logged.
         """
-        record = ArmRecord(setting, label, list(self.seeds), [r.convergence().plateau for r in runs],
+        record = ArmRecord(setting, label, [int(r.config["seed"]) for r in runs],
+                           [r.convergence().plateau for r in runs],
                            [run_progress(r, statistic, metric) for r in runs])
         self.arms.append(record)
         self.owners.update({r.path: record for r in runs})

@@ -128,8 +128,9 @@ def plan(ctx: Context, names: Sequence[str]) -> list[PlannedRun]:
             out += [PlannedRun(name, "central model", None, path, int(path.exists()), 1, steps,
                                ctx.recipe("fedgucci")) for path, steps in transitivity.planned_models(ctx)]
             continue
-        for arm in ARMS[name](ctx).values():
-            out += [fl_run(ctx, name, arm.label, arm.paper, call, samples) for call in arm.calls]
+        group = ctx.group(name)
+        for arm in ARMS[name](group).values():
+            out += [fl_run(group, name, arm.label, arm.paper, call, samples) for call in arm.calls]
     return out
 
 

@@ -10,8 +10,10 @@ practical tolerance ``tol`` fixed in its definition before measuring. The verdic
 * ``reproduced``: the interval excludes 0 in the claimed direction and the mean clears ``tol``;
 * ``not reproduced``: the interval lies within ``[-tol, tol]`` or entirely on the wrong side;
 * ``inconclusive``: otherwise;
-* ``not testable``: both arms' means sit at or below the metric's resolution (for a barrier,
-  one test sample's worth), so no difference can be measured;
+* ``not testable``: a premise of the measurement fails (IMA's: FedAvg has plateaued before
+  averaging starts; a loss-matched baseline: its loss within the stated distance of the
+  method's), or both arms' means sit at or below the metric's resolution (for a barrier, one
+  test sample's worth), so no difference can be measured; the row names the failing seeds;
 * ``no verdict: not converged``: a run of an arm has not finished training by the finishing
   rule (``fl.convergence.judge``, below), so the comparison would measure training progress,
   not the method; the row names each such arm and seed with its numbers.
@@ -19,6 +21,13 @@ practical tolerance ``tol`` fixed in its definition before measuring. The verdic
 A threshold claim (one arm against a bound, e.g. "the barrier is about 0") uses the interval
 of the arm's mean: ``reproduced`` when it lies on the claimed side of the bound, ``not
 reproduced`` when it lies on the other side, ``inconclusive`` when it contains the bound.
+
+The column ``Holm p`` gives each decided row's one-sided p-value of its claim (against the
+tolerance or bound), adjusted by Holm's step-down method over every decided row of the page
+as one family: a reader who wants the family-wise error held at 5% reads "reproduced" only
+where it is below 0.05 too. The column ``n`` is the number of paired seeds; ``hw <= tol``
+says whether the interval's half-width is within the tolerance (for a threshold claim, the
+distance from the bound), i.e. whether the seeds were enough to decide at that resolution.
 """
 from __future__ import annotations
 
@@ -84,6 +93,9 @@ class ClaimRow:
     blocked : str
         Why the row gets no verdict: each arm and seed that has not finished training, with its
         numbers (``paper_claims.context.blockers``); empty when every run behind the row finished.
+    untestable : str
+        Which premise of the measurement fails, with its numbers (the row is ``not testable``);
+        empty when the premises hold.
     """
 
     claim: str
@@ -99,10 +111,11 @@ class ClaimRow:
     resolution: float = 0.0
     rationale: str = ""
     blocked: str = ""
+    untestable: str = ""
 
     @classmethod
     def of(cls, definition: ClaimDef, a: Sequence[float], b: Sequence[float] = (), *, blocked: str = "",
-           resolution: float = 0.0, note: str | None = None, **setting: Any) -> ClaimRow:
+           untestable: str = "", resolution: float = 0.0, note: str | None = None, **setting: Any) -> ClaimRow:
         """The row of a defined claim with its measured values.
 
         Parameters
@@ -113,6 +126,8 @@ class ClaimRow:
             Per-seed values of the arms (``b`` empty for a threshold claim).
         blocked : str
             Why the row gets no verdict ("" when every run finished).
+        untestable : str
+            Which premise fails ("" when they hold).
         resolution : float
             The metric's resolution (0: no floor).
         note : str or None
@@ -127,7 +142,7 @@ class ClaimRow:
         texts = definition.filled(**setting)
         if note is not None:
             texts["note"] = note
-        return cls(a=list(a), b=list(b), blocked=blocked, resolution=resolution, **texts)
+        return cls(a=list(a), b=list(b), blocked=blocked, untestable=untestable, resolution=resolution, **texts)
 
     @property
     def effect(self) -> float:
@@ -142,19 +157,23 @@ class ClaimRow:
 
     @property
     def interval(self) -> Interval | None:
-        """95% t-interval of the paired differences (comparison) or of the arm (threshold)."""
-        if not self.a:
+        """95% t-interval of the paired differences (or of the arm, threshold claims); None without finite values."""
+        if not self.a or not np.all(np.isfinite([*self.a, *self.b])):
             return None
         return Interval.paired(self.a, self.b) if self.b else Interval.of(self.a)
 
     @property
     def verdict(self) -> Outcome:
         """See the module docstring."""
-        interval = self.interval
-        if interval is None:
+        if not self.a:
             return Outcome.NOT_MEASURED
         if self.blocked:
             return Outcome.NOT_CONVERGED
+        if self.untestable:
+            return Outcome.NOT_TESTABLE
+        interval = self.interval
+        if interval is None:
+            return Outcome.NOT_MEASURED
         if self.b and self.resolution > 0 and below_resolution(self.a, self.b, self.resolution):
             return Outcome.NOT_TESTABLE
         return decide(interval, self.claimed, tol=self.tol, bound=self.bound)
@@ -188,19 +207,35 @@ def markdown_table(rows: Sequence[ClaimRow]) -> str:
     str
         A Markdown table.
     """
-    lines = ["| # | claim | metric | method (A) | baseline (B) | A - B (or A), 95% CI | effect d_z | tol | verdict |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
+    lines = ["| # | claim | metric | method (A) | baseline (B) | A - B (or A), 95% CI | effect d_z | tol | n | "
+             "hw <= tol | Holm p | verdict |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    adjusted = holm_column(rows)
+    for r, p in zip(rows, adjusted):
         b = fmt(r.b) if r.b else (f"bound {'<' if r.claimed == 'below' else '>'} {r.bound:g}" if r.a else "-")
         effect = "-" if math.isnan(r.effect) else f"{r.effect:+.2f}" if abs(r.effect) < 100 else \
             f"{'+' if r.effect > 0 else '-'}>100"
         a = f"{r.arms[0]}: {fmt(r.a)}" if r.a else "-"
         b = f"{r.arms[1]}: {b}" if r.b else b
         ci = "-" if r.interval is None else str(r.interval)
-        verdict = f"{r.verdict} ({r.blocked})" if r.blocked and r.a else r.verdict
+        reason = r.blocked or r.untestable
+        verdict = f"{r.verdict} ({reason})" if reason and r.a else r.verdict
+        holm_p = "-" if math.isnan(p) else f"{p:.3g}"
         lines.append(f"| {r.claim} | {r.statement} | {r.metric} | {a} | {b} | {ci} | {effect} | {r.tol:g} | "
-                     f"{verdict} |")
+                     f"{len(r.a)} | {enough(r)} | {holm_p} | {verdict} |")
     return "\n".join(lines)
+
+
+def enough(row: ClaimRow) -> str:
+    """``"yes"`` when the row's 95% half-width is within its tolerance (a threshold claim: its bound's distance).
+
+    ``"-"`` without an interval or a scale to compare with (a threshold claim whose mean sits on its bound).
+    """
+    interval = row.interval
+    if interval is None or math.isnan(interval.low):
+        return "-"
+    half = (interval.high - interval.low) / 2
+    scale = row.tol if row.b else abs(interval.mean - row.bound)
+    return "-" if scale == 0 else "yes" if half <= scale else "no"
 
 
 def holm_column(rows: Sequence[ClaimRow]) -> list[float]:

@@ -32,10 +32,11 @@ STEPS: dict[str, Callable[[Context], list[ClaimRow]]] = {
 OWN_PROCESS = ("central",)
 
 
-def context(args: argparse.Namespace, pool: Executor | None = None) -> Context:
-    """The run context the arguments describe, training its FL runs in ``pool`` when given."""
-    return Context(args.seeds, args.quick, args.cache, dataset=args.dataset, device=args.device,
-                   data_root=args.data_root, threads=args.threads, pool=pool, kernels=args.kernels)
+def context(args: argparse.Namespace, pool: Executor | None = None, group: str | None = None) -> Context:
+    """The run context the arguments describe (of ``group``: its seeds), training its FL runs in ``pool`` if given."""
+    ctx = Context(args.seeds, args.quick, args.cache, dataset=args.dataset, device=args.device,
+                  data_root=args.data_root, threads=args.threads, pool=pool, kernels=args.kernels)
+    return ctx if group is None else ctx.group(group)
 
 
 def measure(ctx: Context, name: str) -> tuple[list[ClaimRow], list[str], list[ArmRecord]]:
@@ -47,18 +48,18 @@ def run_step(args: argparse.Namespace, name: str) -> tuple[list[ClaimRow], list[
     """One claim group in a process of its own (a pool worker)."""
     torch.set_num_threads(args.threads)
     cpu_kernels.apply(args.kernels)
-    return measure(context(args), name)
+    return measure(context(args, group=name), name)
 
 
 def measure_all(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     """Every group's rows, log lines and arm records (see the module docstring for ``--jobs``)."""
     if args.jobs <= 1:
-        return {n: measure(context(args), n) for n in names}
+        return {n: measure(context(args, group=n), n) for n in names}
     spawn = multiprocessing.get_context("spawn")  # this process has threads: no fork
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=spawn) as pool, \
             ThreadPoolExecutor(max_workers=len(names)) as threads:
         futures = {n: pool.submit(run_step, args, n) if n in OWN_PROCESS else
-                   threads.submit(measure, context(args, pool), n) for n in names}
+                   threads.submit(measure, context(args, pool, n), n) for n in names}
         return {n: f.result() for n, f in futures.items()}
 
 
