@@ -53,7 +53,7 @@ def _check_identity(model: nn.Module, x: torch.Tensor, strict: bool = True) -> N
     assert all(torch.equal(back[k], v) for k, v in model.state_dict().items())
 
 
-@pytest.mark.parametrize("name", ZOO + ["mnist1d_mlp", "mnist1d_cnn"])
+@pytest.mark.parametrize("name", ZOO + ["mnist1d_mlp", "mnist1d_cnn", "mnist1d_lenet"])
 def test_permutation_keeps_outputs_zoo(name: str) -> None:
     shape = (1, 40) if name.startswith("mnist1d") else (1, 8, 8)
     model = _randomise_norms(build_model(name, num_classes=5, input_shape=shape, seed=0), 0)

@@ -10,7 +10,7 @@ from landscape import ConfigError
 
 DIGITS, CIFAR, MNIST = (1, 8, 8), (3, 32, 32), (1, 28, 28)
 SMALL = [m for m in MODELS if m not in ("resnet18_gn", "ima_digit_cnn",  # the two 11M+ models
-                                        "mnist1d_cnn")]  # 1-D signals only (tested below)
+                                        "mnist1d_cnn", "mnist1d_lenet")]  # 1-D signals only (tested below)
 SIGNAL = (1, 40)
 
 

@@ -36,7 +36,7 @@ from paper_claims.definitions import (
 )
 from paper_claims.fedgucci import sweep, tuned_lr
 from paper_claims.ima import premise, premise_failures, premise_summary
-from paper_claims.rows import ClaimRow, holm_column
+from paper_claims.rows import ClaimRow, enough, holm_column, markdown_table
 
 
 def test_holm_matches_a_family_adjusted_by_hand():
@@ -87,7 +87,8 @@ def test_every_definition_is_complete_and_its_group_gates_with_one_of_its_tolera
     assert list(CLAIMS) == sorted(CLAIMS, key=lambda c: (int(c[0]), c[1:]))
     setting = {**SETTINGS, "factor": 1.05, "pool": 8, "weak_pool": 3, "k_min": 2, "k_max": 8, "part": 0.25,
                "fedavg_epochs": "8, 16, 32", "lrs": "0.02, 0.04, 0.08", "chosen": "seed 0: lr 0.04", "rounds": 800,
-               "double": 1600}
+               "double": 1600, "small_model": "mnist1d_lenet", "small_share": 0.011, "base_model": "mnist1d_cnn",
+               "base_share": 0.24, "small_seeds": "0, 1, 2, 3, 4", "matched": "round 9"}
     for c in CLAIMS.values():
         texts = c.filled(**setting)
         assert c.group in GROUPS and c.claimed in CLAIMED and c.tol >= 0 and c.rationale
@@ -110,15 +111,53 @@ def test_claim_1_keeps_accuracy_rows_and_claim_4_has_its_control_and_premise():
     assert LR_FACTORS == (0.5, 1.0, 2.0) and VALIDATION_FRACTION == 0.1
 
 
-def test_each_group_names_its_recipe_and_only_ima_has_a_variant(tmp_path):
+def test_each_group_names_its_recipe_and_ima_and_lss_have_variants(tmp_path):
     for paper in {g.paper for g in GROUPS.values()}:  # groups that share a paper share its variant
         assert len({g.variant for g in GROUPS.values() if g.paper == paper}) == 1, paper
-    assert VARIANTS == {"ima": "plateau"}
+    assert VARIANTS == {"ima": "plateau", "lss": "official"}
     ctx = Context([0], quick=True, cache=tmp_path, kernels="native")
     assert [ctx.recipe(p) for p in ("fedgucci", "ima", "floco", "lss")] == [
-        "fedgucci-mnist1d", "ima-mnist1d-plateau", "floco-mnist1d", "lss-mnist1d"]
+        "fedgucci-mnist1d", "ima-mnist1d-plateau", "floco-mnist1d", "lss-mnist1d-official"]
     assert Context([0], quick=True, cache=tmp_path, dataset="cifar10").recipe("ima") == "ima-cifar10"  # no variant
     assert sweep(ctx) == [0.02, 0.04, 0.08]
+
+
+def test_a_group_continues_the_seeds_to_its_fewest_and_a_quick_run_keeps_them(tmp_path):
+    ctx = Context([0, 1, 2, 3, 4], quick=False, cache=tmp_path, kernels="native")
+    assert GROUPS["floco"].seeds == 10 and ctx.group("floco").seeds == list(range(10))
+    assert ctx.group("ima").seeds == [0, 1, 2, 3, 4]
+    assert Context([3, 7], quick=False, cache=tmp_path).group("floco").seeds == [3, 7, *range(8, 16)]
+    assert Context([0, 1], quick=True, cache=tmp_path).group("floco").seeds == [0, 1]
+
+
+def test_a_failed_premise_is_not_testable_and_leaves_the_holm_family():
+    row = ClaimRow("6f", "s", "m", ("A", "B"), [0.6, 0.7, 0.65], [0.5, 0.55, 0.5], "greater",
+                   untestable="seed 1: loss 0.4 vs 0.6")
+    assert row.verdict is Outcome.NOT_TESTABLE and math.isnan(holm_column([row])[0])
+    assert "not testable (seed 1: loss 0.4 vs 0.6)" in markdown_table([row])
+    missing = ClaimRow("6i", "s", "m", ("A", ""), [float("nan"), 0.2], claimed="above", untestable="no spread")
+    assert missing.interval is None and missing.verdict is Outcome.NOT_TESTABLE
+
+
+def test_the_half_width_column_compares_the_interval_with_the_tolerance():
+    tight = ClaimRow("1a", "s", "m", ("A", "B"), [0.700, 0.702, 0.701, 0.703], [0.6, 0.6, 0.6, 0.6], tol=0.009)
+    half = (tight.interval.high - tight.interval.low) / 2
+    assert half < 0.009 and enough(tight) == "yes"
+    wide = ClaimRow("1a", "s", "m", ("A", "B"), [0.7, 0.8, 0.6], [0.6, 0.6, 0.6], tol=0.009)
+    assert enough(wide) == "no"
+    threshold = ClaimRow("5d", "s", "m", ("A", ""), [0.010, 0.011, 0.012], claimed="below", bound=0.02)
+    assert enough(threshold) == "yes"  # half-width 0.0025 < distance 0.009 from the bound
+    header, _, line = markdown_table([tight]).splitlines()
+    assert "| n | hw <= tol | Holm p |" in header and "| 4 | yes | " in line
+
+
+def test_lss_rows_hold_the_official_protocol_its_baselines_and_the_sensitivity_rows():
+    assert [c for c in CLAIMS if c.startswith("6")] == [f"6{x}" for x in "abcdefghijklm"]
+    assert CLAIMS["6b"].arms == ("LSS", "FedAvg, head only") and "frozen" in CLAIMS["6b"].metric
+    assert "{LOSS_MATCH_PERCENT:g}%" in CLAIMS["6f"].note and SETTINGS["LOSS_MATCH_PERCENT"] == 10
+    assert "calibrated" in CLAIMS["6m"].arms[0] and CLAIMS["6k"].tol == CLAIMS["6a"].tol
+    assert [c for c in CLAIMS if c.startswith("5")] == ["5a", "5b", "5c", "5d", "5e", "5f"]
+    assert CLAIMS["5e"].tol == CLAIMS["5f"].tol == CLAIMS["5a"].tol
 
 
 def curve(values, start=1):
