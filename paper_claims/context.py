@@ -35,6 +35,12 @@ BRANCHED = {"ima": "fedavg"}
 QUICK = {"rounds": 4, "local_epochs": 2, "clients": 4}
 
 
+def trained_seconds(run: Any) -> float:
+    """The stored per-round times of the rounds ``run`` trained itself (a branch's copied rounds left out)."""
+    first = int(run.config["options"]["start_round"]) if run.config["algorithm"] in BRANCHED else 0
+    return sum(float(m.get("time", 0.0)) for m in run.metrics if int(m["round"]) >= first)
+
+
 @dataclass
 class ArmRecord:
     """One arm's runs, one per seed: plateau and progress (the facts of the finishing rule).
@@ -165,6 +171,7 @@ class Context:
         self.threads, self.pool, self.kernels = threads, pool, kernels
         self.log_lines: list[str] = []
         self.arms: list[ArmRecord] = []
+        self.timings: list[tuple[str, str, int, float]] = []
         self.owners: dict[Path, ArmRecord] = {}
         self.started = time.time()
 
@@ -284,8 +291,15 @@ class Context:
         return ArmPlan(paper, label, calls, tracked, statistic, metric)
 
     def train(self, plan: ArmPlan) -> list[fl.Run]:
-        """The runs of ``plan`` (trained or found in the cache), recorded when the arm is tracked."""
+        """The runs of ``plan`` (trained or found in the cache), recorded when the arm is tracked.
+
+        Every arm's training time (the sum of its runs' stored per-round times, whichever
+        invocation trained them; a branched run's copied rounds not counted) is kept in
+        :attr:`timings` as ``(recipe, label, runs, minutes)``.
+        """
         runs = self.runs(plan.paper, plan.calls)
+        minutes = sum(trained_seconds(r) for r in runs) / 60
+        self.timings.append((self.recipe(plan.paper), plan.label, len(runs), minutes))
         if plan.tracked:
             self.track(self.recipe(plan.paper), plan.label, runs, plan.statistic, plan.metric)
         return runs

@@ -28,16 +28,6 @@ when the centroid is more accurate than its members on average (typical for non-
 models evaluated on the global test set, where each member is weak)."""
 
 
-def train_minutes(ctx: Any) -> float:
-    """Sum of the stored per-round training times of every run under the context's cache."""
-    total = 0.0
-    for metrics in Path(ctx.cache).glob("*/metrics.jsonl"):
-        if metrics.parent.name.endswith("-quick") != bool(ctx.quick):
-            continue
-        total += sum(float(json.loads(line).get("time", 0.0)) for line in metrics.read_text().splitlines() if line)
-    return total / 60
-
-
 def kernels_line(ctx: Any) -> str:
     """The CPU kernels of this invocation and how many stored runs (and model folders) were trained with them."""
     now = cpu_kernels.record()
@@ -93,7 +83,7 @@ def write_doc(path: Path, rows: Sequence[ClaimRow], ctx: Any, command: str, omit
              + "".join(f"; {g.label}: {', '.join(map(str, ctx.group(g.name).seeds))}" for g in GROUPS.values()
                        if ctx.group(g.name).seeds != ctx.seeds),
              f"* time: {elapsed / 60:.1f} min wall for this invocation (runs already in the cache are reused; "
-             f"training time of every run used: {train_minutes(ctx):.1f} min) on "
+             f"training time of every FL run used: {sum(t[3] for t in ctx.timings):.1f} min) on "
              f"{platform.processor() or platform.machine()}, torch {torch.__version__}, device {ctx.device}; written "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
              f"* data: `fl.datasets.load_dataset({ctx.dataset!r})`", kernels_line(ctx),
@@ -104,6 +94,11 @@ def write_doc(path: Path, rows: Sequence[ClaimRow], ctx: Any, command: str, omit
              "The plateau is the mean global test accuracy over the last 10% of rounds (at least 5); the FedAvg "
              "lines are each setting's baseline plateau.", ""]
     lines += [f"* {a.line()}" for a in ctx.arms]
+    lines += ["", "### Training time per arm", "",
+              "Sum of the stored per-round training times of the arm's runs (local training, aggregation and the "
+              "per-round evaluation), whichever invocation trained them; central training (claims 2-3) is timed in "
+              "the log.", ""]
+    lines += [f"* {recipe} / {label}: {n} runs, {minutes:.1f} min" for recipe, label, n, minutes in ctx.timings]
     lines += ["", "## Results", "", markdown_table(rows), "",
               "### Tolerances (fixed with each claim, before measuring)", ""]
     lines += [f"* **{r.claim}** ({'bound' if not r.b else 'tol'} {r.bound if not r.b else r.tol:g}): {r.rationale}"

@@ -39,12 +39,15 @@ def context(args: argparse.Namespace, pool: Executor | None = None, group: str |
     return ctx if group is None else ctx.group(group)
 
 
-def measure(ctx: Context, name: str) -> tuple[list[ClaimRow], list[str], list[ArmRecord]]:
-    """One claim group: rows, log lines and arm records."""
-    return STEPS[name](ctx), ctx.log_lines, ctx.arms
+Measured = tuple[list[ClaimRow], list[str], list[ArmRecord], list[tuple[str, str, int, float]]]
 
 
-def run_step(args: argparse.Namespace, name: str) -> tuple[list[ClaimRow], list[str], list[ArmRecord]]:
+def measure(ctx: Context, name: str) -> Measured:
+    """One claim group: rows, log lines, arm records and arm timings."""
+    return STEPS[name](ctx), ctx.log_lines, ctx.arms, ctx.timings
+
+
+def run_step(args: argparse.Namespace, name: str) -> Measured:
     """One claim group in a process of its own (a pool worker)."""
     torch.set_num_threads(args.threads)
     cpu_kernels.apply(args.kernels)
@@ -83,10 +86,11 @@ def measure_and_write(args: argparse.Namespace, command: str) -> list[ClaimRow]:
     results = measure_all(args, names)
     rows: list[ClaimRow] = []
     for n in names:
-        step_rows, lines, arms = results[n]
+        step_rows, lines, arms, timings = results[n]
         rows += step_rows
         ctx.log_lines += lines
         ctx.arms += arms
+        ctx.timings += timings
     write_doc(args.doc, rows, ctx, command, omitted=[n for n in STEPS if n not in names])
     ctx.log(f"wrote {args.doc} after {(time.time() - ctx.started) / 60:.1f} min")
     return rows
