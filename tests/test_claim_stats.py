@@ -71,7 +71,7 @@ def test_threshold_verdicts_and_table():
     assert row([]).verdict == NOT_MEASURED
     table = markdown_table([row([0.6, 0.7, 0.8], [0.5, 0.5, 0.5]), row([0.1, 0.2], claimed="below", bound=0.5)])
     lines = table.splitlines()
-    assert len(lines) == 4 and all(line.count("|") == 10 for line in lines)
+    assert len(lines) == 4 and all(line.count("|") == 13 for line in lines)
     assert "A: 0.700 ± 0.100" in lines[2] and "+2.00" in lines[2] and INCONCLUSIVE in lines[2]
     assert "+0.2 [-0.04841, +0.4484]" in lines[2]
     assert "bound < 0.5" in lines[3]
