@@ -61,7 +61,9 @@ RULE = (f"A run is *finished*, and may enter a claim, when (1) its learning rate
         f"is below {100 * ANNEALED_FRACTION:g}% of the schedule's peak (*annealed*: the schedule is the one the run "
         f"was trained with, read from its configuration or its trainer, never guessed from the curve), or else (2) "
         f"the claim's metric changed by less than {CHANGE_FRACTION:g} x the claim's tolerance between R/2 and R "
-        f"rounds, or between R and 2R where a run twice as long exists (*settled*). Otherwise it is *still "
+        f"rounds, or between R and 2R where a run twice as long exists (*settled*); for an algorithm that trains "
+        f"as another through round t (IMA as FedAvg before t_s), R/2 is the midpoint of rounds t..R, its earlier "
+        f"rounds being the other algorithm's. Otherwise it is *still "
         f"changing* (or *not measured* when no value at R/2 exists), and a claim row that uses it gets no verdict. "
         f"Every seed of every arm of a row is judged; the row names each arm that fails and its numbers "
         f"(`fl.convergence.judge`).")
@@ -316,6 +318,45 @@ def run_progress(run: Any, statistic: Callable[[Sequence[Mapping[str, Any]]], fl
     if last < 2:
         raise ConfigError(f"judging whether a run finished needs at least 2 trained rounds, {run} has {last}")
     rates = schedule(run.config, last)
-    half = [m for m in metrics if int(m["round"]) <= last // 2]
-    return Progress(metric, lr_end=rates[-1], lr_peak=max(rates), rounds=(last // 2, last),
+    base, through = make_algorithm(run.config).branch_base()
+    first = through if base is not None and through < last - 1 else 0
+    middle = first + (last - first) // 2
+    half = [m for m in metrics if int(m["round"]) <= middle]
+    return Progress(metric, lr_end=rates[-1], lr_peak=max(rates), rounds=(middle, last),
                     values=(float(statistic(half)), float(statistic(metrics))))
+
+
+def doubled_progress(run: Any, longer: Any, statistic: Callable[[Sequence[Mapping[str, Any]]], float] = plateau,
+                     metric: str = "test-accuracy plateau") -> Progress:
+    """The :class:`Progress` of an FL run judged against a run twice as long: ``statistic`` at ``R`` and ``2 R``.
+
+    ``longer`` is the same run continued (same seed and settings, ``2 R`` rounds, a schedule
+    that does not depend on ``R``); the rule (:data:`RULE`) then asks how much the metric still
+    moves after ``R`` instead of how much it moved before.
+
+    Parameters
+    ----------
+    run : Run
+        The stored run of ``R`` rounds.
+    longer : Run
+        Its continuation to ``2 R`` rounds.
+    statistic, metric
+        As for :func:`run_progress`.
+
+    Returns
+    -------
+    Progress
+        The schedule of ``run`` at ``R``; the metric of ``run`` and of ``longer``.
+
+    Raises
+    ------
+    ConfigError
+        When ``longer`` has another seed or not twice the rounds.
+    """
+    metrics, more = list(run.metrics), list(longer.metrics)
+    last = int(metrics[-1]["round"]) if metrics else 0
+    if int(longer.config["seed"]) != int(run.config["seed"]) or (int(more[-1]["round"]) if more else 0) != 2 * last:
+        raise ConfigError(f"{longer} is not {run} continued to twice its {last} rounds (same seed)")
+    rates = schedule(run.config, last)
+    return Progress(metric, lr_end=rates[-1], lr_peak=max(rates), rounds=(last, 2 * last),
+                    values=(float(statistic(metrics)), float(statistic(more))))

@@ -21,7 +21,7 @@ import numpy as np
 
 import fl
 import landscape
-from fl.convergence import Progress, judge, plateau, run_progress
+from fl.convergence import Progress, doubled_progress, judge, plateau, run_progress
 from fl.recipes import RECIPES
 
 from . import kernels as cpu_kernels
@@ -306,7 +306,7 @@ class Context:
 
     def track(self, setting: str, label: str, runs: Sequence[Any],
               statistic: Callable[[Sequence[Mapping[str, Any]]], float] = plateau,
-              metric: str = "test-accuracy plateau") -> ArmRecord:
+              metric: str = "test-accuracy plateau", longer: Sequence[Any] | None = None) -> ArmRecord:
         """Record the arm ``runs`` (one per seed, in the order of the seeds) for :meth:`gate` and the page.
 
         Parameters
@@ -321,6 +321,9 @@ class Context:
             The arm's claim metric from per-round metrics (``fl.convergence.run_progress``).
         metric : str
             What ``statistic`` measures, in words.
+        longer : sequence of Run, optional
+            The same runs continued to twice their rounds (one per seed): each run is then
+            judged on R -> 2R (``fl.convergence.doubled_progress``) instead of R/2 -> R.
 
         Returns
         -------
@@ -329,7 +332,9 @@ class Context:
         """
         record = ArmRecord(setting, label, [int(r.config["seed"]) for r in runs],
                            [r.convergence().plateau for r in runs],
-                           [run_progress(r, statistic, metric) for r in runs])
+                           [run_progress(r, statistic, metric) if longer is None else
+                            doubled_progress(r, twice, statistic, metric)
+                            for r, twice in zip(runs, longer if longer is not None else runs)])
         self.arms.append(record)
         self.owners.update({r.path: record for r in runs})
         self.log(record.line())

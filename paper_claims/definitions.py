@@ -157,7 +157,9 @@ GROUPS: dict[str, GroupDef] = {g.name: g for g in (
              "(vanilla, connectivity loss with each anchor); the vanilla arm compares R with 2R epochs, a model 0 "
              "trained twice as long"),
     GroupDef("ima", "claim 4", "ima", IMA_GATE_TOL,
-             "4a's ({IMA_GATE_TOL:g}) on the test accuracy over the last {LAST} rounds; and IMA's premise (averaging "
+             "4a's ({IMA_GATE_TOL:g}) on the test accuracy over the last {LAST} rounds (FedAvg at the recipe's "
+             "participation on R -> 2R, its 2R runs of 4e being its continuation; IMA on the rounds from t_s, as the "
+             "rule says for a branching algorithm); and IMA's premise (averaging "
              "starts after FedAvg's plateau), decided before measuring: it holds on a seed when FedAvg's accuracy "
              "over the last {LAST} rounds up to t_s and up to R differ by less than {PREMISE_TOL:g}; every row is "
              "computed on all seeds and is not testable when the premise fails on any seed (4b: at either "

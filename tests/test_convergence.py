@@ -10,7 +10,16 @@ from scipy import stats
 
 import fl
 from fl.central import Trainer
-from fl.convergence import ANNEALED_FRACTION, MAX_SLOPE, Progress, assess, judge, run_progress, schedule
+from fl.convergence import (
+    ANNEALED_FRACTION,
+    MAX_SLOPE,
+    Progress,
+    assess,
+    doubled_progress,
+    judge,
+    run_progress,
+    schedule,
+)
 from fl.datasets import load_dataset
 from fl.resolve import build_config, merge_settings
 from landscape import ConfigError
@@ -86,6 +95,31 @@ def test_ima_recipe_ends_annealed_and_its_fedavg_baseline_does_not():
     assert fractions["fedavg"] == pytest.approx(0.99 ** 399, rel=1e-12)
     assert fractions["ima"] == pytest.approx(0.99 ** 299 * 0.97 ** 100, rel=1e-12)
     assert fractions["ima"] < ANNEALED_FRACTION < fractions["fedavg"]
+
+
+def test_a_branching_algorithm_is_judged_on_the_rounds_it_trains_itself():
+    """IMA trains as FedAvg through t_s - 1 = 29 of R = 40 rounds: R/2 becomes the midpoint of 29..40 (round 34)."""
+    config = build_config("ima", dataset="digits", clients=4, rounds=40, start_round=30)[0]
+    metrics = [{"round": r, "test_accuracy": 0.5 + 0.01 * min(r, 30)} for r in range(41)]  # climbs until 30, flat
+    p = run_progress(SimpleNamespace(metrics=metrics, config=config), statistic=lambda m: m[-1]["test_accuracy"])
+    assert p.rounds == (34, 40) and p.change == pytest.approx(0.0)
+    fedavg = run_progress(SimpleNamespace(metrics=metrics, config=digits_config()),
+                          statistic=lambda m: m[-1]["test_accuracy"])
+    assert fedavg.rounds == (20, 40) and fedavg.change == pytest.approx(0.10)  # the FedAvg climb before t_s
+
+
+def test_a_run_with_its_continuation_is_judged_on_r_to_2r():
+    config = digits_config(lr=0.05)
+    short = SimpleNamespace(metrics=flat_or_rising(40, 0.04)[:21], config={**config, "rounds": 20})
+    longer = SimpleNamespace(metrics=flat_or_rising(40, 0.04), config=config)
+    last = lambda m: m[-1]["test_accuracy"]  # noqa: E731
+    p = doubled_progress(short, longer, last, "accuracy")
+    assert p.rounds == (20, 40) and p.values == pytest.approx((0.82, 0.84)) and p.lr_fraction == 1.0
+    assert not judge(p, tol=0.02).finished and judge(p, tol=0.05).finished  # change 0.02 against 0.01 and 0.025
+    with pytest.raises(ConfigError, match="twice its 20 rounds"):
+        doubled_progress(short, short, last)
+    with pytest.raises(ConfigError, match="same seed"):
+        doubled_progress(short, SimpleNamespace(metrics=longer.metrics, config={**config, "seed": 9}), last)
 
 
 def test_a_plateaued_constant_lr_run_is_finished_and_the_limit_is_strict():
