@@ -165,12 +165,12 @@ class ClaimRow:
     @property
     def verdict(self) -> Outcome:
         """See the module docstring."""
-        if not self.a:
-            return Outcome.NOT_MEASURED
         if self.blocked:
             return Outcome.NOT_CONVERGED
         if self.untestable:
             return Outcome.NOT_TESTABLE
+        if not self.a:
+            return Outcome.NOT_MEASURED
         interval = self.interval
         if interval is None:
             return Outcome.NOT_MEASURED
@@ -218,7 +218,7 @@ def markdown_table(rows: Sequence[ClaimRow]) -> str:
         b = f"{r.arms[1]}: {b}" if r.b else b
         ci = "-" if r.interval is None else str(r.interval)
         reason = r.blocked or r.untestable
-        verdict = f"{r.verdict} ({reason})" if reason and r.a else r.verdict
+        verdict = f"{r.verdict} ({reason})" if reason else r.verdict
         holm_p = "-" if math.isnan(p) else f"{p:.3g}"
         lines.append(f"| {r.claim} | {r.statement} | {r.metric} | {a} | {b} | {ci} | {effect} | {r.tol:g} | "
                      f"{len(r.a)} | {enough(r)} | {holm_p} | {verdict} |")
