@@ -7,6 +7,9 @@ A run of IMA can therefore take those rounds from a stored run of FedAvg with th
 settings instead of training them again. :func:`branch` copies them (global models, client
 checkpoints, metrics records), rebuilds the algorithm's server state from them
 (:meth:`~fl.algorithms.base.Algorithm.branch_state`: IMA's window), and trains the rest.
+A run of the source's own algorithm and settings with more ``rounds`` is a *continuation*:
+it takes every stored round of the source and trains on (FedAvg to 2R from a run of R), when
+the learning-rate schedule does not depend on ``rounds`` (checked).
 The branched run is the run ``fl.run`` would train from round 1, file for file; only the
 copied rounds' recorded times are the source's. ``tests/test_branching.py`` checks this
 bit for bit.
@@ -22,6 +25,7 @@ from landscape.infra.errors import ConfigError
 
 from .api import open_run
 from .config import volatile_keys
+from .convergence import schedule
 from .engine import Engine
 from .reader import Run, load_run
 from .resolve import make_algorithm
@@ -41,7 +45,8 @@ def branch(source: Run | str | os.PathLike, algorithm: str | None = None, *, thr
     source : Run, str or os.PathLike
         A stored run (or its folder) of the algorithm the new one trains as through round
         ``through`` (:meth:`~fl.algorithms.base.Algorithm.branch_base`; FedAvg for IMA), with
-        the same settings otherwise, and at least ``through`` rounds stored.
+        the same settings otherwise, and at least ``through`` rounds stored; or a complete
+        run of the same algorithm and settings with fewer ``rounds`` (a continuation).
     through : int, optional
         The last round taken from ``source``: at most, and by default, the last round the
         algorithm trains as the source's (IMA: ``start_round - 1``).
@@ -81,6 +86,40 @@ def branch(source: Run | str | os.PathLike, algorithm: str | None = None, *, thr
     return Run(opened.store.path, module=model if isinstance(model, nn.Module) else None)
 
 
+def continued_rounds(source: Run, config: dict[str, Any]) -> int:
+    """The rounds a continuation copies: all of ``source``'s, when the longer run trains them identically.
+
+    A run of the source's algorithm and settings with more ``rounds`` trains its first rounds as
+    the source did when nothing of a round depends on ``rounds`` but the learning rate, which
+    the two schedules (``fl.convergence.schedule``) must then give equal over those rounds.
+
+    Parameters
+    ----------
+    source : Run
+        The shorter run (complete).
+    config : dict[str, Any]
+        The longer run's resolved configuration.
+
+    Returns
+    -------
+    int
+        The source's last round.
+
+    Raises
+    ------
+    ConfigError
+        When the longer run is not longer, the source is not complete, or the schedules differ.
+    """
+    last = int(source.config["rounds"])
+    if int(config["rounds"]) <= last or not source.rounds or source.rounds[-1] != last:
+        raise ConfigError(f"a continuation of {source.path} needs it complete and more than its {last} rounds, "
+                          f"got rounds={config['rounds']}")
+    if schedule(source.config, last) != schedule(config, int(config["rounds"]))[:last]:
+        raise ConfigError(f"the learning-rate schedule of {config['rounds']} rounds differs from the source's over "
+                          f"its {last} rounds (it depends on the number of rounds): train the run from round 1")
+    return last
+
+
 def check_branch(source: Run, config: dict[str, Any], algorithm: Any, through: int | None) -> int:
     """The last round to copy; refuses a branch whose copied rounds would differ from trained ones.
 
@@ -91,7 +130,9 @@ def check_branch(source: Run, config: dict[str, Any], algorithm: Any, through: i
     config : dict[str, Any]
         The new run's resolved configuration.
     algorithm : Algorithm
-        The new run's algorithm.
+        The new run's algorithm: one that trains as the source's through a round
+        (``branch_base``), or the source's own with more rounds (a continuation,
+        :func:`continued_rounds`).
     through : int or None
         The last round to copy (None: the last one the algorithm trains as the source's).
 
@@ -108,6 +149,10 @@ def check_branch(source: Run, config: dict[str, Any], algorithm: Any, through: i
     base, last = algorithm.branch_base()
     src_alg = make_algorithm(source.config)
     name = f"{algorithm.label!r}"
+    skip = set(volatile_keys()) | set(ALGORITHM_KEYS)
+    if base is None and (algorithm.label, algorithm.opts) == (src_alg.label, src_alg.opts):
+        base, last = src_alg, continued_rounds(source, config)  # the same algorithm, continued to more rounds
+        skip.add("rounds")
     if base is None:
         raise ConfigError(f"algorithm {name} trains as no other algorithm in any round; nothing to branch from")
     if (base.label, base.opts) != (src_alg.label, src_alg.opts):
@@ -117,7 +162,6 @@ def check_branch(source: Run, config: dict[str, Any], algorithm: Any, through: i
     if not 0 <= through <= last:
         raise ConfigError(f"algorithm {name} trains as {base.label!r} through round {last} only; "
                           f"through={through} must be in 0..{last}")
-    skip = set(volatile_keys()) | set(ALGORITHM_KEYS)
     for key in sorted(set(config) | set(source.config)):
         if key not in skip and config.get(key) != source.config.get(key):
             raise ConfigError(f"setting {key!r} is {config.get(key)!r} here but {source.config.get(key)!r} in the "

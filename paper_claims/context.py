@@ -31,6 +31,9 @@ from .definitions import GROUPS, VARIANTS
 #: round (``fl.branch``): IMA is FedAvg before ``start_round``. The branch equals the run
 #: trained from round 1 (tests/test_branching.py) and trains a quarter of IMA's rounds.
 BRANCHED = {"ima": "fedavg"}
+#: Key of a call whose run continues the recipe-length run of its settings (``fl.branch``): a run
+#: of more rounds copies that run's rounds and trains the rest (FedAvg at 2R, IMA's control).
+CONTINUES = "continues"
 #: Settings a --quick run shrinks (a smoke test of the code path, not a measurement).
 QUICK = {"rounds": 4, "local_epochs": 2, "clients": 4}
 
@@ -244,13 +247,21 @@ class Context:
                              f"-seed{seed}{'-quick' if self.quick else ''}")
 
     def run(self, paper: str, seed: int, *, algorithm: str | None = None, **overrides: Any) -> fl.Run:
-        """``fl.run`` of ``paper``'s recipe for ``seed``, with another ``algorithm`` and ``overrides``."""
+        """``fl.run`` of ``paper``'s recipe for ``seed``, with another ``algorithm`` and ``overrides``.
+
+        With ``continues=True`` among ``overrides`` (and more rounds than the recipe's), the run
+        continues the recipe-length run of the same settings (trained first if needed) instead
+        of training its first rounds again; a quick run, whose rounds are capped, trains in full.
+        """
+        continues = bool(overrides.pop(CONTINUES, False)) and not self.quick
         alg = self.algorithm(paper, algorithm)
         explicit = self.explicit(paper, alg, overrides)
         out = self.folder(paper, seed, algorithm, **overrides)
         source = None
         if alg in BRANCHED:  # rounds the algorithm trains as another: copied from that run (fl.branch)
             source = self.run(paper, seed, algorithm=BRANCHED[alg], **overrides)
+        elif continues:  # the same run at the recipe's rounds, continued (fl.branch)
+            source = self.run(paper, seed, algorithm=algorithm, **{k: v for k, v in overrides.items() if k != "rounds"})
         cpu_kernels.check(out)  # a stored run is reused only under the kernels it was trained with
         for _ in range(240):  # another claims process may be writing this run: wait for it (up to 1 h)
             try:

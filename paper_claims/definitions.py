@@ -249,8 +249,8 @@ _DEFS = [
              ("IMA at R", "FedAvg at 2R"), "greater", tol=IMA_GATE_TOL,
              rationale="4a's tolerance: IMA's gain over FedAvg must exceed what FedAvg itself gains from R to 2R, "
                        "else it is training FedAvg had left, not averaging",
-             note="FedAvg at 2R is a run of 2R rounds with the seed, partition and initialisation of FedAvg at R and "
-                  "the recipe's per-round lr decay continued (its first R rounds are FedAvg at R's)"),
+             note="FedAvg at 2R is FedAvg at R continued to 2R rounds (fl.branch copies its R rounds, which a run "
+                  "from round 1 would repeat bit for bit), the recipe's per-round lr decay continued"),
     ClaimDef("5a", "floco", "FLOCO's global model is more accurate than FedAvg's (Table 1, global)",
              "global test accuracy (FLOCO: the simplex centre), mean over the convergence window",
              ("FLOCO", "FedAvg"), "greater", tol=FLOCO_GATE_TOL,

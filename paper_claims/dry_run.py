@@ -31,7 +31,7 @@ from fl.resolve import build_config, merge_settings
 from fl.store import RunStore
 
 from . import fedgucci, floco, ima, lss, transitivity
-from .context import BRANCHED, Context
+from .context import BRANCHED, CONTINUES, Context
 
 #: The groups' planned FL arms (the central group trains models, :func:`transitivity.planned_models`).
 ARMS = {"fedgucci": fedgucci.arms, "ima": ima.arms, "floco": floco.arms, "lss": lss.arms}
@@ -84,6 +84,7 @@ class PlannedRun:
 def fl_config(ctx: Context, paper: str, call: Mapping[str, Any]) -> dict[str, Any]:
     """The configuration ``fl.run`` resolves for one call of :meth:`Context.run` (without training)."""
     call = dict(call)
+    call.pop(CONTINUES, None)
     seed, algorithm = call.pop("seed"), ctx.algorithm(paper, call.pop("algorithm", None))
     merged = merge_settings(ctx.recipe(paper), {**ctx.explicit(paper, algorithm, call), "algorithm": algorithm,
                                                  "seed": seed})
@@ -94,12 +95,14 @@ def fl_config(ctx: Context, paper: str, call: Mapping[str, Any]) -> dict[str, An
 def fl_run(ctx: Context, group: str, label: str, paper: str, call: Mapping[str, Any], samples: int) -> PlannedRun:
     """The planned run of one call: its folder, what the cache holds, its rounds and steps."""
     config = fl_config(ctx, paper, call)
-    overrides = {k: v for k, v in call.items() if k not in ("seed", "algorithm")}
+    overrides = {k: v for k, v in call.items() if k not in ("seed", "algorithm", CONTINUES)}
     folder = ctx.folder(paper, call["seed"], call.get("algorithm"), **overrides)
     store = RunStore(folder)
     stored = config["rounds"] if store.is_complete() else (store.read_progress() or 0)
     if config["algorithm"] in BRANCHED and not stored:  # the rounds before the branch are copied
         stored = int(config["options"]["start_round"]) - 1
+    if call.get(CONTINUES) and not ctx.quick and not stored:  # a continuation copies the recipe's rounds
+        stored = int(RECIPES[ctx.recipe(paper)].settings["rounds"])
     per_client = math.ceil(samples / config["clients"] / config["batch_size"])
     sampled = max(1, round(config["participation"] * config["clients"]))
     members = int(config.get("options", {}).get("members", 1)) if config["algorithm"] == "lss" else 1

@@ -125,7 +125,8 @@ def arms(ctx: Context) -> dict[str, ArmPlan]:
                                    **low, **late),
             "IMA": ctx.plan("ima", "IMA", **late),
             "IMA low": ctx.plan("ima", f"IMA, participation {LOW_PARTICIPATION}", **low, **late),
-            "FedAvg 2R": ctx.plan("ima", "FedAvg, 2R rounds", algorithm="fedavg", rounds=2 * rounds(ctx), **late)}
+            "FedAvg 2R": ctx.plan("ima", "FedAvg, 2R rounds", algorithm="fedavg", rounds=2 * rounds(ctx),
+                                  continues=True, **late)}
 
 
 def premises(ctx: Context, label: str, fedavg: Sequence[Any], ima: Sequence[Any]) -> tuple[str, str]:

@@ -98,9 +98,21 @@ def test_refused_before_anything_is_written(runs, tmp_path, through, settings, s
     assert fl.load_run(tmp_path / "b").rounds == []
 
 
+def test_a_continuation_equals_the_longer_run_trained_from_round_one(runs, tmp_path):
+    longer = {**SETTINGS, "rounds": 10}
+    whole = fl.run("fedavg", out=tmp_path / "whole", progress=False, **longer)
+    continued = fl.branch(runs["fedavg"], "fedavg", out=tmp_path / "continued", progress=False, **longer)
+    assert_same_files(whole.path, continued.path)
+    assert records(continued) == records(whole)
+    assert continued.metrics[7]["time"] == runs["fedavg"].metrics[7]["time"]  # copied, not trained
+    assert continued.metrics[8]["time"] != runs["fedavg"].metrics[7]["time"]
+
+
 def test_an_algorithm_without_a_base_and_a_short_source(runs, tmp_path):
-    with pytest.raises(ConfigError, match="trains as no other algorithm"):
+    with pytest.raises(ConfigError, match="needs it complete and more than its 7 rounds, got rounds=7"):
         fl.branch(runs["fedavg"], "fedavg", out=tmp_path / "a", progress=False, **SETTINGS)
+    with pytest.raises(ConfigError, match="trains as no other algorithm"):
+        fl.branch(runs["fedavg"], "fedprox", mu=0.1, out=tmp_path / "p", progress=False, **SETTINGS)
     with pytest.raises(Stop):
         fl.run("fedavg", out=tmp_path / "short", progress=False, on_round=stop_after(2), **SETTINGS)
     with pytest.raises(ConfigError, match="stores rounds up to 2; through=4 needs round 4"):
