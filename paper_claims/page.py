@@ -18,6 +18,8 @@ from .definitions import GROUPS, SETTINGS
 from .rows import ClaimRow, markdown_table
 
 PAPERS = ("fedgucci", "ima", "floco", "lss")
+#: The claimed directions of a threshold claim (one arm against a bound).
+THRESHOLDS = ("below", "above")
 
 SIGNS = """\
 **Sign conventions.** A *pairwise* barrier (Eq. 3 loss, Eq. 4 accuracy) is a supremum over
@@ -101,8 +103,8 @@ def write_doc(path: Path, rows: Sequence[ClaimRow], ctx: Any, command: str, omit
     lines += [f"* {recipe} / {label}: {n} runs, {minutes:.1f} min" for recipe, label, n, minutes in ctx.timings]
     lines += ["", "## Results", "", markdown_table(rows), "",
               "### Tolerances (fixed with each claim, before measuring)", ""]
-    lines += [f"* **{r.claim}** ({'bound' if not r.b else 'tol'} {r.bound if not r.b else r.tol:g}): {r.rationale}"
-              for r in rows if r.rationale]
+    lines += [f"* **{r.claim}** ({'bound' if r.claimed in THRESHOLDS else 'tol'} "
+              f"{r.bound if r.claimed in THRESHOLDS else r.tol:g}): {r.rationale}" for r in rows if r.rationale]
     lines += ["", "### Notes per claim", ""]
     lines += [f"* **{r.claim}**: {r.note}" for r in rows if r.note]
     lines += ["", "### Per-seed values", ""]
