@@ -15,7 +15,7 @@ import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -38,9 +38,14 @@ CONTINUES = "continues"
 QUICK = {"rounds": 4, "local_epochs": 2, "clients": 4}
 
 
-def trained_seconds(run: Any) -> float:
-    """The stored per-round times of the rounds ``run`` trained itself (a branch's copied rounds left out)."""
-    first = int(run.config["options"]["start_round"]) if run.config["algorithm"] in BRANCHED else 0
+def trained_seconds(run: Any, continued: int = 0) -> float:
+    """The stored per-round times of the rounds ``run`` trained itself.
+
+    A branch's copied rounds (before ``start_round``) and the ``continued`` rounds a continuation
+    copied from its shorter run are left out.
+    """
+    first = (int(run.config["options"]["start_round"]) if run.config["algorithm"] in BRANCHED
+             else continued + 1 if continued else 0)
     return sum(float(m.get("time", 0.0)) for m in run.metrics if int(m["round"]) >= first)
 
 
@@ -68,12 +73,14 @@ class ArmRecord:
     plateaus: list[float]
     progress: list[Progress]
 
-    def failures(self, tol: float) -> str:
+    def failures(self, tol: float, seeds: Collection[int] | None = None) -> str:
         """The seeds whose run has not finished for a claim of tolerance ``tol``, with numbers ("" if none).
 
-        ``"label (setting; metric, limit L): seed s still changing (numbers); ..."``.
+        ``"label (setting; metric, limit L): seed s still changing (numbers); ..."``; only the
+        ``seeds`` given are judged (default: all of the arm's).
         """
-        bad = [(s, f) for s, f in zip(self.seeds, (judge(p, tol) for p in self.progress)) if not f.finished]
+        bad = [(s, f) for s, f in zip(self.seeds, (judge(p, tol) for p in self.progress))
+               if not f.finished and (seeds is None or s in seeds)]
         if not bad:
             return ""
         return (f"{self.label} ({self.setting}; {self.progress[0].metric}, limit {bad[0][1].limit:.4f}): "
@@ -305,11 +312,13 @@ class Context:
         """The runs of ``plan`` (trained or found in the cache), recorded when the arm is tracked.
 
         Every arm's training time (the sum of its runs' stored per-round times, whichever
-        invocation trained them; a branched run's copied rounds not counted) is kept in
+        invocation trained them; the rounds a branch or a continuation copied not counted) is kept in
         :attr:`timings` as ``(recipe, label, runs, minutes)``.
         """
         runs = self.runs(plan.paper, plan.calls)
-        minutes = sum(trained_seconds(r) for r in runs) / 60
+        continued = [int(RECIPES[self.recipe(plan.paper)].settings["rounds"]) if call.get(CONTINUES) and not self.quick
+                     else 0 for call in plan.calls]
+        minutes = sum(trained_seconds(r, first) for r, first in zip(runs, continued)) / 60
         self.timings.append((self.recipe(plan.paper), plan.label, len(runs), minutes))
         if plan.tracked:
             self.track(self.recipe(plan.paper), plan.label, runs, plan.statistic, plan.metric)
@@ -354,10 +363,14 @@ class Context:
     def gate(self, tol: float, *arms: Sequence[Any]) -> str:
         """Why a row built from ``arms`` (lists of runs) gets no verdict ("" when every tracked run finished).
 
-        Every seed of every tracked arm is judged by :func:`fl.convergence.judge` with the row's
-        gate tolerance ``tol``; untracked runs (fixed-budget protocols) are not judged.
+        The seed of every run given, of every tracked arm, is judged by :func:`fl.convergence.judge`
+        with the row's gate tolerance ``tol`` (each arm once, however often it is listed); untracked
+        runs (fixed-budget protocols) are not judged.
         """
-        return blockers([self.owners[r.path] for runs in arms for r in runs if r.path in self.owners], tol)
+        chosen: dict[int, tuple[ArmRecord, set[int]]] = {}
+        for r in (r for runs in arms for r in runs if r.path in self.owners):
+            chosen.setdefault(id(self.owners[r.path]), (self.owners[r.path], set()))[1].add(int(r.config["seed"]))
+        return " / ".join(text for text in (record.failures(tol, seeds) for record, seeds in chosen.values()) if text)
 
 
 def train_run(spec: tuple[Any, ...], paper: str, call: dict[str, Any]) -> None:

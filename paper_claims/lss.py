@@ -32,7 +32,7 @@ from fl.models import HEAD_ONLY
 from fl.recipes import RECIPES
 
 from . import kernels as cpu_kernels
-from .context import ArmPlan, Context
+from .context import QUICK, ArmPlan, Context
 from .definitions import CLAIMS, HESSIAN_SAMPLES, LOSS_MATCH, LSS_SGD, MATCH_ROUNDS, PRETRAIN_EPOCHS, SETTINGS
 from .measures import tensors
 from .rows import ClaimRow, fmt
@@ -82,8 +82,9 @@ PAPER_TERMS = {"distance": "l2", "diversity_measure": "mean", "affinity": 3.0, "
 
 
 def local_epochs(ctx: Context) -> int:
-    """Local epochs of LSS's first member (and of FedAvg at the paper's protocol): 8, or 2 in quick mode."""
-    return 2 if ctx.quick else 8
+    """Local epochs of LSS's first member (and of FedAvg at the paper's protocol): the recipe's (quick: at most 2)."""
+    epochs = int(RECIPES[ctx.recipe("lss")].settings["local_epochs"])
+    return min(epochs, QUICK["local_epochs"]) if ctx.quick else epochs
 
 
 def pretrained(ctx: Context) -> list[Path | None]:

@@ -98,3 +98,20 @@ def test_the_page_prints_the_rule_and_names_the_blocking_arm(tmp_path):
 def test_a_row_without_a_positive_gate_tolerance_is_refused(tol):
     with pytest.raises(ConfigError, match="tolerance > 0"):
         blockers([record("arm 0", CONSTANT, [0.0])], tol)
+
+
+def test_the_gate_judges_only_the_seeds_a_row_uses(tmp_path):
+    def stored(seed: int, rise: float) -> SimpleNamespace:
+        """A constant-lr run of ``seed`` whose accuracy rises by ``rise`` per round from round 4 on."""
+        config = build_config("fedavg", dataset="digits", clients=4, rounds=8, lr=0.05, seed=seed)[0]
+        run = SimpleNamespace(path=tmp_path / f"seed{seed}", config=config,
+                              metrics=[{"round": r, "test_accuracy": 0.9 + rise * max(r - 4, 0)} for r in range(9)])
+        run.convergence = lambda: fl.convergence.assess(run.metrics)
+        return run
+
+    flat, climbing = stored(0, 0.0), stored(1, 0.02)
+    ctx = Context([0, 1], quick=False, cache=tmp_path)
+    ctx.track("digits", "arm", [flat, climbing])
+    assert ctx.gate(TOL, [flat]) == ""  # a row of seed 0 only: seed 1's run does not block it
+    why = ctx.gate(TOL, [flat, climbing])
+    assert "seed 1 still changing" in why and "seed 0" not in why
