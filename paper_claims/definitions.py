@@ -302,7 +302,7 @@ _DEFS = [
              "global test accuracy after 3 rounds, pretrained start", ("LSS", "LSS with lambda = 0"), "greater",
              tol=0.01, rationale="Fig. 5 is a heat map without a stated effect: one accuracy point"),
     ClaimDef("6i", "lss", "the regularisers change the pool's spread (by more than 10%)",
-             "|log| of the members' mean pairwise distance with the regularisers over lambda = 0, last round",
+             "absolute log of the members' mean pairwise distance with the regularisers over lambda = 0, last round",
              ("LSS", ""), "above", bound=math.log(1.1), rationale="a 10% change: regularisers that act"),
     ClaimDef("6j", "lss", "the members of a client's pool are linearly connected (Sec. 3.3)",
              "mean accuracy barrier (Eq. 4) over all member pairs of every client's last-round pool, on that client's "
