@@ -16,7 +16,7 @@ python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', 
 torch.cuda.get_device_name(), 'tf32 matmul', torch.backends.cuda.matmul.allow_tf32,
 'tf32 cudnn', torch.backends.cudnn.allow_tf32)" | tee -a "$out/gpu.txt"
 timeout "${TEST_S:-120}" python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py -rA 2>&1 | tee "$out/tests.log"
-timeout "${FL_S:-100}" python3 benchmarks/bench_fl.py --device cuda --clients 50 --samples 500 --run-clients 50 \
+timeout "${FL_S:-100}" python3 benchmarks/bench_fl.py --device cuda --clients 50 --cases mlp:64:500,fedgucci_cnn:3x32x32:500 --run-clients 50 \
   2>&1 | tee "$out/fl.log"
 plane_args=${PLANE_ARGS:-"--resolution 11 --samples 10000 --batch-size 10000 --max-points 16 --repeats 2"}
 # shellcheck disable=SC2086  # the arguments are meant to split

@@ -23,7 +23,8 @@ HERE = Path(__file__).resolve().parent
 GPU_ARGS: dict[str, list[str]] = {
     "plane": ["--models", "resnet20", "--resolution", "11", "--samples", "10000", "--batch-size", "10000",
               "--device", "cuda", "--bf16", "--compile", "--max-points", "16", "--repeats", "2"],
-    "fl": ["--device", "cuda", "--clients", "50", "--samples", "500", "--run-clients", "50"],
+    "fl": ["--device", "cuda", "--clients", "50", "--cases", "mlp:64:500,fedgucci_cnn:3x32x32:500",
+           "--run-clients", "50"],
     "track": ["--device", "cuda"],
 }
 

@@ -40,7 +40,7 @@ from .update_checks import BAD_CLIENT_POLICIES
 
 #: Version written to config.json; this version reads only its own.
 CONFIG_VERSION = 1
-BACKENDS = ("sequential", "vectorized", "loky", "processes", "ray", "dask")
+BACKENDS = ("sequential", "vectorized", "auto", "loky", "processes", "ray", "dask")
 SAVE_MODES = ("all", "last", "none")
 #: Stored keys besides the RunConfig fields: derived from the data and the model.
 DERIVED_KEYS = ("version", "options", "num_classes", "input_shape", "model_digest", "init_digest", "recipe",
@@ -218,7 +218,9 @@ class RunConfig(Options):
     device: str = option("auto", volatile=True, help="auto, cpu, cuda or cuda:N")
     backend: Literal[BACKENDS] = option("sequential", volatile=True,  # type: ignore[valid-type]
                                         help="sequential; vectorized (a round's clients at once, "
-                                             "fl.vectorized); loky, processes, ray, dask (workers)")
+                                             "fl.vectorized); auto (vectorized where fl.vectorized."
+                                             "choose_backend's rule says so); loky, processes, ray, "
+                                             "dask (workers)")
     n_jobs: int | None = option(None, ge=1, le=4096, volatile=True, help="workers of a parallel back end "
                                                                         "(default 2)")
     save_clients: Literal[SAVE_MODES] | list[int] = option(  # type: ignore[valid-type]

@@ -12,7 +12,8 @@ resumed run equals an uninterrupted one.
 Back ends (config ``backend``): ``sequential`` trains the clients of a round one after the
 other; ``vectorized`` trains them all at once with ``torch.func`` (:mod:`fl.vectorized`),
 drawing the same mini-batches from the same generators, so both give the same models to
-floating-point tolerance.
+floating-point tolerance; ``auto`` takes one of the two by :func:`fl.vectorized.choose_backend`'s
+rule of the algorithm, the model and the device.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ from .rundir import saves_clients
 from .store import RunStore, check_round_finite
 from .tracker import tracker_for
 from .update_checks import enforce_policy, update_problem
-from .vectorized import train_clients, unsupported_reason
+from .vectorized import choose_backend, train_clients, unsupported_reason
 
 PARALLEL_BACKENDS = ("loky", "processes", "ray", "dask")  # through landscape.distributed (joblib)
 
@@ -103,6 +104,8 @@ class Engine:
         self.backend = str(config.get("backend", "sequential"))
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.backend == "auto":
+            self.backend, _ = choose_backend(algorithm, self.module, device)
         if self.backend == "vectorized":
             reason = unsupported_reason(algorithm, self.module)
             if reason is not None:

@@ -137,3 +137,27 @@ def test_fl_run_rejects_bad_backend_and_unsupported_algorithm(tmp_path):
         fl.run("fedavg", out=tmp_path / "a", backend="gpu", **opts)
     with pytest.raises(ConfigError, match="vectorized back end cannot train.*sequential"):
         fl.run("lss", out=tmp_path / "b", backend="vectorized", **opts)
+
+
+def test_auto_backend_rule_and_run(tmp_path):
+    """The auto rule, and an auto run of the digits MLP on the CPU equal to the vectorized one.
+
+    Sequential for a CPU convolution or an unsupported algorithm, vectorized for an MLP or
+    on a GPU; the two runs agree bit for bit.
+    """
+    from fl.models import build_model
+    from fl.vectorized import choose_backend
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    cnn = build_model("fedgucci_cnn", num_classes=10, input_shape=(3, 32, 32), seed=0)
+    assert choose_backend(_algorithm("fedavg"), _mlp(), cpu)[0] == "vectorized"
+    assert choose_backend(_algorithm("fedavg"), cnn, cuda)[0] == "vectorized"
+    backend, why = choose_backend(_algorithm("fedavg"), cnn, cpu)
+    assert backend == "sequential" and "convolution" in why
+    backend, why = choose_backend(_algorithm("fedgucci"), _mlp(), cuda)
+    assert backend == "sequential" and "vectorizable" in why
+    opts = dict(dataset="digits", clients=5, rounds=2, seed=3, save_clients="none", progress=False, device="cpu")
+    auto = fl.run("fedavg", out=tmp_path / "a", backend="auto", **opts)
+    vec = fl.run("fedavg", out=tmp_path / "v", backend="vectorized", **opts)
+    for a, v in zip(auto.metrics, vec.metrics):
+        assert a["test_loss"] == v["test_loss"]
