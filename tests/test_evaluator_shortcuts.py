@@ -108,6 +108,55 @@ def test_convolution_first_is_expanded_and_matches(digits):
     np.testing.assert_array_equal(result.accuracy.ravel(), acc)
 
 
+@pytest.mark.parametrize("make,reused", [(lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 10)), False),
+                                         (lambda: make_mlp(1, hidden=32), True)])
+def test_expanded_outputs_of_two_points_stay_distinct_unless_internal(digits, make, reused):
+    """Two points' outputs of the expanded layer, both kept: each equals its own weights' layer.
+
+    The linear model's expanded layer gives the model's output, so each point gets a new
+    tensor; the MLP's first layer is internal, so its points share one buffer, overwritten.
+    """
+    from landscape.evaluation.input_layer_shortcut import InputLayerShortcut
+
+    x, y = digits
+    module = seeded_init_(make(), 0)
+    space = ParameterSpace(module)
+    origin = space.to_vector(module)
+    directions = torch.randn(2, space.size, generator=torch.Generator().manual_seed(0))
+    first = next(m for m in module.modules() if isinstance(m, nn.Linear))
+    shortcut = InputLayerShortcut(module, space, [(x, y)], origin, directions, budget_bytes=2**30)
+    assert shortcut.active
+    kept = []
+    for coeffs in ([0.5, 0.0], [0.0, -0.25]):
+        shortcut.set(coeffs)
+        with torch.no_grad():
+            kept.append(first(x.flatten(1)))
+    assert (kept[0].data_ptr() == kept[1].data_ptr()) is reused
+    shortcut.set(None)
+    prefix = next(n for n, m in module.named_modules() if m is first)
+
+    inputs = x.flatten(1).double()
+
+    def layer(vec: torch.Tensor, magnitude: bool = False) -> torch.Tensor:
+        w = space.state_dict(vec.double())
+        weight, bias = w[f"{prefix}.weight"], w[f"{prefix}.bias"]
+        return inputs.abs() @ weight.abs().T + bias.abs() if magnitude else F.linear(inputs, weight, bias)
+
+    def check(out: torch.Tensor, coeffs: list[float]) -> None:
+        """Against the float64 layer at the point: float32 sums of fan-in 64, then of 3 outputs.
+
+        The bound scales with the sum of the three precomputed outputs' magnitudes.
+        """
+        scale = layer(origin, True) + sum(abs(c) * layer(d, True) for c, d in zip(coeffs, directions))
+        error = (out.double() - layer(origin + torch.tensor(coeffs) @ directions)).abs()
+        assert (error <= float32_tolerance(64 + 3, sides=1) * scale).all()
+
+    check(kept[1], [0.0, -0.25])
+    if not reused:
+        check(kept[0], [0.5, 0.0])
+    shortcut.remove()
+
+
 @pytest.mark.parametrize("make,fan_ins", [(Rescaled, 64 + 16), (Reused, 3 * 64)])
 def test_layers_not_reading_the_data_are_not_expanded(digits, make, fan_ins):
     x, y = digits

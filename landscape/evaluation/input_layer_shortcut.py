@@ -7,7 +7,11 @@ is applied to the input batch itself (or a reshaped view of it, e.g. after ``Fla
 
 so its ``k + 1`` outputs per batch are computed once per point set and a point costs at most
 ``k`` scaled additions over the layer's output instead of its matrix product or convolution
-(the same value to float rounding). The sum over all but the first direction is kept while it
+(the same value to float rounding). Every point writes its output into the same buffer per
+batch (unless the module's output or a hook could keep it), so the loop allocates no new
+sample x unit matrix for the layer: a fresh allocation of that size is served by ``mmap``
+when the C allocator's threshold is below it, and every point would pay page faults on it.
+The sum over all but the first direction is kept while it
 stays the same, so along a plane's rows a point costs one addition. For an MLP on flattened
 images the first layer is a large share of the work (3,072 inputs per unit on CIFAR). The
 shortcut is taken when the layer reads many inputs per output (``fan_in >=
@@ -83,7 +87,7 @@ class InputLayerShortcut:
                 continue
             weights = [_layer_weights(space, name, layer, v.to(device, dtype)) for v in (origin, *directions)]
             table = {_signature(x): [_apply(layer, x, *w) for w in weights] for x in inputs[layer]}
-            self._install(layer, table)
+            self._install(layer, table, reuse=_output_is_internal(module, layer, batches[0][0][:2]))
             self.layers.append(name)
 
     @property
@@ -108,9 +112,10 @@ class InputLayerShortcut:
             del layer.forward  # the class's forward again (plain layers have no instance forward)
         self._restore.clear()
 
-    def _install(self, layer: nn.Module, table: dict[tuple, list[torch.Tensor]]) -> None:
+    def _install(self, layer: nn.Module, table: dict[tuple, list[torch.Tensor]], reuse: bool) -> None:
         own = layer.forward
         partial: dict[tuple, tuple[list[float], torch.Tensor]] = {}
+        buffers: dict[tuple, torch.Tensor] = {}
 
         def forward(x: torch.Tensor) -> torch.Tensor:
             key = _signature(x)
@@ -122,7 +127,12 @@ class InputLayerShortcut:
             if cached is None or cached[0] != rest:  # a plane's row shares all but the first
                 cached = partial[key] = (rest, _combine(outputs[0], rest, outputs[2:]))
             base = cached[1]
-            return torch.add(base, outputs[1], alpha=first) if first else base.clone()
+            if not reuse:
+                return torch.add(base, outputs[1], alpha=first) if first else base.clone()
+            out = buffers.get(key)
+            if out is None:
+                out = buffers[key] = torch.empty_like(base)
+            return torch.add(base, outputs[1], alpha=first, out=out) if first else out.copy_(base)
 
         layer.forward = forward
         self._restore.append(layer)
@@ -179,6 +189,37 @@ def _reading(module: nn.Module, candidates: list[nn.Module], inputs: list[torch.
         for h in handles:
             h.remove()
     return qualified
+
+
+def _output_is_internal(module: nn.Module, layer: nn.Module, x: torch.Tensor) -> bool:
+    """Whether ``layer``'s output can be written into one buffer reused by every point.
+
+    True when no module has hooks (which might keep an activation) and no tensor of the
+    module's output shares memory with the layer's output on ``x`` (a linear model's output
+    layer reads the data: its logits are stacked over points and must stay distinct).
+    """
+    if any(m._forward_hooks or m._forward_pre_hooks for m in module.modules()):
+        return False
+    seen: list[torch.Tensor] = []
+    handle = layer.register_forward_hook(lambda _m, _a, out: seen.append(out))
+    try:
+        with torch.no_grad():
+            result = module(x)
+    finally:
+        handle.remove()
+    stored = {seen[0].untyped_storage().data_ptr()} if seen else set()
+    return not any(t.untyped_storage().data_ptr() in stored for t in _tensors(result))
+
+
+def _tensors(value: object) -> list[torch.Tensor]:
+    """The tensors of a model output (a tensor, or nested tuples, lists and mappings of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict) or hasattr(value, "values"):
+        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    return []
 
 
 def _plain(layer: nn.Module) -> bool:

@@ -33,6 +33,12 @@ from .scoring import Scorer, select_output
 
 #: The loop scores a point's outputs over all batches in one call when they fit in this.
 CONCAT_OUTPUT_BYTES = 64 << 20
+#: Class-major logits of several points are stacked and scored together up to this size: large
+#: enough that a digits point set (72 kB a point) needs a few dozen scoring calls, small enough
+#: that the stack and the scoring's temporaries stay in cache and are never ``mmap``-sized fresh
+#: allocations (a 31 MB stack streamed its temporaries through memory and made the plane's time
+#: depend on the C allocator's state: up to 2.5x slower in some processes).
+CLASS_MAJOR_GROUP_BYTES = 1 << 20
 Batches = Sequence[tuple[ModelInputs, torch.Tensor]]
 
 
@@ -199,14 +205,14 @@ class LoopStrategy:
     def _sums_class_major(self, vecs: torch.Tensor, coeffs: list[list[float]]) -> torch.Tensor:
         """The loop with a class-major output layer.
 
-        The ``(C, N)`` logits of up to ``CONCAT_OUTPUT_BYTES`` worth of points are stacked
+        The ``(C, N)`` logits of up to ``CLASS_MAJOR_GROUP_BYTES`` worth of points are stacked
         and scored by one ``ClassMetrics.scores`` call; points with non-finite losses are
         rescored row-major (the usual NaN and infinity semantics).
         """
         metrics = self.scorer.class_metrics
         y = self.targets if self.targets is not None else self.batches[0][1]
         per_point = metrics.num_classes * y.shape[0] * torch.finfo(self.scorer.dtype).bits // 8
-        group = max(1, CONCAT_OUTPUT_BYTES // per_point)
+        group = max(1, CLASS_MAJOR_GROUP_BYTES // per_point)
         parts: list[torch.Tensor] = []
         for start in range(0, len(vecs), group):
             cols = []
