@@ -56,6 +56,10 @@ def unsupported_reason(alg: Algorithm, module: nn.Module) -> str | None:
     str or None
         The reason, or None when it can.
     """
+    dtypes = {p.dtype for p in module.parameters() if p.requires_grad}
+    if len(dtypes) > 1:
+        return (f"the trainable parameters have several dtypes ({', '.join(sorted(map(str, dtypes)))}); "
+                "the clients' parameters are stacked in one matrix of one dtype")
     if not alg.vectorizable:
         return (f"algorithm {alg.label!r} does not declare vectorizable = True (its client update is not "
                 "local SGD plus a loss term independent of the mini-batch)")

@@ -96,13 +96,15 @@ class ArmRecord:
                 f"change from {p0.rounds[0]} to {p0.rounds[1]}: {change}")
 
 
-def blockers(records: Sequence[ArmRecord], tol: float) -> str:
+def blockers(records: Sequence[ArmRecord | tuple[ArmRecord, Collection[int]]], tol: float) -> str:
     """Why a row whose arms are ``records`` gets no verdict: every unfinished arm and seed ("" when none).
 
     Parameters
     ----------
-    records : sequence of ArmRecord
-        Every tracked arm behind the row (each judged once, however often it is listed).
+    records : sequence of ArmRecord or (ArmRecord, seeds)
+        Every tracked arm behind the row, each judged once however often it is listed; an
+        arm given with seeds is judged on those seeds only (the union over its listings),
+        otherwise on all of its seeds.
     tol : float
         The row's gate tolerance (see :data:`paper_claims.definitions.GROUPS`).
 
@@ -110,11 +112,18 @@ def blockers(records: Sequence[ArmRecord], tol: float) -> str:
     -------
     str
         :meth:`ArmRecord.failures` of each arm that failed, joined
-        by `` / `` (no ``|``: it goes into a Markdown table cell); empty when every seed of every
-        arm finished.
+        by `` / `` (no ``|``: it goes into a Markdown table cell); empty when every judged seed of
+        every arm finished.
     """
-    unique = list({id(r): r for r in records}.values())
-    return " / ".join(text for text in (r.failures(tol) for r in unique) if text)
+    chosen: dict[int, tuple[ArmRecord, set[int] | None]] = {}
+    for item in records:
+        record, seeds = item if isinstance(item, tuple) else (item, None)
+        _, known = chosen.setdefault(id(record), (record, set() if seeds is not None else None))
+        if known is not None and seeds is not None:
+            known.update(seeds)
+        elif seeds is None:
+            chosen[id(record)] = (record, None)
+    return " / ".join(text for text in (record.failures(tol, seeds) for record, seeds in chosen.values()) if text)
 
 
 @dataclass(frozen=True)
@@ -367,10 +376,8 @@ class Context:
         with the row's gate tolerance ``tol`` (each arm once, however often it is listed); untracked
         runs (fixed-budget protocols) are not judged.
         """
-        chosen: dict[int, tuple[ArmRecord, set[int]]] = {}
-        for r in (r for runs in arms for r in runs if r.path in self.owners):
-            chosen.setdefault(id(self.owners[r.path]), (self.owners[r.path], set()))[1].add(int(r.config["seed"]))
-        return " / ".join(text for text in (record.failures(tol, seeds) for record, seeds in chosen.values()) if text)
+        return blockers([(self.owners[r.path], {int(r.config["seed"])}) for runs in arms for r in runs
+                         if r.path in self.owners], tol)
 
 
 def train_run(spec: tuple[Any, ...], paper: str, call: dict[str, Any]) -> None:

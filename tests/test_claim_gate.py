@@ -59,6 +59,10 @@ def test_every_arm_is_checked_and_the_row_is_blocked_naming_arm_2():
     both = blockers([record("arm 3", CONSTANT, [0.0, 0.03]), arms[2]], TOL)
     assert both.startswith("arm 3 (recipe-x; test-accuracy plateau, limit 0.0050): seed 1 still changing")
     assert both.endswith(" / " + why)
+    # with seeds, only those are judged (their union over the arm's listings); a bare listing judges all
+    assert blockers([(arms[2], {0, 1})], TOL) == ""
+    assert blockers([(arms[2], {0}), (arms[2], {2})], TOL) == why
+    assert blockers([(arms[2], {0}), arms[2]], TOL) == why
 
 
 def test_context_gate_judges_every_tracked_run_from_real_runs(tmp_path):

@@ -111,6 +111,8 @@ def test_unsupported_cases_are_refused():
     drop = nn.Sequential(nn.Linear(12, 8), nn.Dropout(0.5), nn.Linear(8, 3))
     assert "dropout" in unsupported_reason(fedavg, drop)
     assert unsupported_reason(fedavg, nn.Sequential(nn.Linear(12, 3), nn.Dropout(0.0))) is None
+    mixed = nn.Sequential(nn.Linear(12, 8), nn.Linear(8, 3).double())
+    assert "several dtypes" in unsupported_reason(fedavg, mixed)
     assert "does not declare vectorizable" in unsupported_reason(_algorithm("fedgucci"), _mlp())
     # the flag of a wrapper is its base's
     assert unsupported_reason(_algorithm("fedprox", ima={"window": 2}), _mlp()) is None
