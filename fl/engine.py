@@ -104,6 +104,7 @@ class Engine:
         self.backend = str(config.get("backend", "sequential"))
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        self.chosen = self.backend == "auto" and remote is None  # then each round records the back end it took
         if self.backend == "auto":
             self.backend, _ = choose_backend(algorithm, self.module, device)
         if self.backend == "vectorized":
@@ -284,6 +285,8 @@ class Engine:
         if refused:
             record.update(dropped=sorted(refused),
                           dropped_reasons=[f"client {k}: {refused[k]}" for k in sorted(refused)])
+        if self.chosen:
+            record["backend"] = self.backend
         record.update(client_metrics(updates))
         record.update(self.alg.local_metrics(EvalContext(
             r, self.global_state, self.server_state, self.client_states, updates, self._local_test(),

@@ -163,3 +163,5 @@ def test_auto_backend_rule_and_run(tmp_path):
     vec = fl.run("fedavg", out=tmp_path / "v", backend="vectorized", **opts)
     for a, v in zip(auto.metrics, vec.metrics):
         assert a["test_loss"] == v["test_loss"]
+    assert [m.get("backend") for m in auto.metrics] == [None, "vectorized", "vectorized"]  # recorded per round
+    assert all("backend" not in m for m in vec.metrics)
