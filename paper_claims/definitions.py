@@ -322,13 +322,7 @@ _DEFS = [
 ]
 #: Claims whose arms the current measurement does not train, with the reason (their rows read
 #: "not measured"); an entry removed here is measured by the next run of the command.
-DEFERRED: dict[str, str] = {
-    "4b": "not measured in this regeneration: its low-participation arms (about 20 worker-minutes) did not fit "
-          "the 2-core budget next to 4e's FedAvg-2R control",
-    "5e": "not measured in this regeneration: its two 500-round arms on mnist1d_lenet (about 55 worker-minutes) did "
-          "not fit the 2-core budget next to 5a's ten seeds; the model and the rows are ready",
-    "5f": "not measured in this regeneration (see 5e)",
-}
+DEFERRED: dict[str, str] = {}
 #: Every claim of the page by id, in the page's order.
 CLAIMS: dict[str, ClaimDef] = {c.id: c for c in _DEFS}
 #: The recipe variant of each paper whose group names one (``Context.recipe``).
