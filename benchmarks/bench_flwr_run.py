@@ -36,36 +36,6 @@ import threading
 import time
 from pathlib import Path
 
-PYPROJECT = """[build-system]
-requires = ["hatchling"]
-build-backend = "hatchling.build"
-
-[project]
-name = "bench-app"
-version = "1.0.0"
-dependencies = []
-
-[tool.hatch.build.targets.wheel]
-packages = ["."]
-
-[tool.flwr.app]
-publisher = "landscape"
-
-[tool.flwr.app.components]
-serverapp = "fl.flower.apps:server"
-clientapp = "fl.flower.apps:client"
-
-[tool.flwr.app.config.fl]
-{table}
-"""
-FLOWER_CONFIG = """[superlink]
-default = "local"
-
-[superlink.local]
-address = ":local:"
-options.num-supernodes = {clients}
-"""
-
 
 def watch(run_dir: Path, stop: threading.Event, seen: dict[int, float], start: float) -> None:
     """Record, per round, the first time ``progress.json`` names it (seconds after ``start``)."""
@@ -118,6 +88,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the run folders (their path is printed)")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fl.flower.app_folder import write_app, write_local_superlink
+
     from _timing import machine_load
 
     bin_dir = Path(sys.executable).parent
@@ -137,12 +109,8 @@ def main() -> None:
                     results[side].append(timed(command, env, out))
                     continue
                 home, app = root / f"home-{rep}", root / f"app-{rep}"
-                home.mkdir()
-                app.mkdir()
-                (home / "config.toml").write_text(FLOWER_CONFIG.format(clients=args.clients))
-                table = "\n".join(f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {v}"
-                                  for k, v in {**settings, "run-dir": str(out)}.items())
-                (app / "pyproject.toml").write_text(PYPROJECT.format(table=table))
+                write_local_superlink(home, args.clients)
+                write_app(app, {**settings, "run-dir": str(out)}, name="bench-app")
                 try:
                     results[side].append(timed([str(bin_dir / "flwr"), "run", str(app), "--stream"],
                                                {**env, "FLWR_HOME": str(home)}, out))

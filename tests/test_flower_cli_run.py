@@ -19,38 +19,10 @@ pytest.importorskip("flwr", reason="Flower is not installed: pip install -c cons
 psutil = pytest.importorskip("psutil")
 
 import fl  # noqa: E402
+from fl.flower.app_folder import write_app, write_local_superlink  # noqa: E402
 
 SETTINGS = {"algorithm": "fedgucci", "dataset": "digits", "clients": 3, "rounds": 2, "seed": 5,
             "save-clients": "all", "beta": 0.5}
-PYPROJECT = """[build-system]
-requires = ["hatchling"]
-build-backend = "hatchling.build"
-
-[project]
-name = "fedgucci-app"
-version = "1.0.0"
-dependencies = []
-
-[tool.hatch.build.targets.wheel]
-packages = ["."]
-
-[tool.flwr.app]
-publisher = "landscape"
-
-[tool.flwr.app.components]
-serverapp = "fl.flower.apps:server"
-clientapp = "fl.flower.apps:client"
-
-[tool.flwr.app.config.fl]
-{table}
-"""
-FLOWER_CONFIG = """[superlink]
-default = "local"
-
-[superlink.local]
-address = ":local:"
-options.num-supernodes = 3
-"""
 
 
 def _stop_local_superlink(home: Path) -> None:
@@ -63,12 +35,8 @@ def _stop_local_superlink(home: Path) -> None:
 def launched(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("flwr-run")
     home, app, out = root / "flwr-home", root / "app", root / "run"
-    home.mkdir()
-    app.mkdir()
-    (home / "config.toml").write_text(FLOWER_CONFIG)
-    table = "\n".join(f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v}"
-                      for k, v in {**SETTINGS, "run-dir": str(out)}.items()).replace("'", '"')
-    (app / "pyproject.toml").write_text(PYPROJECT.format(table=table))
+    write_local_superlink(home, 3)
+    write_app(app, {**SETTINGS, "run-dir": str(out)}, name="fedgucci-app")
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     # every process of the federation (SuperLink, ServerApp, ClientApps) computes on one thread, as the
     # suite does (tests/conftest.py): the reference below then takes the same reduction order on any CPU

@@ -27,6 +27,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from ..evaluation.inputs import output_tensors
 from .attention import AttentionBlock, attention_groups, find_attention
 from .rules import RULES
 from .rules.slots import Slot, Unsupported, fixed_value_like, op_name, pin, shape_of
@@ -99,25 +100,6 @@ def trace(module: nn.Module, example: torch.Tensor) -> tuple[torch.fx.GraphModul
         raise PermutationError(f"cannot trace {type(module).__name__} on inputs of shape {tuple(example.shape)}: "
                                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
     return graph, names
-
-
-def output_tensors(out: Any) -> list[torch.Tensor]:
-    """The tensors of a model's output (nested in tuples, lists or dicts); caches and other objects dropped.
-
-    Parameters
-    ----------
-    out : Any
-        What the model returned (a tensor, a tuple, a Hugging Face output object, ...).
-
-    Returns
-    -------
-    list[torch.Tensor]
-        Its tensors in order: those the trace fixes as the model output.
-    """
-    if isinstance(out, torch.Tensor):
-        return [out]
-    items = out.values() if isinstance(out, dict) else out if isinstance(out, (list, tuple)) else ()
-    return [t for item in items for t in output_tensors(item)]
 
 
 def discover(module: nn.Module, example: torch.Tensor, *, strict: bool = True) -> PermutationSpec:

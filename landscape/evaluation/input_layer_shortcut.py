@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from ..space.params import ParameterSpace
+from .inputs import output_tensors
 
 #: A layer is expanded when ``fan_in >= MIN_FAN_IN_PER_TERM * (directions + 1)``: each term
 #: of the expansion reads and writes the layer output once, a multiply-add per element.
@@ -208,18 +209,7 @@ def _output_is_internal(module: nn.Module, layer: nn.Module, x: torch.Tensor) ->
     finally:
         handle.remove()
     stored = {seen[0].untyped_storage().data_ptr()} if seen else set()
-    return not any(t.untyped_storage().data_ptr() in stored for t in _tensors(result))
-
-
-def _tensors(value: object) -> list[torch.Tensor]:
-    """The tensors of a model output (a tensor, or nested tuples, lists and mappings of them)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict) or hasattr(value, "values"):
-        return [t for v in value.values() for t in _tensors(v)]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
-    return []
+    return not any(t.untyped_storage().data_ptr() in stored for t in output_tensors(result))
 
 
 def _plain(layer: nn.Module) -> bool:

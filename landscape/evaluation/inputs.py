@@ -243,3 +243,22 @@ def functional_forward(module: nn.Module, params: Mapping[str, torch.Tensor], in
     args, kwargs = ((), inputs) if isinstance(inputs, dict) else (
         inputs if isinstance(inputs, tuple) else (inputs,), None)
     return functional_call(module, params, args, kwargs, tie_weights=True)
+
+
+def output_tensors(out: Any) -> list[torch.Tensor]:
+    """The tensors of a model's output (nested in tuples, lists or dicts); caches and other objects dropped.
+
+    Parameters
+    ----------
+    out : Any
+        What the model returned (a tensor, a tuple, a Hugging Face output object, ...).
+
+    Returns
+    -------
+    list[torch.Tensor]
+        Its tensors in order: those the trace fixes as the model output.
+    """
+    if isinstance(out, torch.Tensor):
+        return [out]
+    items = out.values() if isinstance(out, dict) else out if isinstance(out, (list, tuple)) else ()
+    return [t for item in items for t in output_tensors(item)]
