@@ -22,11 +22,12 @@ from scipy import stats
 from landscape import ConfigError
 from landscape.claims import Outcome, Verdict
 from landscape.claims.statistics import CLAIMED, holm, p_value
-from paper_claims import cli, dry_run
+from paper_claims import cli, dry_run, fedgucci
 from paper_claims.context import Context
 from paper_claims.definitions import (
     CLAIMS,
     DEFERRED,
+    FEDGUCCI_ROUNDS,
     GROUPS,
     IMA_GATE_TOL,
     LR_FACTORS,
@@ -89,7 +90,7 @@ def test_every_definition_is_complete_and_its_group_gates_with_one_of_its_tolera
     setting = {**SETTINGS, "factor": 1.05, "pool": 8, "weak_pool": 3, "k_min": 2, "k_max": 8, "part": 0.25,
                "fedavg_epochs": "8, 16, 32", "lrs": "0.02, 0.04, 0.08", "chosen": "seed 0: lr 0.04", "rounds": 800,
                "double": 1600, "small_model": "mnist1d_lenet", "small_share": 0.011, "base_model": "mnist1d_cnn",
-               "base_share": 0.24, "small_seeds": "0, 1, 2, 3, 4", "matched": "round 9"}
+               "base_share": 0.24, "small_seeds": "0, 1, 2, 3, 4", "matched": "round 9", "base": 150}
     for c in CLAIMS.values():
         texts = c.filled(**setting)
         assert c.group in GROUPS and c.claimed in CLAIMED and c.tol >= 0 and c.rationale
@@ -199,8 +200,10 @@ def test_the_tuned_learning_rate_is_the_validation_argmax_and_ignores_test_accur
     assert tuned_lr({0.02: records([0.5], 0.0), 0.04: records([0.5], 1.0)}) == 0.02  # ties: the first (smaller) lr
 
 
-def test_the_dry_run_lists_every_arm_and_seed_and_sees_the_cache(tmp_path):
+def test_the_dry_run_lists_every_arm_and_seed_and_sees_the_cache(tmp_path, monkeypatch):
     ctx = Context([0, 1], quick=True, cache=tmp_path / "cache", kernels="native")
+    assert [r.arm for r in dry_run.plan(ctx, ["fedgucci"])] == ["FedGuCci"] * 2 + ["FedAvg"] * 2  # controls deferred
+    monkeypatch.setattr(fedgucci, "DEFERRED", {})  # every arm of claim 1, as when the controls are measured
     planned = dry_run.plan(ctx, ["fedgucci"])
     arms = ("FedGuCci", "FedAvg", "FedAvg lr x 1.05", *[f"FedAvg lr {lr:g}, 10% held out" for lr in (0.02, 0.04, 0.08)],
             "FedAvg lr 0.02 (if chosen)", "FedAvg lr 0.08 (if chosen)")
@@ -211,10 +214,11 @@ def test_the_dry_run_lists_every_arm_and_seed_and_sees_the_cache(tmp_path):
     per_round = round(config["participation"] * config["clients"]) * config["local_epochs"] * math.ceil(
         samples / config["clients"] / config["batch_size"])
     assert (config["rounds"], planned[0].steps_per_round) == (4, per_round) and planned[0].steps == 4 * per_round
-    ctx.train(ctx.plan("fedgucci", "FedAvg", algorithm="fedavg"))  # the FedAvg arm, both seeds, into the cache
+    ctx.train(fedgucci.arms(ctx)["FedAvg"])  # the FedAvg arm, both seeds, into the cache
     again = dry_run.plan(ctx, ["fedgucci"])
     assert [r.cached for r in again] == [False, False, True, True] + [False] * 12
-    assert [r.folder for r in again[2:4]] == [ctx.folder("fedgucci", s, "fedavg") for s in (0, 1)]
+    assert [r.folder for r in again[2:4]] == [ctx.folder("fedgucci", s, "fedavg", rounds=FEDGUCCI_ROUNDS)
+                                             for s in (0, 1)]
     text = dry_run.report(again, {"fedgucci-mnist1d": 0.002})
     assert "fedgucci / FedAvg seed 0: cached" in text
     held = sum(r.steps for r in again[6:12])  # the validation runs (as the dry run counts them)
